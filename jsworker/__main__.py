@@ -1,0 +1,5 @@
+"""``python -m jsworker`` is the ``jsworker`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,230 @@
+"""The App: a namespace on the NATS servers, its tasks, and its defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ParamSpec, TypeVar, overload
+
+from .errors import ConfigurationError
+from .jetstream.connection import ConnectOptions, Connection, default_servers
+from .jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
+from .naming import Namespace, validate_name
+from .producer import Producer
+from .serializers import JSONSerializer, Serializer
+from .task import Task, TaskOptions
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_DAY = 86400.0
+
+
+class App:
+    """A jsworker application: tasks declared with :meth:`task`, enqueued by producers and run
+    by ``jsworker run``.
+
+    ``name`` becomes the namespace on the server (stream ``JSW_<NAME>``, subjects
+    ``jsw.<name>.q.<queue>.<task>``), so two apps on one server never see each other's jobs.
+    ``servers`` defaults to ``JSWORKER_URL`` (comma separated) or ``nats://127.0.0.1:4222``.
+    The other arguments are defaults that each task may override.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        servers: str | Sequence[str] | None = None,
+        *,
+        serializer: Serializer | None = None,
+        default_queue: str = "default",
+        max_retries: int = 3,
+        timeout: float | None = None,
+        ack_wait: float = 30.0,
+        retry_backoff: float = 1.0,
+        retry_backoff_max: float = 600.0,
+        duplicate_window: float = 120.0,
+        replicas: int = 1,
+        dlq_max_age: float = 7 * _DAY,
+        max_ack_pending: int = 20_000,
+        publish_timeout: float = 5.0,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        credentials: str | None = None,
+    ) -> None:
+        self.name = validate_name("app", name)
+        self.namespace = Namespace(name)
+        if isinstance(servers, str):
+            servers = [s.strip() for s in servers.split(",") if s.strip()]
+        self.servers: list[str] = list(servers) if servers else default_servers()
+        self.serializer: Serializer = serializer or JSONSerializer()
+        self.default_queue = validate_name("queue", default_queue)
+        self.defaults = TaskOptions(
+            queue=self.default_queue,
+            max_retries=_non_negative("max_retries", max_retries),
+            timeout=_positive_or_none("timeout", timeout),
+            ack_wait=_positive("ack_wait", ack_wait),
+            retry_backoff=_non_negative("retry_backoff", retry_backoff),
+            retry_backoff_max=_non_negative("retry_backoff_max", retry_backoff_max),
+        )
+        self.duplicate_window = _positive("duplicate_window", duplicate_window)
+        self.replicas = replicas
+        self.dlq_max_age = _positive("dlq_max_age", dlq_max_age)
+        self.max_ack_pending = max_ack_pending
+        self.publish_timeout = _positive("publish_timeout", publish_timeout)
+        self._auth = {"user": user, "password": password, "token": token, "credentials": credentials}
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.producer = Producer(self)
+
+    def __repr__(self) -> str:
+        return f"<App {self.name} tasks={len(self.tasks)}>"
+
+    # -- declaring tasks ------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        ack_wait: float | None = None,
+        retry_backoff: float | None = None,
+        retry_backoff_max: float | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        ack_wait: float | None = None,
+        retry_backoff: float | None = None,
+        retry_backoff_max: float | None = None,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function as a task, bare (``@app.task``) or with options.
+
+        Async functions run on the worker's event loop; sync functions run in the worker's
+        thread pool. Names are checked now, so a bad one fails at import, not at enqueue.
+        """
+
+        def register(func: Callable[P, R]) -> Task[P, R]:
+            task_name = validate_name("task", name or func.__name__)
+            if task_name in self.tasks and self.tasks[task_name].fn is not func:
+                raise ConfigurationError(
+                    f"app {self.name} already has a task named {task_name!r}; pass name=... to tell them apart"
+                )
+            d = self.defaults
+            options = TaskOptions(
+                queue=validate_name("queue", queue) if queue is not None else d.queue,
+                max_retries=d.max_retries if max_retries is None else _non_negative("max_retries", max_retries),
+                timeout=d.timeout if timeout is None else _positive("timeout", timeout),
+                ack_wait=d.ack_wait if ack_wait is None else _positive("ack_wait", ack_wait),
+                retry_backoff=d.retry_backoff
+                if retry_backoff is None
+                else _non_negative("retry_backoff", retry_backoff),
+                retry_backoff_max=d.retry_backoff_max
+                if retry_backoff_max is None
+                else _non_negative("retry_backoff_max", retry_backoff_max),
+            )
+            task = Task(self, func, task_name, options)
+            self.tasks[task_name] = task
+            return task
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    @property
+    def queues(self) -> list[str]:
+        """Queues that have at least one task, sorted."""
+        return sorted({t.queue for t in self.tasks.values()})
+
+    # -- topology -------------------------------------------------------------------------
+
+    def connect_options(self, role: str) -> ConnectOptions:
+        """How this app connects; ``role`` names the connection on the server (monitoring)."""
+        return ConnectOptions(servers=tuple(self.servers), name=f"jsworker:{self.name}:{role}", **self._auth)
+
+    def stream_spec(self) -> StreamSpec:
+        """The job stream."""
+        ns = self.namespace
+        return StreamSpec(
+            name=ns.stream,
+            subjects=(ns.job_subjects,),
+            work_queue=True,
+            replicas=self.replicas,
+            duplicate_window=self.duplicate_window,
+        )
+
+    def dlq_spec(self) -> StreamSpec:
+        """The dead-letter stream."""
+        ns = self.namespace
+        return StreamSpec(
+            name=ns.dlq_stream,
+            subjects=(ns.dlq_subjects,),
+            work_queue=False,
+            replicas=self.replicas,
+            duplicate_window=min(self.duplicate_window, self.dlq_max_age),
+            max_age=self.dlq_max_age,
+        )
+
+    def queue_ack_wait(self, queue: str) -> float:
+        """The consumer ``ack_wait`` of ``queue``: the largest of its tasks'."""
+        waits = [t.options.ack_wait for t in self.tasks.values() if t.queue == queue]
+        return max(waits, default=self.defaults.ack_wait)
+
+    def consumer_spec(self, queue: str) -> ConsumerSpec:
+        """The durable pull consumer of ``queue``."""
+        return ConsumerSpec(
+            stream=self.namespace.stream,
+            name=validate_name("queue", queue),
+            filter_subject=self.namespace.queue_filter(queue),
+            ack_wait=self.queue_ack_wait(queue),
+            max_ack_pending=self.max_ack_pending,
+        )
+
+    async def provision_streams(self, conn: Connection) -> None:
+        """Create or update the job and dead-letter streams."""
+        await ensure_stream(conn, self.stream_spec())
+        await ensure_stream(conn, self.dlq_spec())
+
+    async def provision(self, conn: Connection | None = None, queues: Iterable[str] | None = None) -> None:
+        """Create or update streams and queue consumers (idempotent; workers do it at start)."""
+        conn = conn or await self.producer.connection()
+        await self.provision_streams(conn)
+        for queue in queues if queues is not None else self.queues:
+            await ensure_consumer(conn, self.consumer_spec(queue))
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the connection enqueues on this event loop used."""
+        await self.producer.aclose()
+
+    def close(self) -> None:
+        """Close the background connection sync enqueues used."""
+        self.producer.close()
+
+
+def _positive(what: str, value: float) -> float:
+    if not isinstance(value, int | float) or value <= 0:
+        raise ConfigurationError(f"{what} must be a number > 0, not {value!r}")
+    return float(value)
+
+
+def _positive_or_none(what: str, value: float | None) -> float | None:
+    return None if value is None else _positive(what, value)
+
+
+def _non_negative(what: str, value: int | float) -> Any:
+    if not isinstance(value, int | float) or value < 0:
+        raise ConfigurationError(f"{what} must be a number >= 0, not {value!r}")
+    return value

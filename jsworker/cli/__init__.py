@@ -1,0 +1,27 @@
+"""The ``jsworker`` command.
+
+Exit codes: 0 ok, 1 crashed, 2 import or usage error, 3 cannot connect to NATS.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .dev import dev
+from .run import run
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="jsworker")
+def cli() -> None:
+    """jsworker: a task queue on NATS JetStream."""
+
+
+cli.add_command(run)
+cli.add_command(dev)
+
+
+def main() -> None:
+    """Entry point of the ``jsworker`` console script."""
+    cli(prog_name="jsworker")

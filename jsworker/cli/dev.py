@@ -1,0 +1,53 @@
+"""``jsworker dev``: a local nats-server with JetStream for development."""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+import time
+from types import FrameType
+
+import click
+
+from .errors import EXIT_CRASH, EXIT_USAGE, fail
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+@click.command()
+@click.option("--port", "-p", type=click.IntRange(1, 65535), default=4222, show_default=True,
+              help="Client port on 127.0.0.1.")
+@click.option("--store-dir", type=click.Path(file_okay=False), default=None,
+              help="Where JetStream keeps its data (kept after exit) [default: a temporary directory, "
+                   "removed on exit].")
+def dev(port: int, store_dir: str | None) -> None:
+    """Start a local nats-server with JetStream on 127.0.0.1 until Ctrl-C."""
+    from ..server import NatsServer, PortInUseError, ServerNotFoundError, ServerStartError
+
+    with tempfile.TemporaryDirectory(prefix="jsworker-dev-") as tmp:
+        server = NatsServer(port=port, store_dir=store_dir or tmp)
+        try:
+            server.start()
+        except PortInUseError:
+            fail(f"port {port} on 127.0.0.1 is already in use; stop what holds it or pass --port", EXIT_USAGE)
+        except ServerNotFoundError as exc:
+            fail(str(exc), EXIT_USAGE)
+        except ServerStartError as exc:
+            fail(str(exc), EXIT_CRASH)
+        signal.signal(signal.SIGTERM, _raise_stop)
+        click.echo(f"nats-server with JetStream at {server.url}  (store: {server.store_dir}; Ctrl-C stops)")
+        click.echo(f"  export JSWORKER_URL={server.url}")
+        try:
+            while server.running:
+                time.sleep(0.5)
+            fail("nats-server exited unexpectedly", EXIT_CRASH)
+        except (KeyboardInterrupt, _Stop):
+            click.echo("stopping nats-server")
+        finally:
+            server.stop()

@@ -1,0 +1,83 @@
+"""``jsworker run``: the worker process."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import click
+
+from ..errors import ConfigurationError, ConnectError, TopologyError
+from ..observability.logging import LEVELS, configure_logging, get_logger
+from ..runtime.worker import Worker, WorkerSettings
+from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
+from .loader import AppNotFound, load_app
+
+log = get_logger("jsworker.cli")
+
+
+@click.command()
+@click.argument("app_spec", metavar="MODULE[:ATTR]")
+@click.option("--queues", "-Q", help="Comma-separated queues to work on (default: every queue with a task).")
+@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Jobs run at once (async slots; sync jobs also need a thread).")
+@click.option("--threads", type=click.IntRange(min=1), default=WorkerSettings.threads, show_default=True,
+              help="Threads for sync tasks.")
+@click.option("--max-messages", type=click.IntRange(min=1), default=None,
+              help="Prefetch: jobs pulled ahead of free slots, per queue [default: min(concurrency, 64)].")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds running jobs get to finish after SIGTERM before they are cancelled and requeued.")
+@click.option("--url", envvar="JSWORKER_URL", help="NATS server URL(s), comma separated [env: JSWORKER_URL].")
+@click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
+def run(
+    app_spec: str,
+    queues: str | None,
+    concurrency: int,
+    threads: int,
+    max_messages: int | None,
+    grace: float,
+    url: str | None,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """Run a worker for the App in MODULE (or MODULE:ATTR) until SIGTERM or Ctrl-C."""
+    configure_logging(log_level, log_format)
+    try:
+        app = load_app(app_spec)
+    except AppNotFound as exc:
+        fail(str(exc), EXIT_USAGE)
+    if url:
+        app.servers = [u.strip() for u in url.split(",") if u.strip()]
+    settings = WorkerSettings(
+        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
+        concurrency=concurrency,
+        threads=threads,
+        max_messages=max_messages,
+        grace=grace,
+    )
+    worker = Worker(app, settings)
+    try:
+        asyncio.run(_serve(worker))
+    except ConnectError as exc:
+        fail(str(exc), EXIT_CONNECT)
+    except (ConfigurationError, TopologyError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    except Exception as exc:
+        log.exception("worker.crashed")
+        fail(f"worker crashed: {type(exc).__name__}: {exc}", EXIT_CRASH)
+
+
+async def _serve(worker: Worker) -> None:
+    loop = asyncio.get_running_loop()
+    signals_seen = 0
+
+    def on_signal() -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        # A second signal means "now": skip the rest of the grace period.
+        worker.stop(now=signals_seen > 1)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    await worker.run()

@@ -1,0 +1,67 @@
+"""jsworker's exceptions.
+
+Everything jsworker raises derives from :class:`JsworkerError`; errors from the NATS client are
+chained as ``__cause__`` instead of leaking out. :class:`Retry` and :class:`Reject` are not
+errors but signals a task raises to steer what happens to its job.
+"""
+
+from __future__ import annotations
+
+
+class JsworkerError(Exception):
+    """Base class of every error jsworker raises."""
+
+
+class ConfigurationError(JsworkerError):
+    """An app, task, queue or option was declared wrongly (bad name, duplicate task, bad value)."""
+
+
+class ConnectError(JsworkerError):
+    """The NATS servers could not be reached (or refused the credentials)."""
+
+
+class EnqueueError(JsworkerError):
+    """A job could not be enqueued: no server, no stream, or no acknowledgement in time.
+
+    When this is raised after a timeout the job may still have been stored; enqueueing again with
+    the same job id inside the dedup window cannot create a second job.
+    """
+
+
+class TopologyError(JsworkerError):
+    """A stream or consumer could not be created or does not match what the app declares."""
+
+
+class ServerVersionError(JsworkerError):
+    """The connected nats-server is too old for a feature that was asked for."""
+
+
+class SerializationError(JsworkerError):
+    """Arguments could not be encoded, or a message body could not be decoded."""
+
+
+class TaskControl(Exception):  # noqa: N818 - raised by tasks as a signal, not an error
+    """Base of the signals a task raises to decide its job's fate."""
+
+
+class Retry(TaskControl):
+    """Raise inside a task to run the job again later.
+
+    ``delay`` (seconds) overrides the task's backoff for this retry. The retry still counts
+    against ``max_retries``; when none are left the job goes to the dead-letter stream.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        if delay is not None and delay < 0:
+            raise ValueError("Retry delay must be >= 0")
+        self.delay = delay
+        self.reason = reason
+
+
+class Reject(TaskControl):
+    """Raise inside a task to end the job without retrying; it goes to the dead-letter stream."""
+
+    def __init__(self, reason: str = "rejected") -> None:
+        super().__init__(reason)
+        self.reason = reason

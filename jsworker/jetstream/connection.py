@@ -1,0 +1,182 @@
+"""Connecting to NATS, and what the rest of jsworker needs to know about the connection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from ..errors import ConnectError, ServerVersionError
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+Listener = Callable[[], Awaitable[None]]
+
+
+def default_servers() -> list[str]:
+    """Servers from ``JSWORKER_URL`` (comma separated), else the local default."""
+    raw = os.environ.get("JSWORKER_URL", "").strip()
+    return [url.strip() for url in raw.split(",") if url.strip()] or [DEFAULT_URL]
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """How to reach the NATS servers. Secrets here are never logged."""
+
+    servers: Sequence[str] = field(default_factory=default_servers)
+    name: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    credentials: str | None = None
+    connect_timeout: float = 2.0
+    reconnect_wait: float = 0.5
+
+
+class Connection:
+    """A NATS connection with its JetStream context, owned by one event loop.
+
+    It reconnects forever; interested parties (the pull loops) subscribe to reconnects so they
+    can re-issue the pull requests that died with the old connection.
+    """
+
+    def __init__(self, nc: Client, js: JetStreamContext, options: ConnectOptions) -> None:
+        self.nc = nc
+        self.js = js
+        self.options = options
+        self.loop = asyncio.get_running_loop()
+        self._reconnect_listeners: list[Listener] = []
+        self._disconnect_listeners: list[Listener] = []
+
+    @classmethod
+    async def open(cls, options: ConnectOptions, *, attempts: int = 1) -> Connection:
+        """Connect, trying the whole server list up to ``attempts`` times.
+
+        Raises :class:`ConnectError` (with the client's error chained) when no server answers.
+        """
+        holder: list[Connection] = []
+
+        async def on_reconnect() -> None:
+            if holder:
+                await holder[0]._fire(holder[0]._reconnect_listeners)
+
+        async def on_disconnect() -> None:
+            if holder:
+                await holder[0]._fire(holder[0]._disconnect_listeners)
+
+        async def on_error(exc: Exception) -> None:
+            # The client reports every failed reconnect attempt here; the reconnect loop itself
+            # carries on, so there is nothing to do but not let the default handler print.
+            return None
+
+        kwargs: dict[str, Any] = {
+            "servers": list(options.servers),
+            "name": options.name,
+            "connect_timeout": options.connect_timeout,
+            "reconnect_time_wait": options.reconnect_wait,
+            "max_reconnect_attempts": -1,
+            "allow_reconnect": True,
+            "reconnected_cb": on_reconnect,
+            "disconnected_cb": on_disconnect,
+            "error_cb": on_error,
+        }
+        if options.user is not None:
+            kwargs["user"] = options.user
+            kwargs["password"] = options.password
+        if options.token is not None:
+            kwargs["token"] = options.token
+        if options.credentials is not None:
+            kwargs["user_credentials"] = options.credentials
+
+        last: BaseException | None = None
+        for attempt in range(max(1, attempts)):
+            if attempt:
+                await asyncio.sleep(options.reconnect_wait)
+            try:
+                nc = await nats.connect(**kwargs)
+            except nats.errors.Error as exc:
+                last = exc
+                if isinstance(exc, nats.errors.AuthorizationError):
+                    break
+            except OSError as exc:
+                last = exc
+            else:
+                conn = cls(nc, nc.jetstream(), options)
+                holder.append(conn)
+                return conn
+        where = ", ".join(options.servers)
+        raise ConnectError(f"cannot connect to NATS at {where}: {_describe(last)}") from last
+
+    @property
+    def server_version(self) -> tuple[int, int, int]:
+        """(major, minor, patch) of the server this connection is attached to."""
+        version = self.nc.connected_server_version
+        return (version.major, version.minor, version.patch)
+
+    def require_version(self, feature: str, minimum: tuple[int, int, int]) -> None:
+        """Raise :class:`ServerVersionError` when the server is older than ``minimum``."""
+        if self.server_version < minimum:
+            have = ".".join(map(str, self.server_version))
+            need = ".".join(map(str, minimum))
+            raise ServerVersionError(f"{feature} needs nats-server >= {need}; connected server is {have}")
+
+    @property
+    def max_payload(self) -> int:
+        """Largest message the server accepts, in bytes."""
+        return int(self.nc.max_payload)
+
+    @property
+    def is_connected(self) -> bool:
+        """True while the socket is up (False while reconnecting)."""
+        return bool(self.nc.is_connected)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` ran or the client gave up."""
+        return bool(self.nc.is_closed)
+
+    def on_reconnect(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` after every reconnect; returns a function that unregisters it."""
+        self._reconnect_listeners.append(listener)
+        return lambda: self._reconnect_listeners.remove(listener)
+
+    def on_disconnect(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` whenever the connection drops; returns an unregister function."""
+        self._disconnect_listeners.append(listener)
+        return lambda: self._disconnect_listeners.remove(listener)
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait until everything published so far reached the server (best effort)."""
+        if self.nc.is_connected:
+            try:
+                await self.nc.flush(timeout=timeout)
+            except (nats.errors.Error, asyncio.TimeoutError):
+                pass
+
+    async def close(self) -> None:
+        """Flush what is pending and close; safe to call twice."""
+        if not self.nc.is_closed:
+            try:
+                await self.nc.drain()
+            except (nats.errors.Error, asyncio.TimeoutError):
+                await self.nc.close()
+
+    async def _fire(self, listeners: list[Listener]) -> None:
+        for listener in list(listeners):
+            await listener()
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "no server answered"
+    if isinstance(exc, nats.errors.NoServersError):
+        return "no server answered"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,325 @@
+"""A continuous pull consumer: ``consume(max_messages=N)`` on top of nats-py's core API.
+
+nats-py only offers ``fetch``, which blocks between batches. This loop keeps pull requests
+outstanding while the caller works, the way the Go and JavaScript clients' ``Consume`` do:
+
+* one inbox subscription; pull requests ``{batch, expires, idle_heartbeat}`` sent with that
+  inbox as reply subject;
+* ``pending`` counts messages requested and not yet handed to the caller (buffered ones
+  included), so what this loop holds never exceeds ``max_messages``: a buffered message's
+  ``ack_wait`` clock is already running on the server;
+* when ``pending`` falls below ``threshold`` (half by default) the gap is requested;
+* status messages close requests (408, 409 with ``Nats-Pending-Messages``), void them (409
+  Leadership Change / Exceeded MaxWaiting), or end the loop (consumer deleted, bad request);
+* a ``503`` (no consumer leader yet, during an election) sets one retry deadline that both the
+  refill and the watchdog respect, so an election does not become a storm of requests;
+* the server drops pull requests silently when it restarts, so a watchdog re-pulls when
+  nothing at all (not even a heartbeat) arrived for 2 x ``idle_heartbeat`` while a request was
+  outstanding; after a reconnect it re-pulls at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from nats.aio.msg import Msg
+
+from ..errors import JsworkerError
+from .connection import Connection
+from .delivery import Delivery
+
+_NS = 1_000_000_000
+# 409 descriptions that a new request cannot fix.
+_TERMINAL_409 = ("consumer deleted", "consumer is push based", "exceeded maxrequest")
+
+
+class ConsumeError(JsworkerError):
+    """The pull loop stopped for good: the consumer was deleted or rejects our requests."""
+
+
+class EngineEvent(enum.Enum):
+    """What the pull loop reports to its observer."""
+
+    PULL = "pull"  # a pull request was sent
+    HEARTBEAT = "heartbeat"  # the server's idle heartbeat arrived
+    MISSED_HEARTBEATS = "missed_heartbeats"  # silence for 2 x idle_heartbeat: re-pulled
+    RECONNECT = "reconnect"  # the connection came back: re-pulled
+    STATUS = "status"  # any other status message (detail has code and description)
+    NO_RESPONDERS = "no_responders"  # 503: no consumer leader; backing off
+    ERROR = "error"  # the loop stopped, or the watchdog hit an unexpected error
+
+
+EventHook = Callable[[EngineEvent, str], None]
+
+
+def _ignore(event: EngineEvent, detail: str) -> None:
+    return None
+
+
+class PullConsumer:
+    """Continuous pull from one durable consumer; hands out :class:`Delivery` objects.
+
+    Use as ``async with PullConsumer(...) as pc:`` and call ``await pc.next()`` (``None`` once
+    the loop is closed or drained), or iterate over it.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        stream: str,
+        consumer: str,
+        *,
+        max_messages: int = 100,
+        expires: float = 30.0,
+        idle_heartbeat: float | None = None,
+        threshold: int | None = None,
+        retry_delay: float = 0.5,
+        on_event: EventHook | None = None,
+    ) -> None:
+        if max_messages < 1:
+            raise ValueError("max_messages must be >= 1")
+        self.conn = conn
+        self.stream = stream
+        self.consumer = consumer
+        self.max_messages = max_messages
+        self.expires = expires
+        self.idle_heartbeat = idle_heartbeat if idle_heartbeat is not None else min(expires / 2, 30.0)
+        if not 0 < self.idle_heartbeat <= expires / 2:
+            raise ValueError("idle_heartbeat must be > 0 and <= expires / 2")
+        self.threshold = threshold if threshold is not None else (max_messages + 1) // 2
+        self.retry_delay = retry_delay
+        self.on_event = on_event or _ignore
+        self.stats: dict[str, int] = {e.value: 0 for e in EngineEvent}
+
+        self._subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._inbox = ""
+        self._sub: Any = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._unhook: Callable[[], None] | None = None
+        self._buffer: deque[Delivery] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._pending = 0
+        self._last_rx = 0.0
+        self._retry_at = 0.0
+        self._pulling = False
+        self._closed = False
+        self._error: ConsumeError | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> PullConsumer:
+        """Subscribe to the inbox and send the first pull request."""
+        nc = self.conn.nc
+        self._inbox = nc.new_inbox()
+        self._sub = await nc.subscribe(self._inbox, cb=self._on_msg)
+        self._unhook = self.conn.on_reconnect(self._on_reconnect)
+        self._pulling = True
+        await self._pull(self.max_messages)
+        self._watchdog = asyncio.create_task(self._watch(), name=f"jsworker-watchdog-{self.consumer}")
+        return self
+
+    async def drain(self) -> list[Delivery]:
+        """Stop asking for messages; return what is buffered (not yet handed out).
+
+        Messages that still arrive for requests already sent are given back to the server at
+        once (``nak``) so other workers get them without waiting for ``ack_wait``.
+        """
+        self._pulling = False
+        left = list(self._buffer)
+        self._buffer.clear()
+        self._pending = 0
+        self._wake()
+        return left
+
+    async def close(self) -> None:
+        """Stop for good: unsubscribe and wake any waiting :meth:`next`."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pulling = False
+        if self._unhook is not None:
+            with contextlib.suppress(ValueError):
+                self._unhook()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        if self._sub is not None and not self.conn.is_closed:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+        self._wake()
+
+    async def __aenter__(self) -> PullConsumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- handing out ----------------------------------------------------------------------
+
+    async def next(self, timeout: float | None = None) -> Delivery | None:
+        """The next message; ``None`` when closed/drained or when ``timeout`` passed.
+
+        Raises :class:`ConsumeError` when the loop stopped because of the server.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._buffer:
+            if self._error is not None:
+                raise self._error
+            if self._closed or not self._pulling:
+                return None
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._waiter, remaining)
+            except asyncio.TimeoutError:
+                return None
+            finally:
+                self._waiter = None
+        delivery = self._buffer.popleft()
+        self._pending -= 1
+        if self._pending < self.threshold:
+            await self._refill()
+        return delivery
+
+    def buffered(self) -> tuple[Delivery, ...]:
+        """Messages received and not yet handed out (their ack timers are running)."""
+        return tuple(self._buffer)
+
+    @property
+    def pending(self) -> int:
+        """Messages requested from the server and not yet handed out."""
+        return self._pending
+
+    async def __aiter__(self) -> AsyncIterator[Delivery]:
+        while (delivery := await self.next()) is not None:
+            yield delivery
+
+    # -- pull requests --------------------------------------------------------------------
+
+    async def _pull(self, batch: int) -> None:
+        if batch <= 0:
+            return
+        request = {
+            "batch": batch,
+            "expires": int(self.expires * _NS),
+            "idle_heartbeat": int(self.idle_heartbeat * _NS),
+        }
+        self._pending += batch
+        # A fresh request deserves 2 x idle_heartbeat to show life before the watchdog acts.
+        self._last_rx = time.monotonic()
+        self._count(EngineEvent.PULL, str(batch))
+        await self.conn.nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
+
+    async def _refill(self) -> None:
+        if (
+            self._pulling
+            and self._pending < self.threshold
+            and self.conn.is_connected
+            and time.monotonic() >= self._retry_at
+        ):
+            await self._pull(self.max_messages - self._pending)
+
+    def _void_requests(self) -> None:
+        """Outstanding requests are gone on the server: only the local buffer still counts."""
+        self._pending = len(self._buffer)
+
+    # -- inbound --------------------------------------------------------------------------
+
+    async def _on_msg(self, msg: Msg) -> None:
+        self._last_rx = time.monotonic()
+        headers = msg.headers
+        if not msg.reply and headers and "Status" in headers:
+            await self._on_status(headers)
+            return
+        delivery = Delivery(self.conn.nc, msg.subject, msg.reply, msg.data, headers)
+        if not self._pulling:
+            # Answer to a request sent before drain(): give it straight back.
+            await delivery.nak()
+            return
+        self._buffer.append(delivery)
+        self._wake()
+
+    async def _on_status(self, headers: dict[str, str]) -> None:
+        code = headers.get("Status", "")
+        if code == "100":
+            self._count(EngineEvent.HEARTBEAT, "")
+            return
+        description = (headers.get("Description") or "").strip()
+        detail = f"{code} {description}".strip()
+        left = headers.get("Nats-Pending-Messages")
+        if code == "503":
+            self._void_requests()
+            self._retry_at = time.monotonic() + self.retry_delay
+            self._count(EngineEvent.NO_RESPONDERS, detail)
+            return  # the watchdog re-pulls once retry_delay has passed
+        self._count(EngineEvent.STATUS, detail)
+        if left is not None:
+            # 408 expired / 409 batch completed / server shutdown: that much will not come.
+            try:
+                self._pending = max(len(self._buffer), self._pending - int(left))
+            except ValueError:
+                self._void_requests()
+        elif code == "400" or (code == "409" and description.lower().startswith(_TERMINAL_409)):
+            self._error = ConsumeError(f"pull from {self.stream}/{self.consumer} stopped: {detail}")
+            self._count(EngineEvent.ERROR, detail)
+            self._pulling = False
+            self._wake()
+            return
+        else:
+            # Leadership change, exceeded max waiting, pin mismatch: requests are void.
+            self._void_requests()
+        await self._refill()
+
+    async def _on_reconnect(self) -> None:
+        if not self._pulling:
+            return
+        self._void_requests()
+        self._count(EngineEvent.RECONNECT, "")
+        self._retry_at = 0.0
+        await self._refill_all()
+
+    async def _refill_all(self) -> None:
+        if self._pulling and self.conn.is_connected:
+            await self._pull(self.max_messages - self._pending)
+
+    async def _watch(self) -> None:
+        tick = min(self.idle_heartbeat / 2, self.retry_delay)
+        while not self._closed:
+            await asyncio.sleep(tick)
+            try:
+                if not self._pulling or not self.conn.is_connected:
+                    continue
+                now = time.monotonic()
+                if now < self._retry_at:
+                    continue
+                outstanding = self._pending - len(self._buffer)
+                if outstanding > 0 and now - self._last_rx > 2 * self.idle_heartbeat:
+                    self._void_requests()
+                    self._count(EngineEvent.MISSED_HEARTBEATS, f"{now - self._last_rx:.1f}s silent")
+                    await self._refill_all()
+                elif outstanding <= 0 or self._pending < self.threshold:
+                    # Covers refills skipped while disconnected or backing off after a 503.
+                    await self._refill()
+            except Exception as exc:  # the watchdog must outlive any single failure
+                self._count(EngineEvent.ERROR, f"watchdog: {exc!r}")
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _count(self, event: EngineEvent, detail: str) -> None:
+        self.stats[event.value] += 1
+        self.on_event(event, detail)

@@ -1,0 +1,124 @@
+"""Publishing jobs with server-side dedup, one at a time or many in flight.
+
+Every message carries ``Nats-Msg-Id``. A publish whose acknowledgement does not arrive is
+retried with the very same id, so the server's dedup window turns a retry of a publish that
+did get stored into a no-op instead of a second job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.js.api import PubAck
+
+from ..errors import EnqueueError
+from .connection import Connection
+
+MSG_ID = "Nats-Msg-Id"
+
+
+class NoStreamError(EnqueueError):
+    """No stream holds the subject: the app's topology has not been created yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutMessage:
+    """A message to store: subject, body and headers (which must include ``Nats-Msg-Id``)."""
+
+    subject: str
+    body: bytes
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What the server said about a stored message."""
+
+    seq: int
+    duplicate: bool
+
+
+def _stored(ack: PubAck) -> Stored:
+    return Stored(seq=int(ack.seq), duplicate=bool(ack.duplicate))
+
+
+class Publisher:
+    """Stores messages in JetStream over one connection.
+
+    ``timeout`` bounds each attempt; ``attempts`` bounds how often a lost acknowledgement or a
+    dropped connection is retried before :class:`EnqueueError` is raised.
+    """
+
+    def __init__(self, conn: Connection, *, timeout: float = 5.0, attempts: int = 3, window: int = 1000):
+        self.conn = conn
+        self.timeout = timeout
+        self.attempts = attempts
+        self.window = window
+
+    async def publish(self, msg: OutMessage) -> Stored:
+        """Store one message and wait for the server's acknowledgement."""
+        last: BaseException | None = None
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(min(0.25 * 2**attempt, 2.0))
+            try:
+                ack = await self.conn.js.publish(
+                    msg.subject, msg.body, timeout=self.timeout, headers=dict(msg.headers)
+                )
+                return _stored(ack)
+            except (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError) as exc:
+                raise NoStreamError(f"no stream accepts subject {msg.subject}") from exc
+            except nats.js.errors.APIError as exc:
+                raise EnqueueError(f"server rejected job {msg.headers.get(MSG_ID)}: {exc.description}") from exc
+            except nats.errors.MaxPayloadError as exc:
+                raise EnqueueError(
+                    f"job {msg.headers.get(MSG_ID)} is {len(msg.body)} bytes, over the server's "
+                    f"max_payload of {self.conn.max_payload} bytes"
+                ) from exc
+            except (asyncio.TimeoutError, nats.errors.Error, OSError) as exc:
+                last = exc  # lost ack or dropped connection: retry with the same Nats-Msg-Id
+        raise EnqueueError(
+            f"job {msg.headers.get(MSG_ID)} not acknowledged after {self.attempts} attempts "
+            f"({type(last).__name__}); it may have been stored, and enqueueing it again with the "
+            "same job id cannot duplicate it"
+        ) from last
+
+    async def publish_many(self, msgs: Sequence[OutMessage]) -> list[Stored]:
+        """Store many messages with up to ``window`` acknowledgements outstanding.
+
+        Results come back in the order of ``msgs``. Messages whose acknowledgement went missing
+        are published once more one by one (same ids), so the call either stores all of them
+        or raises.
+        """
+        results: list[Stored | None] = [None] * len(msgs)
+        for start in range(0, len(msgs), self.window):
+            chunk = range(start, min(start + self.window, len(msgs)))
+            futures: list[asyncio.Future[PubAck] | None] = []
+            for i in chunk:
+                msg = msgs[i]
+                try:
+                    fut = await self.conn.js.publish_async(msg.subject, msg.body, headers=dict(msg.headers))
+                except (nats.errors.Error, OSError):
+                    fut = None  # retried below, one by one
+                futures.append(fut)
+            for i, fut in zip(chunk, futures, strict=True):
+                if fut is None:
+                    continue
+                try:
+                    results[i] = _stored(await asyncio.wait_for(fut, self.timeout))
+                except (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError) as exc:
+                    raise NoStreamError(f"no stream accepts subject {msgs[i].subject}") from exc
+                except nats.js.errors.APIError as exc:
+                    raise EnqueueError(
+                        f"server rejected job {msgs[i].headers.get(MSG_ID)}: {exc.description}"
+                    ) from exc
+                except (asyncio.TimeoutError, nats.errors.Error):
+                    pass  # retried below with the same id
+        for i, result in enumerate(results):
+            if result is None:
+                results[i] = await self.publish(msgs[i])
+        return [r for r in results if r is not None]

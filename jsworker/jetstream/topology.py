@@ -1,0 +1,140 @@
+"""Creating the app's streams and queue consumers, idempotently.
+
+Every worker runs this at start and producers run it when a publish finds no stream, so
+several processes may race here; creation is written to tolerate that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from ..errors import TopologyError
+from .connection import Connection
+
+_STREAM_NAME_IN_USE = 10058
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """A stream as jsworker wants it; times in seconds."""
+
+    name: str
+    subjects: tuple[str, ...]
+    work_queue: bool
+    replicas: int = 1
+    duplicate_window: float = 120.0
+    max_age: float = 0.0
+    memory: bool = False
+
+    def config(self) -> StreamConfig:
+        """The nats-py config for this spec."""
+        return StreamConfig(
+            name=self.name,
+            subjects=list(self.subjects),
+            retention=RetentionPolicy.WORK_QUEUE if self.work_queue else RetentionPolicy.LIMITS,
+            storage=StorageType.MEMORY if self.memory else StorageType.FILE,
+            num_replicas=self.replicas,
+            duplicate_window=self.duplicate_window,
+            max_age=self.max_age,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """A queue's durable pull consumer; times in seconds."""
+
+    stream: str
+    name: str
+    filter_subject: str
+    ack_wait: float
+    max_ack_pending: int
+    replicas: int = 0
+
+    def config(self) -> ConsumerConfig:
+        """The nats-py config for this spec."""
+        return ConsumerConfig(
+            name=self.name,
+            durable_name=self.name,
+            filter_subject=self.filter_subject,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.ack_wait,
+            # Attempts are counted and enforced by the worker (so a dead job reaches the
+            # dead-letter stream with its payload); the server must never drop one silently.
+            max_deliver=-1,
+            max_ack_pending=self.max_ack_pending,
+            num_replicas=self.replicas or None,
+        )
+
+
+async def ensure_stream(conn: Connection, spec: StreamSpec) -> None:
+    """Create the stream, or bring an existing one in line with ``spec``.
+
+    Raises :class:`TopologyError` when a stream of that name exists with another retention or
+    for other subjects: updating it would hijack somebody else's data.
+    """
+    for _ in range(3):
+        try:
+            info = await conn.js.stream_info(spec.name)
+        except nats.js.errors.NotFoundError:
+            try:
+                await conn.js.add_stream(spec.config())
+                return
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code == _STREAM_NAME_IN_USE:
+                    continue  # another process created it between our two calls
+                raise TopologyError(f"cannot create stream {spec.name}: {exc.description}") from exc
+            except nats.errors.Error as exc:
+                raise TopologyError(f"cannot create stream {spec.name}: {exc}") from exc
+        except nats.errors.Error as exc:
+            raise TopologyError(f"cannot read stream {spec.name}: {exc}") from exc
+        await _reconcile_stream(conn, spec, info.config)
+        return
+    raise TopologyError(f"stream {spec.name} keeps appearing and disappearing")
+
+
+async def _reconcile_stream(conn: Connection, spec: StreamSpec, current: StreamConfig) -> None:
+    wanted = spec.config()
+    if current.retention != wanted.retention or sorted(current.subjects or []) != sorted(spec.subjects):
+        raise TopologyError(
+            f"stream {spec.name} exists with retention {current.retention} and subjects "
+            f"{current.subjects}; jsworker expects {wanted.retention} on {list(spec.subjects)}. "
+            "Is another app with the same name (in other letter case) on this server?"
+        )
+    if (
+        current.num_replicas == wanted.num_replicas
+        and _close(current.duplicate_window, wanted.duplicate_window)
+        and _close(current.max_age, wanted.max_age)
+    ):
+        return
+    try:
+        await conn.js.update_stream(wanted)
+    except nats.errors.Error as exc:
+        raise TopologyError(f"cannot update stream {spec.name}: {exc}") from exc
+
+
+async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
+    """Create the durable consumer or update it in place (the server's create is an upsert)."""
+    try:
+        await conn.js.add_consumer(spec.stream, spec.config())
+    except nats.js.errors.APIError as exc:
+        raise TopologyError(
+            f"cannot create consumer {spec.name} on {spec.stream}: {exc.description} (code {exc.err_code})"
+        ) from exc
+    except nats.errors.Error as exc:
+        raise TopologyError(f"cannot create consumer {spec.name} on {spec.stream}: {exc!r}") from exc
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    return abs((a or 0.0) - (b or 0.0)) < 1e-3

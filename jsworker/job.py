@@ -1,0 +1,62 @@
+"""What callers get back from an enqueue, and what a running task can learn about its job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from .errors import JsworkerError
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Receipt for an enqueued job.
+
+    ``duplicate`` is True when the server already held a job with this id inside its dedup
+    window: nothing new was stored and ``seq`` is the original job's stream sequence.
+    """
+
+    id: str
+    task: str
+    queue: str
+    seq: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """The job a task is running for, as returned by :func:`current_job`.
+
+    ``attempt`` starts at 1 and counts deliveries by the server, so a job whose worker crashed
+    comes back with a higher attempt too. Use ``id`` to make side effects idempotent: it is the
+    same on every attempt.
+    """
+
+    id: str
+    task: str
+    queue: str
+    attempt: int
+    max_retries: int
+    enqueued_at: float | None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """True when a failure now would dead-letter the job instead of retrying it."""
+        return self.attempt > self.max_retries
+
+
+_current: ContextVar[JobContext | None] = ContextVar("jsworker_current_job", default=None)
+
+
+def current_job() -> JobContext:
+    """Return the job the calling task is running for.
+
+    Works in async tasks and in sync tasks (their thread gets the job's context). Raises
+    :class:`JsworkerError` when called outside a task run by a worker.
+    """
+    ctx = _current.get()
+    if ctx is None:
+        raise JsworkerError("current_job() called outside a job run by a jsworker worker")
+    return ctx

@@ -1,0 +1,77 @@
+"""Names of apps, queues and tasks, and the JetStream names derived from them.
+
+One app is one namespace on the server: a job stream ``JSW_<APP>`` holding subjects
+``jsw.<app>.q.<queue>.<task>``, a durable consumer per queue, and a dead-letter stream
+``JSW_<APP>_DLQ`` holding ``jsw.<app>.dlq.<queue>.<task>``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+# Stricter than NATS needs: names also become stream and durable names, which forbid more
+# characters than subjects do (and must survive being used in file paths on the server).
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def validate_name(kind: str, value: str) -> str:
+    """Return ``value`` if it is usable as an app, queue or task name, else raise.
+
+    Allowed: letters, digits, ``_`` and ``-``, 1 to 64 characters. Dots, spaces and the
+    wildcards ``*`` and ``>`` would split or widen NATS subjects.
+    """
+    if not isinstance(value, str) or not _TOKEN.match(value):
+        raise ConfigurationError(
+            f"invalid {kind} name {value!r}: use 1-64 letters, digits, '_' or '-' "
+            "(no dots, spaces, '*' or '>')"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """The JetStream names one app uses."""
+
+    app: str
+
+    @property
+    def stream(self) -> str:
+        """The job stream (WorkQueue retention)."""
+        return f"JSW_{self.app.upper()}"
+
+    @property
+    def dlq_stream(self) -> str:
+        """The dead-letter stream (Limits retention)."""
+        return f"JSW_{self.app.upper()}_DLQ"
+
+    @property
+    def job_subjects(self) -> str:
+        """Wildcard covering every job subject of the app."""
+        return f"jsw.{self.app}.q.>"
+
+    @property
+    def dlq_subjects(self) -> str:
+        """Wildcard covering every dead-letter subject of the app."""
+        return f"jsw.{self.app}.dlq.>"
+
+    def queue_filter(self, queue: str) -> str:
+        """Filter subject of a queue's durable consumer."""
+        return f"jsw.{self.app}.q.{queue}.>"
+
+    def job_subject(self, queue: str, task: str) -> str:
+        """Subject a job of ``task`` on ``queue`` is published to."""
+        return f"jsw.{self.app}.q.{queue}.{task}"
+
+    def dlq_subject(self, queue: str, task: str) -> str:
+        """Subject a dead letter of ``task`` on ``queue`` is stored under."""
+        return f"jsw.{self.app}.dlq.{queue}.{task}"
+
+    def parse_job_subject(self, subject: str) -> tuple[str, str] | None:
+        """Return ``(queue, task)`` from a job subject, or None when it is not one of ours."""
+        parts = subject.split(".")
+        if len(parts) != 5 or parts[0] != "jsw" or parts[1] != self.app or parts[2] != "q":
+            return None
+        return parts[3], parts[4]

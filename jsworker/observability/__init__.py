@@ -1,0 +1,1 @@
+"""Logs and metrics. Imported by the runtime and the JetStream layer; imports neither."""

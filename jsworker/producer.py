@@ -1,0 +1,182 @@
+"""Publishing jobs for an app from async code and from sync code.
+
+Async callers use one connection per event loop (a worker's tasks share the worker's).
+Sync callers share one connection that lives on a background thread with its own event loop,
+started on first use; a forked child notices it is not the parent and starts its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import ConnectError, EnqueueError
+from .jetstream.connection import Connection
+from .jetstream.publish import MSG_ID, NoStreamError, OutMessage, Publisher, Stored
+from .jetstream.topology import ensure_stream
+from .job import Job
+from .serializers import encode_call
+
+if TYPE_CHECKING:
+    from .app import App
+    from .task import Call, Task
+
+T = TypeVar("T")
+
+TASK_HEADER = "Jsw-Task"
+ENQUEUED_AT_HEADER = "Jsw-Enqueued-At"
+
+
+class Producer:
+    """Turns task calls into stored jobs for one app."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._conns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connection] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._thread_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = os.getpid()
+        self._warned = False
+
+    # -- connections ----------------------------------------------------------------------
+
+    def bind(self, conn: Connection) -> None:
+        """Use ``conn`` for enqueues made on its event loop (a worker shares its own)."""
+        self._conns[conn.loop] = conn
+
+    async def connection(self) -> Connection:
+        """This event loop's connection, opened on first use."""
+        loop = asyncio.get_running_loop()
+        conn = self._conns.get(loop)
+        if conn is not None and not conn.is_closed:
+            return conn
+        lock = self._locks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(loop)
+            if conn is None or conn.is_closed:
+                try:
+                    conn = await Connection.open(self._app.connect_options("producer"))
+                except ConnectError as exc:
+                    raise EnqueueError(f"cannot enqueue: {exc}") from exc
+                self._conns[loop] = conn
+        return conn
+
+    async def aclose(self) -> None:
+        """Close this event loop's connection (if this producer opened one)."""
+        conn = self._conns.pop(asyncio.get_running_loop(), None)
+        if conn is not None:
+            await conn.close()
+
+    # -- sending --------------------------------------------------------------------------
+
+    def message(self, task: Task[Any, Any], call: Call) -> OutMessage:
+        """The message that carries ``call`` of ``task``."""
+        app = self._app
+        return OutMessage(
+            subject=app.namespace.job_subject(task.queue, task.name),
+            body=encode_call(app.serializer, call.args, call.kwargs),
+            headers={
+                MSG_ID: call.job_id,
+                TASK_HEADER: task.name,
+                ENQUEUED_AT_HEADER: str(time.time_ns()),
+                "Content-Type": app.serializer.content_type,
+            },
+        )
+
+    async def send(self, task: Task[Any, Any], call: Call) -> Job:
+        """Store one job; returns its receipt."""
+        msg = self.message(task, call)
+        stored = await self._with_topology(lambda p: p.publish(msg), [msg])
+        return self._receipt(task, call, stored[0])
+
+    async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
+        """Store many jobs with many acknowledgements outstanding; receipts in order."""
+        msgs = [self.message(task, call) for call in calls]
+        stored = await self._with_topology(lambda p: p.publish_many(msgs), msgs)
+        return [self._receipt(task, call, s) for call, s in zip(calls, stored, strict=True)]
+
+    async def _with_topology(
+        self, op: Callable[[Publisher], Awaitable[Stored | list[Stored]]], msgs: list[OutMessage]
+    ) -> list[Stored]:
+        conn = await self.connection()
+        limit = conn.max_payload
+        for msg in msgs:
+            # Headers count against max_payload too; leave them generous room.
+            if len(msg.body) + 512 > limit:
+                raise EnqueueError(
+                    f"job {msg.headers[MSG_ID]} is {len(msg.body)} bytes; the server accepts at most "
+                    f"{limit} bytes per message (max_payload)"
+                )
+        publisher = Publisher(conn, timeout=self._app.publish_timeout)
+        try:
+            result = await op(publisher)
+        except NoStreamError:
+            # First enqueue on a fresh server: create the streams, then try once more.
+            await self._app.provision_streams(conn)
+            result = await op(publisher)
+        return result if isinstance(result, list) else [result]
+
+    @staticmethod
+    def _receipt(task: Task[Any, Any], call: Call, stored: Stored) -> Job:
+        return Job(id=call.job_id, task=task.name, queue=task.queue, seq=stored.seq, duplicate=stored.duplicate)
+
+    # -- the sync bridge ------------------------------------------------------------------
+
+    def run_sync(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` on the background loop and wait for its result."""
+        if not self._warned:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                self._warned = True
+                warnings.warn(
+                    "jsworker: a sync enqueue (.delay/.apply) inside a running event loop blocks that "
+                    "loop until the server answers; use 'await task.adelay(...)' there",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        loop = self._background_loop()
+
+        async def run() -> T:
+            return await fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result()
+
+    def _background_loop(self) -> asyncio.AbstractEventLoop:
+        with self._thread_lock:
+            if self._pid != os.getpid():
+                # Forked: the parent's thread does not exist here and its socket is the
+                # parent's. Forget both (never close them: that would hit the parent's).
+                self._pid = os.getpid()
+                self._loop = None
+                self._conns = weakref.WeakKeyDictionary()
+                self._locks = weakref.WeakKeyDictionary()
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                # Daemon: a process must be able to exit without closing the app first.
+                thread = threading.Thread(target=loop.run_forever, name="jsworker-producer", daemon=True)
+                thread.start()
+                self._loop = loop
+            return self._loop
+
+    def close(self) -> None:
+        """Close the background connection and stop its thread (it is restarted on next use)."""
+        with self._thread_lock:
+            loop, self._loop = self._loop, None
+        if loop is None or self._pid != os.getpid():
+            return
+        asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)

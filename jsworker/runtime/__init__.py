@@ -1,0 +1,1 @@
+"""The worker runtime: pulling jobs, running them under limits, and settling them."""

@@ -1,0 +1,72 @@
+"""Dead letters: the stored record of a job that will never run again.
+
+The body is the job's original payload, byte for byte, so it can be inspected and replayed;
+the job's original headers are kept, and what went wrong is added as ``Jsw-Dlq-*`` headers.
+Its ``Nats-Msg-Id`` is ``<job id>:<attempt>``: if the worker dies between storing the dead
+letter and terminating the job, the job is redelivered and stored again without a double.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Mapping
+
+from ..jetstream.publish import MSG_ID, OutMessage
+from ..naming import Namespace, validate_name
+from ..errors import ConfigurationError
+
+# Headers that belong to the original publish and must not steer the dead-letter publish.
+_DROP = {MSG_ID, "Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-TTL", "Nats-Rollup"}
+_MAX_LINE = 1000
+_MAX_TRACEBACK = 8000
+
+
+def _one_line(text: str, limit: int = _MAX_LINE) -> str:
+    # NATS headers are CRLF-delimited: a newline inside a value would end the header block.
+    return " ".join(text.split())[:limit]
+
+
+def task_token(name: str) -> str:
+    """The task name as it may appear in a subject; hostile names become ``_invalid``."""
+    try:
+        return validate_name("task", name)
+    except ConfigurationError:
+        return "_invalid"
+
+
+def dead_letter(
+    ns: Namespace,
+    *,
+    subject: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    job_id: str,
+    task: str,
+    queue: str,
+    attempt: int,
+    reason: str,
+    error: BaseException | None,
+) -> OutMessage:
+    """The dead-letter message for a job."""
+    out = {k: v for k, v in headers.items() if k not in _DROP}
+    out.update(
+        {
+            MSG_ID: f"{job_id}:{attempt}",
+            "Jsw-Job-Id": _one_line(job_id),
+            "Jsw-Task": _one_line(task) or "_invalid",
+            "Jsw-Queue": queue,
+            "Jsw-Original-Subject": subject,
+            "Jsw-Dlq-Reason": _one_line(reason),
+            "Jsw-Dlq-Attempts": str(attempt),
+            "Jsw-Dlq-At": str(time.time_ns()),
+        }
+    )
+    if error is not None:
+        out["Jsw-Dlq-Error-Type"] = type(error).__qualname__
+        out["Jsw-Dlq-Error"] = _one_line(str(error))
+        tb = "".join(traceback.format_exception(error))[-_MAX_TRACEBACK:]
+        # JSON keeps the traceback's newlines without putting one in the header.
+        out["Jsw-Dlq-Traceback"] = json.dumps(tb)
+    return OutMessage(subject=ns.dlq_subject(queue, task_token(task)), body=body, headers=out)

@@ -1,0 +1,130 @@
+"""Running one delivered job: find its task, decode it, call it, and classify what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from anyio import CapacityLimiter
+
+from ..errors import Reject, Retry, SerializationError
+from ..job import JobContext, _current
+from ..producer import ENQUEUED_AT_HEADER, TASK_HEADER
+from ..serializers import decode_call
+from .settlement import Outcome, OutcomeKind, exceeds_attempts
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..jetstream.delivery import Delivery
+    from ..task import Task
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+
+
+@dataclass(slots=True)
+class JobRun:
+    """A delivery as the runtime sees it: identity, task (if known) and the outcome so far."""
+
+    delivery: Delivery
+    job_id: str
+    task_name: str
+    queue: str
+    task: Task[Any, Any] | None = None
+    context: JobContext | None = None
+
+    @property
+    def attempt(self) -> int:
+        """Delivery count from the server (1 on the first delivery)."""
+        return self.delivery.attempt
+
+
+def identify(app: App, queue: str, delivery: Delivery) -> JobRun:
+    """Who a delivery is, even when its headers are missing or hostile."""
+    headers = delivery.headers
+    job_id = headers.get(MSG_ID_HEADER) or f"seq-{delivery.stream_seq}"
+    name = headers.get(TASK_HEADER)
+    if name is None:
+        parsed = app.namespace.parse_job_subject(delivery.subject)
+        name = parsed[1] if parsed else ""
+    return JobRun(delivery, job_id, name, queue, app.tasks.get(name))
+
+
+class Executor:
+    """Calls task functions: async ones on the loop, sync ones in a bounded thread pool."""
+
+    def __init__(self, app: App, threads: int) -> None:
+        self.app = app
+        self.thread_limiter = CapacityLimiter(threads)
+
+    async def run(self, job: JobRun) -> Outcome:
+        """Run ``job`` and return its outcome; never raises except for cancellation."""
+        task = job.task
+        if task is None:
+            return Outcome(OutcomeKind.BAD_INPUT, f"unknown task {job.task_name!r} on queue {job.queue!r}")
+        if exceeds_attempts(job.attempt, task.options.max_retries):
+            return Outcome(
+                OutcomeKind.POISON,
+                f"delivered {job.attempt} times, more than the {task.options.max_retries + 1} attempts "
+                "allowed; the job likely kills its worker",
+            )
+        try:
+            args, kwargs = decode_call(self.app.serializer, job.delivery.body)
+        except SerializationError as exc:
+            return Outcome(OutcomeKind.BAD_INPUT, str(exc), error=exc)
+        try:
+            task.check_arguments(args, kwargs)
+        except TypeError as exc:
+            return Outcome(OutcomeKind.BAD_INPUT, f"bad arguments: {exc}", error=exc)
+
+        job.context = JobContext(
+            id=job.job_id,
+            task=task.name,
+            queue=job.queue,
+            attempt=job.attempt,
+            max_retries=task.options.max_retries,
+            enqueued_at=_enqueued_at(job.delivery.headers),
+            headers=job.delivery.headers,
+        )
+        token = _current.set(job.context)
+        timeout = task.options.timeout
+        try:
+            async with asyncio.timeout(timeout) as scope:
+                if task.is_async:
+                    await task.fn(*args, **kwargs)
+                else:
+                    # abandon_on_cancel: a timed-out sync call cannot be stopped; let its thread
+                    # finish on its own instead of blocking the worker until it does.
+                    await anyio.to_thread.run_sync(
+                        functools.partial(task.fn, *args, **kwargs),
+                        abandon_on_cancel=True,
+                        limiter=self.thread_limiter,
+                    )
+        except Retry as exc:
+            return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
+        except Reject as exc:
+            return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
+        except TimeoutError as exc:
+            if scope.expired():
+                return Outcome(OutcomeKind.TIMED_OUT, f"timed out after {timeout}s", error=exc)
+            return _failed(exc)
+        except (Exception, SystemExit) as exc:  # a sync task calling sys.exit() must not end the worker
+            return _failed(exc)
+        finally:
+            _current.reset(token)
+        return Outcome(OutcomeKind.SUCCEEDED)
+
+
+def _failed(exc: BaseException) -> Outcome:
+    return Outcome(OutcomeKind.FAILED, f"{type(exc).__name__}: {exc}", error=exc)
+
+
+def _enqueued_at(headers: Any) -> float | None:
+    raw = headers.get(ENQUEUED_AT_HEADER)
+    try:
+        return int(raw) / 1e9 if raw else None
+    except ValueError:
+        return None
+

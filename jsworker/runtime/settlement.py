@@ -1,0 +1,110 @@
+"""From what happened to a job to what the server is told: a pure function.
+
+| outcome                                         | verb                                  |
+|-------------------------------------------------|---------------------------------------|
+| returned                                        | ack                                   |
+| Retry / exception / timeout, attempts left      | nak with backoff (or Retry's delay)   |
+| the same with no attempts left                  | dead-letter (stored, then term)       |
+| Reject, unknown task, bad payload or arguments  | dead-letter                           |
+| delivered more often than attempts allow        | dead-letter (a job that kills workers)|
+| cancelled by shutdown                           | nak at once, for another worker       |
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class OutcomeKind(enum.Enum):
+    """What happened when a job was run (or why it was not)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the task raised
+    RETRY = "retry"  # the task raised Retry
+    TIMED_OUT = "timed_out"
+    REJECTED = "rejected"  # the task raised Reject
+    BAD_INPUT = "bad_input"  # unknown task, undecodable body, arguments that do not fit
+    POISON = "poison"  # delivered more times than attempts allow: it kills its workers
+    CANCELLED = "cancelled"  # the worker shut down before the job finished
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """An outcome with what is known about it."""
+
+    kind: OutcomeKind
+    reason: str = ""
+    error: BaseException | None = None
+    retry_delay: float | None = None
+
+
+class Verb(enum.Enum):
+    """What the worker does with the message."""
+
+    ACK = "ack"
+    NAK = "nak"
+    DEAD_LETTER = "dead_letter"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The verb, the redelivery delay for a nak, and the reason for a dead letter."""
+
+    verb: Verb
+    delay: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Attempts and backoff for one task."""
+
+    max_retries: int
+    backoff: float
+    backoff_max: float
+
+
+_RETRYABLE = (OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT)
+_FINAL = (OutcomeKind.REJECTED, OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rand: Callable[[], float] = random.random) -> float:
+    """Exponential backoff with jitter for the retry after ``attempt`` (1-based).
+
+    The un-jittered delay doubles each attempt from ``base`` up to ``cap``; the result lies
+    between half of it and all of it, so a burst of failures does not come back in lockstep.
+    """
+    ceiling = min(cap, base * 2.0 ** max(0, attempt - 1))
+    return ceiling / 2 + rand() * ceiling / 2
+
+
+def exceeds_attempts(attempt: int, max_retries: int) -> bool:
+    """True when a delivery is beyond the last allowed attempt (checked before running)."""
+    return attempt > max_retries + 1
+
+
+def settle(
+    outcome: Outcome, attempt: int, policy: RetryPolicy, rand: Callable[[], float] = random.random
+) -> Decision:
+    """Decide the verb for ``outcome`` of delivery number ``attempt`` under ``policy``."""
+    kind = outcome.kind
+    if kind is OutcomeKind.SUCCEEDED:
+        return Decision(Verb.ACK)
+    if kind is OutcomeKind.CANCELLED:
+        return Decision(Verb.NAK)
+    if kind in _FINAL:
+        return Decision(Verb.DEAD_LETTER, reason=outcome.reason or kind.value)
+    if kind in _RETRYABLE:
+        if attempt <= policy.max_retries:
+            delay = outcome.retry_delay
+            if delay is None:
+                delay = backoff_delay(attempt, policy.backoff, policy.backoff_max, rand)
+            return Decision(Verb.NAK, delay=delay)
+        return Decision(
+            Verb.DEAD_LETTER,
+            reason=f"{outcome.reason or kind.value} (attempts exhausted: {attempt} of {policy.max_retries + 1})",
+        )
+    raise ValueError(f"unknown outcome {kind}")  # pragma: no cover - enum is closed

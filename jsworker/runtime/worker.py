@@ -1,0 +1,298 @@
+"""The worker: pulls jobs from each queue, runs them under the limiter, settles them.
+
+Life cycle: connect, create streams and consumers, start one pull loop per queue and one
+heartbeat loop, then work until :meth:`Worker.stop`. Stopping stops the pulling at once,
+gives buffered jobs back to the server, waits up to ``grace`` seconds for running jobs, then
+cancels the rest and gives those back too, so another worker can start them immediately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from ..errors import ConfigurationError, EnqueueError, JsworkerError
+from ..jetstream.connection import Connection
+from ..jetstream.consume import ConsumeError, EngineEvent, PullConsumer
+from ..jetstream.publish import Publisher
+from ..jetstream.topology import ensure_consumer
+from ..observability.logging import get_logger
+from .deadletter import dead_letter
+from .execution import Executor, JobRun, identify
+from .limiter import Limiter
+from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, settle
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = get_logger("jsworker.worker")
+
+# How long a dead letter that could not be stored waits before the job is tried again.
+_DLQ_RETRY_DELAY = 5.0
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Knobs of ``jsworker run``; see its ``--help`` for each."""
+
+    queues: Sequence[str] | None = None
+    concurrency: int = 100
+    threads: int = min(32, (os.cpu_count() or 1) + 4)
+    max_messages: int | None = None
+    grace: float = 30.0
+    expires: float = 30.0
+    idle_heartbeat: float = 5.0
+    connect_attempts: int = 3
+
+    @property
+    def prefetch(self) -> int:
+        """Messages a pull loop may hold beyond the running jobs."""
+        return self.max_messages if self.max_messages is not None else min(self.concurrency, 64)
+
+
+class Worker:
+    """Runs an app's jobs from the given queues until stopped."""
+
+    def __init__(self, app: App, settings: WorkerSettings | None = None) -> None:
+        self.app = app
+        self.settings = settings or WorkerSettings()
+        self.counts: Counter[str] = Counter()
+        self.conn: Connection | None = None
+        self.queues: list[str] = []
+        self._stop = asyncio.Event()
+        self._grace = self.settings.grace
+        self._consumers: dict[str, PullConsumer] = {}
+        self._jobs: dict[asyncio.Task[None], JobRun] = {}
+        self._crash: BaseException | None = None
+        self._cancelling = False
+
+    # -- control --------------------------------------------------------------------------
+
+    def stop(self, *, now: bool = False) -> None:
+        """Begin a graceful stop; ``now`` skips the grace period (running jobs are cancelled)."""
+        if now:
+            self._grace = 0.0
+        self._stop.set()
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs running right now."""
+        return len(self._jobs)
+
+    async def run(self) -> None:
+        """Work until :meth:`stop`; raises ConnectError when the servers cannot be reached."""
+        app, settings = self.app, self.settings
+        self.queues = list(settings.queues or app.queues)
+        if not self.queues:
+            raise ConfigurationError(f"app {app.name} has no tasks, so no queue to work on")
+        self.conn = conn = await Connection.open(app.connect_options("worker"), attempts=settings.connect_attempts)
+        try:
+            app.producer.bind(conn)
+            await app.provision(conn, self.queues)
+            self._limiter = Limiter(settings.concurrency)
+            self._executor = Executor(app, settings.threads)
+            self._dlq = Publisher(conn, timeout=app.publish_timeout)
+            loops = [asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues]
+            loops.append(asyncio.create_task(self._heartbeats(), name="jsworker-heartbeats"))
+            for loop_task in loops:
+                loop_task.add_done_callback(self._loop_done)
+            log.info(
+                "worker.started",
+                app=app.name,
+                queues=self.queues,
+                concurrency=settings.concurrency,
+                prefetch=settings.prefetch,
+                server=".".join(map(str, conn.server_version)),
+            )
+            await self._stop.wait()
+            await self._shutdown(loops)
+        finally:
+            await conn.close()
+        if self._crash is not None:
+            raise self._crash
+        log.info("worker.stopped", **dict(self.counts))
+
+    # -- pulling --------------------------------------------------------------------------
+
+    async def _queue_loop(self, queue: str) -> None:
+        assert self.conn is not None
+        stream = self.app.namespace.stream
+        while not self._stop.is_set():
+            consumer = PullConsumer(
+                self.conn,
+                stream,
+                queue,
+                max_messages=self.settings.prefetch,
+                expires=self.settings.expires,
+                idle_heartbeat=self.settings.idle_heartbeat,
+                on_event=self._engine_event(queue),
+            )
+            self._consumers[queue] = consumer
+            await consumer.start()
+            try:
+                while True:
+                    await self._limiter.acquire()
+                    try:
+                        delivery = await consumer.next()
+                    except BaseException:
+                        self._limiter.release()
+                        raise
+                    if delivery is None:
+                        self._limiter.release()
+                        return
+                    self._spawn(identify(self.app, queue, delivery))
+            except ConsumeError as exc:
+                log.warning("queue.pull_stopped", queue=queue, error=str(exc))
+                await consumer.close()
+                await asyncio.sleep(1.0)
+                # The usual cause is a deleted consumer: put it back and pull again.
+                with contextlib.suppress(JsworkerError):
+                    await self.app.provision(self.conn, [queue])
+
+    def _engine_event(self, queue: str) -> EngineEventLogger:
+        return EngineEventLogger(queue, self.counts)
+
+    def _loop_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and self._crash is None:
+            self._crash = exc
+            log.error("worker.crashed", loop=task.get_name(), error=repr(exc))
+            self._stop.set()
+
+    async def _heartbeats(self) -> None:
+        interval = min(self.app.queue_ack_wait(q) for q in self.queues) / 3
+        while True:
+            await asyncio.sleep(interval)
+            # Buffered messages count too: their ack timers started when they were delivered.
+            for job in list(self._jobs.values()):
+                await job.delivery.in_progress()
+            for consumer in list(self._consumers.values()):
+                for delivery in consumer.buffered():
+                    await delivery.in_progress()
+
+    # -- running --------------------------------------------------------------------------
+
+    def _spawn(self, job: JobRun) -> None:
+        task = asyncio.create_task(self._process(job))
+        self._jobs[task] = job
+        task.add_done_callback(self._job_done)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        self._jobs.pop(task, None)
+        self._limiter.release()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("job.internal_error", error=repr(exc))
+
+    async def _process(self, job: JobRun) -> None:
+        structlog.contextvars.bind_contextvars(
+            job_id=job.job_id, task=job.task_name, queue=job.queue, attempt=job.attempt
+        )
+        started = time.monotonic()
+        log.debug("job.started")
+        try:
+            outcome = await self._executor.run(job)
+        except asyncio.CancelledError:
+            if not self._cancelling:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            outcome = Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
+        options = job.task.options if job.task else self.app.defaults
+        policy = RetryPolicy(options.max_retries, options.retry_backoff, options.retry_backoff_max)
+        decision = settle(outcome, job.attempt, policy)
+        await self._apply(job, outcome, decision)
+        self.counts[outcome.kind.value] += 1
+        duration = round(time.monotonic() - started, 6)
+        if decision.verb is Verb.ACK:
+            log.info("job.succeeded", duration=duration)
+        elif decision.verb is Verb.NAK:
+            log.warning("job.retry", outcome=outcome.kind.value, reason=outcome.reason, delay=decision.delay)
+        else:
+            log.error("job.dead_lettered", outcome=outcome.kind.value, reason=decision.reason, duration=duration)
+
+    async def _apply(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
+        delivery = job.delivery
+        if decision.verb is Verb.ACK:
+            await delivery.ack()
+        elif decision.verb is Verb.NAK:
+            await delivery.nak(decision.delay)
+        elif await self._store_dead_letter(job, outcome, decision.reason):
+            # Stored first, then terminated: a crash in between redelivers instead of losing.
+            await delivery.term(decision.reason)
+        else:
+            await delivery.nak(_DLQ_RETRY_DELAY)
+
+    async def _store_dead_letter(self, job: JobRun, outcome: Outcome, reason: str) -> bool:
+        d = job.delivery
+        msg = dead_letter(
+            self.app.namespace,
+            subject=d.subject,
+            body=d.body,
+            headers=d.headers,
+            job_id=job.job_id,
+            task=job.task_name,
+            queue=job.queue,
+            attempt=job.attempt,
+            reason=reason,
+            error=outcome.error,
+        )
+        try:
+            await self._dlq.publish(msg)
+            return True
+        except EnqueueError as exc:
+            log.error("job.dead_letter_failed", error=str(exc))
+            return False
+
+    # -- stopping -------------------------------------------------------------------------
+
+    async def _shutdown(self, loops: list[asyncio.Task[None]]) -> None:
+        log.info("worker.stopping", in_flight=self.in_flight, grace=self._grace)
+        for consumer in list(self._consumers.values()):
+            for delivery in await consumer.drain():
+                await delivery.nak()
+        if self._jobs:
+            await asyncio.wait(list(self._jobs), timeout=self._grace)
+        if self._jobs:
+            log.warning("worker.cancelling", in_flight=self.in_flight)
+            self._cancelling = True
+            running = list(self._jobs)
+            for task in running:
+                task.cancel()
+            await asyncio.wait(running, timeout=2.0)
+        for loop_task in loops:
+            loop_task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        for consumer in list(self._consumers.values()):
+            await consumer.close()
+        if self.conn is not None:
+            await self.conn.flush()
+
+
+class EngineEventLogger:
+    """Turns pull-loop events into log lines and counts (heartbeats and pulls stay quiet)."""
+
+    def __init__(self, queue: str, counts: Counter[str]) -> None:
+        self.queue = queue
+        self.counts = counts
+
+    def __call__(self, event: EngineEvent, detail: str) -> None:
+        if event in (EngineEvent.PULL, EngineEvent.HEARTBEAT):
+            return
+        self.counts[f"engine.{event.value}"] += 1
+        if event is EngineEvent.STATUS:
+            log.debug("pull.status", queue=self.queue, status=detail)
+        elif event is EngineEvent.RECONNECT:
+            log.info("pull.reconnected", queue=self.queue)
+        else:
+            log.warning(f"pull.{event.value}", queue=self.queue, detail=detail)

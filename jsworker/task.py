@@ -1,0 +1,153 @@
+"""Tasks: functions registered with an app, and the ways to enqueue them."""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .errors import ConfigurationError
+from .job import Job
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: One item of a bulk enqueue: positional arguments as a tuple, or keyword arguments as a dict.
+CallArgs = tuple[Any, ...] | Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """How a task's jobs are queued, retried and timed; resolved against the app's defaults.
+
+    ``ack_wait`` is how long the server waits for a sign of life before handing the job to
+    another worker; a queue's consumer uses the largest ``ack_wait`` of its tasks, and workers
+    send heartbeats at a third of it. ``timeout`` (seconds, None for none) cancels a job that
+    runs too long and counts as a retryable failure.
+    """
+
+    queue: str
+    max_retries: int
+    timeout: float | None
+    ack_wait: float
+    retry_backoff: float
+    retry_backoff_max: float
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One job to enqueue: its arguments and its id."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    job_id: str
+
+
+def new_job_id() -> str:
+    """A random job id (uuid4, hex)."""
+    return uuid.uuid4().hex
+
+
+class Task(Generic[P, R]):
+    """A function registered with an :class:`~jsworker.App`.
+
+    Calling the task runs the function inline, untouched. ``delay``/``adelay`` enqueue a job
+    with the function's own parameter types and return a :class:`~jsworker.Job` receipt.
+    """
+
+    def __init__(self, app: App, fn: Callable[P, R], name: str, options: TaskOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    @property
+    def queue(self) -> str:
+        """The queue this task's jobs go to."""
+        return self.options.queue
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue} app={self.app.name}>"
+
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise ``TypeError`` if the arguments do not fit the function's signature."""
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.name}: {exc}") from None
+
+    def _call(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None, job_id: str | None) -> Call:
+        kw = dict(kwargs or {})
+        self.check_arguments(args, kw)
+        if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 256):
+            raise ConfigurationError("job_id must be a non-empty string of at most 256 characters")
+        return Call(tuple(args), kw, job_id or new_job_id())
+
+    def _calls(self, items: Iterable[CallArgs]) -> list[Call]:
+        calls = []
+        for item in items:
+            if isinstance(item, Mapping):
+                calls.append(self._call((), item, None))
+            elif isinstance(item, tuple):
+                calls.append(self._call(item, None, None))
+            else:
+                raise TypeError(
+                    f"task {self.name}: bulk items must be a tuple of positional arguments or a dict "
+                    f"of keyword arguments, not {type(item).__name__}"
+                )
+        return calls
+
+    # -- async producers ------------------------------------------------------------------
+
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Enqueue a job from async code, on the app's connection for this event loop."""
+        return await self.app.producer.send(self, self._call(args, kwargs, None))
+
+    async def aapply(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> Job:
+        """Enqueue with explicit arguments and, optionally, your own job id (dedup key)."""
+        return await self.app.producer.send(self, self._call(args, kwargs, job_id))
+
+    async def adelay_many(self, items: Iterable[CallArgs]) -> list[Job]:
+        """Enqueue many jobs with many publishes in flight; one receipt per item, in order."""
+        return await self.app.producer.send_many(self, self._calls(items))
+
+    # -- sync producers -------------------------------------------------------------------
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Enqueue a job from sync code (a long-lived connection on a background thread)."""
+        call = self._call(args, kwargs, None)
+        return self.app.producer.run_sync(self.app.producer.send, self, call)
+
+    def apply(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> Job:
+        """Sync form of :meth:`aapply`."""
+        call = self._call(args, kwargs, job_id)
+        return self.app.producer.run_sync(self.app.producer.send, self, call)
+
+    def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:
+        """Sync form of :meth:`adelay_many`."""
+        calls = self._calls(items)
+        return self.app.producer.run_sync(self.app.producer.send_many, self, calls)
