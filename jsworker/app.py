@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
 from .errors import ConfigurationError
-from .jetstream.connection import ConnectOptions, Connection, default_servers
+from .jetstream.connection import Connection, ConnectOptions, default_servers
 from .jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
 from .naming import Namespace, validate_name
 from .producer import Producer
@@ -71,7 +72,7 @@ class App:
         self.dlq_max_age = _positive("dlq_max_age", dlq_max_age)
         self.max_ack_pending = max_ack_pending
         self.publish_timeout = _positive("publish_timeout", publish_timeout)
-        self._auth = {"user": user, "password": password, "token": token, "credentials": credentials}
+        self._credentials = ConnectOptions(user=user, password=password, token=token, credentials=credentials)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.producer = Producer(self)
 
@@ -86,6 +87,8 @@ class App:
     @overload
     def task(
         self,
+        fn: None = None,
+        /,
         *,
         name: str | None = None,
         queue: str | None = None,
@@ -119,12 +122,15 @@ class App:
             task_name = validate_name("task", name or func.__name__)
             if task_name in self.tasks and self.tasks[task_name].fn is not func:
                 raise ConfigurationError(
-                    f"app {self.name} already has a task named {task_name!r}; pass name=... to tell them apart"
+                    f"app {self.name} already has a task named {task_name!r}; "
+                    "pass name=... to tell them apart"
                 )
             d = self.defaults
             options = TaskOptions(
                 queue=validate_name("queue", queue) if queue is not None else d.queue,
-                max_retries=d.max_retries if max_retries is None else _non_negative("max_retries", max_retries),
+                max_retries=d.max_retries
+                if max_retries is None
+                else _non_negative("max_retries", max_retries),
                 timeout=d.timeout if timeout is None else _positive("timeout", timeout),
                 ack_wait=d.ack_wait if ack_wait is None else _positive("ack_wait", ack_wait),
                 retry_backoff=d.retry_backoff
@@ -151,7 +157,9 @@ class App:
 
     def connect_options(self, role: str) -> ConnectOptions:
         """How this app connects; ``role`` names the connection on the server (monitoring)."""
-        return ConnectOptions(servers=tuple(self.servers), name=f"jsworker:{self.name}:{role}", **self._auth)
+        return dataclasses.replace(
+            self._credentials, servers=tuple(self.servers), name=f"jsworker:{self.name}:{role}"
+        )
 
     def stream_spec(self) -> StreamSpec:
         """The job stream."""

@@ -40,7 +40,7 @@ class SerializationError(JsworkerError):
     """Arguments could not be encoded, or a message body could not be decoded."""
 
 
-class TaskControl(Exception):  # noqa: N818 - raised by tasks as a signal, not an error
+class TaskControl(Exception):
     """Base of the signals a task raises to decide its job's fate."""
 
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .errors import ConnectError, EnqueueError
 from .jetstream.connection import Connection
 from .jetstream.publish import MSG_ID, NoStreamError, OutMessage, Publisher, Stored
-from .jetstream.topology import ensure_stream
 from .job import Job
 from .serializers import encode_call
 
@@ -129,7 +128,9 @@ class Producer:
 
     @staticmethod
     def _receipt(task: Task[Any, Any], call: Call, stored: Stored) -> Job:
-        return Job(id=call.job_id, task=task.name, queue=task.queue, seq=stored.seq, duplicate=stored.duplicate)
+        return Job(
+            id=call.job_id, task=task.name, queue=task.queue, seq=stored.seq, duplicate=stored.duplicate
+        )
 
     # -- the sync bridge ------------------------------------------------------------------
 

@@ -21,11 +21,21 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 @click.command()
-@click.option("--port", "-p", type=click.IntRange(1, 65535), default=4222, show_default=True,
-              help="Client port on 127.0.0.1.")
-@click.option("--store-dir", type=click.Path(file_okay=False), default=None,
-              help="Where JetStream keeps its data (kept after exit) [default: a temporary directory, "
-                   "removed on exit].")
+@click.option(
+    "--port",
+    "-p",
+    type=click.IntRange(1, 65535),
+    default=4222,
+    show_default=True,
+    help="Client port on 127.0.0.1.",
+)
+@click.option(
+    "--store-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where JetStream keeps its data (kept after exit) [default: a temporary directory, "
+    "removed on exit].",
+)
 def dev(port: int, store_dir: str | None) -> None:
     """Start a local nats-server with JetStream on 127.0.0.1 until Ctrl-C."""
     from ..server import NatsServer, PortInUseError, ServerNotFoundError, ServerStartError

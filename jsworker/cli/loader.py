@@ -42,8 +42,12 @@ def load_app(spec: str) -> App:
         return found
     apps = {name: value for name, value in vars(module).items() if isinstance(value, App)}
     if not apps:
-        raise AppNotFound(f"module {module_name!r} has no jsworker App; define one or name it as {module_name}:ATTR")
+        raise AppNotFound(
+            f"module {module_name!r} has no jsworker App; define one or name it as {module_name}:ATTR"
+        )
     if len(apps) > 1:
         names = ", ".join(sorted(apps))
-        raise AppNotFound(f"module {module_name!r} has several Apps ({names}); name one as {module_name}:ATTR")
+        raise AppNotFound(
+            f"module {module_name!r} has several Apps ({names}); name one as {module_name}:ATTR"
+        )
     return next(iter(apps.values()))

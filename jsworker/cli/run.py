@@ -19,14 +19,34 @@ log = get_logger("jsworker.cli")
 @click.command()
 @click.argument("app_spec", metavar="MODULE[:ATTR]")
 @click.option("--queues", "-Q", help="Comma-separated queues to work on (default: every queue with a task).")
-@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Jobs run at once (async slots; sync jobs also need a thread).")
-@click.option("--threads", type=click.IntRange(min=1), default=WorkerSettings.threads, show_default=True,
-              help="Threads for sync tasks.")
-@click.option("--max-messages", type=click.IntRange(min=1), default=None,
-              help="Prefetch: jobs pulled ahead of free slots, per queue [default: min(concurrency, 64)].")
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds running jobs get to finish after SIGTERM before they are cancelled and requeued.")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Jobs run at once (async slots; sync jobs also need a thread).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=WorkerSettings.threads,
+    show_default=True,
+    help="Threads for sync tasks.",
+)
+@click.option(
+    "--max-messages",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Prefetch: jobs pulled ahead of free slots, per queue [default: min(concurrency, 64)].",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM before they are cancelled and requeued.",
+)
 @click.option("--url", envvar="JSWORKER_URL", help="NATS server URL(s), comma separated [env: JSWORKER_URL].")
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)

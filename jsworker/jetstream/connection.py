@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -155,17 +156,15 @@ class Connection:
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything published so far reached the server (best effort)."""
         if self.nc.is_connected:
-            try:
-                await self.nc.flush(timeout=timeout)
-            except (nats.errors.Error, asyncio.TimeoutError):
-                pass
+            with contextlib.suppress(TimeoutError, nats.errors.Error):
+                await self.nc.flush(timeout=max(1, round(timeout)))
 
     async def close(self) -> None:
         """Flush what is pending and close; safe to call twice."""
         if not self.nc.is_closed:
             try:
                 await self.nc.drain()
-            except (nats.errors.Error, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.Error):
                 await self.nc.close()
 
     async def _fire(self, listeners: list[Listener]) -> None:

@@ -181,7 +181,7 @@ class PullConsumer:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await asyncio.wait_for(self._waiter, remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return None
             finally:
                 self._waiter = None

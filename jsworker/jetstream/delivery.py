@@ -22,7 +22,17 @@ class Delivery:
     may be repeated until then.
     """
 
-    __slots__ = ("_nc", "attempt", "body", "headers", "received_at", "reply", "settled", "stream_seq", "subject")
+    __slots__ = (
+        "_nc",
+        "attempt",
+        "body",
+        "headers",
+        "received_at",
+        "reply",
+        "settled",
+        "stream_seq",
+        "subject",
+    )
 
     def __init__(self, nc: Client, subject: str, reply: str, body: bytes, headers: Mapping[str, str] | None):
         self._nc = nc

@@ -73,13 +73,15 @@ class Publisher:
             except (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError) as exc:
                 raise NoStreamError(f"no stream accepts subject {msg.subject}") from exc
             except nats.js.errors.APIError as exc:
-                raise EnqueueError(f"server rejected job {msg.headers.get(MSG_ID)}: {exc.description}") from exc
+                raise EnqueueError(
+                    f"server rejected job {msg.headers.get(MSG_ID)}: {exc.description}"
+                ) from exc
             except nats.errors.MaxPayloadError as exc:
                 raise EnqueueError(
                     f"job {msg.headers.get(MSG_ID)} is {len(msg.body)} bytes, over the server's "
                     f"max_payload of {self.conn.max_payload} bytes"
                 ) from exc
-            except (asyncio.TimeoutError, nats.errors.Error, OSError) as exc:
+            except (TimeoutError, nats.errors.Error, OSError) as exc:
                 last = exc  # lost ack or dropped connection: retry with the same Nats-Msg-Id
         raise EnqueueError(
             f"job {msg.headers.get(MSG_ID)} not acknowledged after {self.attempts} attempts "
@@ -116,7 +118,7 @@ class Publisher:
                     raise EnqueueError(
                         f"server rejected job {msgs[i].headers.get(MSG_ID)}: {exc.description}"
                     ) from exc
-                except (asyncio.TimeoutError, nats.errors.Error):
+                except (TimeoutError, nats.errors.Error):
                     pass  # retried below with the same id
         for i, result in enumerate(results):
             if result is None:

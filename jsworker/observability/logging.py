@@ -42,4 +42,6 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(name)s: %(message)s")
+    logging.basicConfig(
+        level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(name)s: %(message)s"
+    )

@@ -13,9 +13,9 @@ import time
 import traceback
 from collections.abc import Mapping
 
+from ..errors import ConfigurationError
 from ..jetstream.publish import MSG_ID, OutMessage
 from ..naming import Namespace, validate_name
-from ..errors import ConfigurationError
 
 # Headers that belong to the original publish and must not steer the dead-letter publish.
 _DROP = {MSG_ID, "Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-TTL", "Nats-Rollup"}

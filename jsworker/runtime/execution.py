@@ -127,4 +127,3 @@ def _enqueued_at(headers: Any) -> float | None:
         return int(raw) / 1e9 if raw else None
     except ValueError:
         return None
-

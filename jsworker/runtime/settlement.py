@@ -105,6 +105,7 @@ def settle(
             return Decision(Verb.NAK, delay=delay)
         return Decision(
             Verb.DEAD_LETTER,
-            reason=f"{outcome.reason or kind.value} (attempts exhausted: {attempt} of {policy.max_retries + 1})",
+            reason=f"{outcome.reason or kind.value} "
+            f"(attempts exhausted: {attempt} of {policy.max_retries + 1})",
         )
     raise ValueError(f"unknown outcome {kind}")  # pragma: no cover - enum is closed

@@ -23,7 +23,6 @@ from ..errors import ConfigurationError, EnqueueError, JsworkerError
 from ..jetstream.connection import Connection
 from ..jetstream.consume import ConsumeError, EngineEvent, PullConsumer
 from ..jetstream.publish import Publisher
-from ..jetstream.topology import ensure_consumer
 from ..observability.logging import get_logger
 from .deadletter import dead_letter
 from .execution import Executor, JobRun, identify
@@ -93,14 +92,18 @@ class Worker:
         self.queues = list(settings.queues or app.queues)
         if not self.queues:
             raise ConfigurationError(f"app {app.name} has no tasks, so no queue to work on")
-        self.conn = conn = await Connection.open(app.connect_options("worker"), attempts=settings.connect_attempts)
+        self.conn = conn = await Connection.open(
+            app.connect_options("worker"), attempts=settings.connect_attempts
+        )
         try:
             app.producer.bind(conn)
             await app.provision(conn, self.queues)
             self._limiter = Limiter(settings.concurrency)
             self._executor = Executor(app, settings.threads)
             self._dlq = Publisher(conn, timeout=app.publish_timeout)
-            loops = [asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues]
+            loops = [
+                asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues
+            ]
             loops.append(asyncio.create_task(self._heartbeats(), name="jsworker-heartbeats"))
             for loop_task in loops:
                 loop_task.add_done_callback(self._loop_done)
@@ -219,7 +222,9 @@ class Worker:
         elif decision.verb is Verb.NAK:
             log.warning("job.retry", outcome=outcome.kind.value, reason=outcome.reason, delay=decision.delay)
         else:
-            log.error("job.dead_lettered", outcome=outcome.kind.value, reason=decision.reason, duration=duration)
+            log.error(
+                "job.dead_lettered", outcome=outcome.kind.value, reason=decision.reason, duration=duration
+            )
 
     async def _apply(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
         delivery = job.delivery

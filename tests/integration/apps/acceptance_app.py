@@ -1,0 +1,52 @@
+"""Tasks the worker acceptance tests run in real ``jsworker run`` processes.
+
+Every execution appends ``<event> <job id> <task> <pid>`` to the file named by
+``JSW_TEST_RECORD``; appends of one short line are atomic, so several worker processes can
+share the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from jsworker import App, current_job
+
+app = App("acc")
+
+
+def record(event: str) -> None:
+    job = current_job()
+    line = f"{event} {job.id} {job.task} {os.getpid()} {job.attempt}\n".encode()
+    fd = os.open(os.environ["JSW_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+@app.task
+async def record_async(n: int) -> int:
+    record("done")
+    return n
+
+
+@app.task
+def record_sync(n: int) -> int:
+    record("done")
+    return n
+
+
+@app.task(queue="slow", ack_wait=1.5)
+async def sleep_async(seconds: float) -> None:
+    record("start")
+    await asyncio.sleep(seconds)
+    record("done")
+
+
+@app.task(queue="slow", ack_wait=1.5)
+def sleep_sync(seconds: float) -> None:
+    record("start")
+    time.sleep(seconds)
+    record("done")

@@ -1,0 +1,3 @@
+"""A module without a jsworker App (``jsworker run`` must refuse it)."""
+
+VALUE = 1

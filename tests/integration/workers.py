@@ -1,0 +1,100 @@
+"""Running ``jsworker run`` in subprocesses and reading what they did."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nats
+
+APPS = Path(__file__).parent / "apps"
+ROOT = Path(__file__).parents[2]
+
+
+def worker_env(url: str, record: Path | None = None) -> dict[str, str]:
+    """Environment for a worker subprocess: the server, the apps dir on the path, the record file."""
+    env = dict(os.environ)
+    env["JSWORKER_URL"] = url
+    env["PYTHONPATH"] = os.pathsep.join([str(APPS), str(ROOT), env.get("PYTHONPATH", "")])
+    if record is not None:
+        env["JSW_TEST_RECORD"] = str(record)
+    return env
+
+
+def start_worker(
+    url: str, record: Path, log: Path, *args: str, module: str = "acceptance_app"
+) -> subprocess.Popen[bytes]:
+    """Start ``jsworker run module`` with its output in ``log``."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jsworker", "run", module, "--log-level", "warning", *args],
+            env=worker_env(url, record),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+@contextmanager
+def running_worker(url: str, record: Path, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker for the duration of the block; SIGTERM (then SIGKILL) afterwards, by pid."""
+    proc = start_worker(url, record, log, *args)
+    try:
+        yield proc
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
+    """Stop a worker we started: SIGTERM, then SIGKILL if it does not exit in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def records(path: Path, event: str = "done") -> list[tuple[str, str, int]]:
+    """(job id, task, pid) of every recorded ``event``."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[0] == event:
+            out.append((parts[1], parts[2], int(parts[3])))
+    return out
+
+
+def counts(path: Path, event: str = "done") -> Counter[str]:
+    """How often each job id recorded ``event``."""
+    return Counter(job_id for job_id, _, _ in records(path, event))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+    """Poll ``predicate`` until true; fail the test with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def stream_messages(url: str, stream: str) -> int:
+    """Messages stored in ``stream`` right now."""
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().stream_info(stream)
+        return int(info.state.messages)
+    finally:
+        await nc.close()
