@@ -38,7 +38,9 @@ async def raw_fetch(url: str, n: int, batch: int = 100) -> float:
     for i in range(n):
         await js.publish_async("raw.q", b'{"args":[%d],"kwargs":{}}' % i)
     await js.publish_async_completed()
-    sub = await js.pull_subscribe("raw.q", durable="raw", config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT))
+    sub = await js.pull_subscribe(
+        "raw.q", durable="raw", config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT)
+    )
     got = 0
     start = time.perf_counter()
     while got < n:
@@ -70,7 +72,17 @@ def jsworker_rate(url: str, n: int, concurrency: int, sync: bool) -> float:
     asyncio.run(enqueue(url, n, sync))
     env = dict(os.environ, JSWORKER_URL=url, PYTHONPATH=str(HERE))
     worker = subprocess.Popen(
-        [sys.executable, "-m", "jsworker", "run", "noop_app", "-c", str(concurrency), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "jsworker",
+            "run",
+            "noop_app",
+            "-c",
+            str(concurrency),
+            "--log-level",
+            "warning",
+        ],
         env=env,
     )
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -47,6 +48,7 @@ class App:
         dlq_max_age: float = 7 * _DAY,
         max_ack_pending: int = 20_000,
         publish_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
         user: str | None = None,
         password: str | None = None,
         token: str | None = None,
@@ -72,7 +74,13 @@ class App:
         self.dlq_max_age = _positive("dlq_max_age", dlq_max_age)
         self.max_ack_pending = max_ack_pending
         self.publish_timeout = _positive("publish_timeout", publish_timeout)
-        self._credentials = ConnectOptions(user=user, password=password, token=token, credentials=credentials)
+        self._credentials = ConnectOptions(
+            user=user,
+            password=password,
+            token=token,
+            credentials=credentials,
+            connect_deadline=_positive("connect_timeout", connect_timeout),
+        )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.producer = Producer(self)
 
@@ -223,7 +231,7 @@ class App:
 
 
 def _positive(what: str, value: float) -> float:
-    if not isinstance(value, int | float) or value <= 0:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ConfigurationError(f"{what} must be a number > 0, not {value!r}")
     return float(value)
 
@@ -233,6 +241,6 @@ def _positive_or_none(what: str, value: float | None) -> float | None:
 
 
 def _non_negative(what: str, value: int | float) -> Any:
-    if not isinstance(value, int | float) or value < 0:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ConfigurationError(f"{what} must be a number >= 0, not {value!r}")
     return value

@@ -7,6 +7,9 @@ errors but signals a task raises to steer what happens to its job.
 
 from __future__ import annotations
 
+# A year: longer than any sane retry delay, and far inside what the server's int64 ns holds.
+_MAX_DELAY = 365 * 86400.0
+
 
 class JsworkerError(Exception):
     """Base class of every error jsworker raises."""
@@ -53,8 +56,8 @@ class Retry(TaskControl):
 
     def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
         super().__init__(reason)
-        if delay is not None and delay < 0:
-            raise ValueError("Retry delay must be >= 0")
+        if delay is not None and not 0 <= delay < _MAX_DELAY:
+            raise ValueError(f"Retry delay must be between 0 and {_MAX_DELAY:.0f} seconds, not {delay!r}")
         self.delay = delay
         self.reason = reason
 

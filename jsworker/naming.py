@@ -14,7 +14,7 @@ from .errors import ConfigurationError
 
 # Stricter than NATS needs: names also become stream and durable names, which forbid more
 # characters than subjects do (and must survive being used in file paths on the server).
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def validate_name(kind: str, value: str) -> str:
@@ -23,7 +23,7 @@ def validate_name(kind: str, value: str) -> str:
     Allowed: letters, digits, ``_`` and ``-``, 1 to 64 characters. Dots, spaces and the
     wildcards ``*`` and ``>`` would split or widen NATS subjects.
     """
-    if not isinstance(value, str) or not _TOKEN.match(value):
+    if not isinstance(value, str) or not _TOKEN.fullmatch(value):
         raise ConfigurationError(
             f"invalid {kind} name {value!r}: use 1-64 letters, digits, '_' or '-' "
             "(no dots, spaces, '*' or '>')"
@@ -33,9 +33,16 @@ def validate_name(kind: str, value: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Namespace:
-    """The JetStream names one app uses."""
+    """The JetStream names one app uses.
+
+    App names are case-insensitive: stream names are upper-cased, so ``Shop`` and ``shop``
+    must mean the same app everywhere, subjects included.
+    """
 
     app: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "app", self.app.lower())
 
     @property
     def stream(self) -> str:

@@ -20,10 +20,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from jsworker import App  # noqa: E402
-from jsworker.server import NatsServer  # noqa: E402
-
 import tasks  # noqa: E402
+
+from jsworker import App, Job  # noqa: E402
+from jsworker.server import NatsServer  # noqa: E402
 
 
 async def queues_empty(app: App) -> bool:
@@ -35,14 +35,24 @@ async def queues_empty(app: App) -> bool:
     return True
 
 
-async def enqueue_and_wait() -> None:
-    await tasks.app.provision()  # streams and queue consumers, as the worker also does
-    jobs = [
+def enqueue_from_sync_code() -> list[Job]:
+    """What a Django view or a script does: plain calls, no event loop."""
+    return [
+        tasks.send_email.delay("ada@example.com", "hello"),
+        *tasks.send_email.delay_many(
+            [("bob@example.com", "hi"), {"to": "eve@example.com", "subject": "hey"}]
+        ),
+    ]
+
+
+async def enqueue_from_async_code_and_wait(jobs: list[Job]) -> None:
+    """What a FastAPI handler does; then wait until the worker has done everything."""
+    await tasks.app.provision()  # the queue consumers, in case the worker has not made them yet
+    jobs += [
         await tasks.resize_image.adelay("cat.png", 640),
         await tasks.resize_image.adelay("dog.png", 1280),
         await tasks.flaky_report.adelay("2026-11-22"),
     ]
-    jobs += tasks.send_email.delay_many([("ada@example.com", "hello"), {"to": "bob@example.com", "subject": "hi"}])
     for job in jobs:
         print(f"enqueued {job.task:<13} job {job.id} (stream seq {job.seq})")
     deadline = time.monotonic() + 30
@@ -63,7 +73,7 @@ def main() -> None:
             [sys.executable, "-m", "jsworker", "run", "tasks", "--concurrency", "10"], cwd=HERE, env=env
         )
         try:
-            asyncio.run(enqueue_and_wait())
+            asyncio.run(enqueue_from_async_code_and_wait(enqueue_from_sync_code()))
         finally:
             tasks.app.close()
             worker.send_signal(signal.SIGTERM)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -38,6 +38,7 @@ class ConnectOptions:
     token: str | None = field(default=None, repr=False)
     credentials: str | None = None
     connect_timeout: float = 2.0
+    connect_deadline: float = 5.0
     reconnect_wait: float = 0.5
 
 
@@ -57,12 +58,15 @@ class Connection:
         self._disconnect_listeners: list[Listener] = []
 
     @classmethod
-    async def open(cls, options: ConnectOptions, *, attempts: int = 1) -> Connection:
-        """Connect, trying the whole server list up to ``attempts`` times.
+    async def open(cls, options: ConnectOptions) -> Connection:
+        """Connect, trying the server list for up to ``options.connect_deadline`` seconds.
 
-        Raises :class:`ConnectError` (with the client's error chained) when no server answers.
+        Raises :class:`ConnectError` (with the client's last error chained) when no server
+        answers in time or a server refuses the credentials.
         """
         holder: list[Connection] = []
+        errors: list[Exception] = []
+        refused = asyncio.Event()
 
         async def on_reconnect() -> None:
             if holder:
@@ -73,15 +77,18 @@ class Connection:
                 await holder[0]._fire(holder[0]._disconnect_listeners)
 
         async def on_error(exc: Exception) -> None:
-            # The client reports every failed reconnect attempt here; the reconnect loop itself
-            # carries on, so there is nothing to do but not let the default handler print.
-            return None
+            # Every failed (re)connect attempt is reported here while the client keeps trying;
+            # remember the last for the error message, and stop at once on bad credentials.
+            errors[:] = [exc]
+            if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
+                refused.set()
 
         kwargs: dict[str, Any] = {
             "servers": list(options.servers),
             "name": options.name,
             "connect_timeout": options.connect_timeout,
             "reconnect_time_wait": options.reconnect_wait,
+            # Reconnect forever once connected; the first connect is bounded by the deadline.
             "max_reconnect_attempts": -1,
             "allow_reconnect": True,
             "reconnected_cb": on_reconnect,
@@ -96,22 +103,26 @@ class Connection:
         if options.credentials is not None:
             kwargs["user_credentials"] = options.credentials
 
-        last: BaseException | None = None
-        for attempt in range(max(1, attempts)):
-            if attempt:
-                await asyncio.sleep(options.reconnect_wait)
-            try:
-                nc = await nats.connect(**kwargs)
-            except nats.errors.Error as exc:
-                last = exc
-                if isinstance(exc, nats.errors.AuthorizationError):
-                    break
-            except OSError as exc:
-                last = exc
-            else:
-                conn = cls(nc, nc.jetstream(), options)
-                holder.append(conn)
-                return conn
+        nc = Client()
+        connecting = asyncio.ensure_future(nc.connect(**kwargs))
+        refusal = asyncio.ensure_future(refused.wait())
+        await asyncio.wait(
+            {connecting, refusal}, timeout=options.connect_deadline, return_when=FIRST_COMPLETED
+        )
+        refusal.cancel()
+        if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
+            conn = cls(nc, nc.jetstream(), options)
+            holder.append(conn)
+            return conn
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await connecting
+        elif not connecting.cancelled() and (exc := connecting.exception()) is not None:
+            errors[:] = [exc]  # type: ignore[list-item]
+        with contextlib.suppress(Exception):
+            await nc.close()
+        last = errors[-1] if errors else None
         where = ", ".join(options.servers)
         raise ConnectError(f"cannot connect to NATS at {where}: {_describe(last)}") from last
 

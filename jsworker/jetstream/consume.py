@@ -128,14 +128,20 @@ class PullConsumer:
     async def drain(self) -> list[Delivery]:
         """Stop asking for messages; return what is buffered (not yet handed out).
 
-        Messages that still arrive for requests already sent are given back to the server at
-        once (``nak``) so other workers get them without waiting for ``ack_wait``.
+        The inbox is unsubscribed, which makes the server drop our waiting pull requests:
+        left open, they would keep receiving new jobs that we could only give back, each
+        round trip costing the job a delivery attempt. Messages already on their way are
+        given back at once (``nak``) so other workers get them without waiting for ``ack_wait``.
         """
         self._pulling = False
         left = list(self._buffer)
         self._buffer.clear()
         self._pending = 0
         self._wake()
+        if self._sub is not None and not self.conn.is_closed:
+            sub, self._sub = self._sub, None
+            with contextlib.suppress(Exception):
+                await sub.drain()
         return left
 
     async def close(self) -> None:
@@ -169,22 +175,38 @@ class PullConsumer:
 
         Raises :class:`ConsumeError` when the loop stopped because of the server.
         """
+        if await self.wait(timeout):
+            return await self.take()
+        return None
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait until a message is buffered: True then; False when closed/drained or timed out.
+
+        Lets a caller with a scarce resource (a worker slot) wait for work *before* taking the
+        resource, so an idle queue never holds a slot that another queue could use.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._buffer:
             if self._error is not None:
                 raise self._error
             if self._closed or not self._pulling:
-                return None
+                return False
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                return None
+                return False
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await asyncio.wait_for(self._waiter, remaining)
             except TimeoutError:
-                return None
+                return False
             finally:
                 self._waiter = None
+        return True
+
+    async def take(self) -> Delivery | None:
+        """Hand out the oldest buffered message (None if there is none) and top up."""
+        if not self._buffer:
+            return None
         delivery = self._buffer.popleft()
         self._pending -= 1
         if self._pending < self.threshold:

@@ -17,8 +17,10 @@ from ..errors import ConfigurationError
 from ..jetstream.publish import MSG_ID, OutMessage
 from ..naming import Namespace, validate_name
 
-# Headers that belong to the original publish and must not steer the dead-letter publish.
-_DROP = {MSG_ID, "Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-TTL", "Nats-Rollup"}
+# Nats-* headers steer the server (dedup, expected sequences, TTL, rollup, schedules, batches):
+# copied into the dead-letter publish they would make it fail or misbehave. The job id, the only
+# one worth keeping, is kept as Jsw-Job-Id.
+_SERVER_PREFIX = "nats-"
 _MAX_LINE = 1000
 _MAX_TRACEBACK = 8000
 
@@ -50,7 +52,7 @@ def dead_letter(
     error: BaseException | None,
 ) -> OutMessage:
     """The dead-letter message for a job."""
-    out = {k: v for k, v in headers.items() if k not in _DROP}
+    out = {k: v for k, v in headers.items() if not k.lower().startswith(_SERVER_PREFIX)}
     out.update(
         {
             MSG_ID: f"{job_id}:{attempt}",

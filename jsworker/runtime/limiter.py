@@ -8,8 +8,8 @@ import asyncio
 class Limiter:
     """Counting slots for running jobs.
 
-    The worker takes a slot *before* it takes a message from the pull loop, so messages that
-    are pulled but not finished never exceed the slots plus the pull loop's own buffer.
+    The worker takes a slot *before* it takes a message out of the pull loop's buffer, so
+    messages pulled but not finished never exceed the slots plus the pull loops' buffers.
     """
 
     def __init__(self, limit: int) -> None:

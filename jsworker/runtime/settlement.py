@@ -77,7 +77,8 @@ def backoff_delay(attempt: int, base: float, cap: float, rand: Callable[[], floa
     The un-jittered delay doubles each attempt from ``base`` up to ``cap``; the result lies
     between half of it and all of it, so a burst of failures does not come back in lockstep.
     """
-    ceiling = min(cap, base * 2.0 ** max(0, attempt - 1))
+    # The exponent is bounded so that huge attempt numbers reach the cap instead of overflowing.
+    ceiling = min(cap, base * 2.0 ** min(max(0, attempt - 1), 64))
     return ceiling / 2 + rand() * ceiling / 2
 
 

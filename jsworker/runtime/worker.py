@@ -49,7 +49,6 @@ class WorkerSettings:
     grace: float = 30.0
     expires: float = 30.0
     idle_heartbeat: float = 5.0
-    connect_attempts: int = 3
 
     @property
     def prefetch(self) -> int:
@@ -92,9 +91,7 @@ class Worker:
         self.queues = list(settings.queues or app.queues)
         if not self.queues:
             raise ConfigurationError(f"app {app.name} has no tasks, so no queue to work on")
-        self.conn = conn = await Connection.open(
-            app.connect_options("worker"), attempts=settings.connect_attempts
-        )
+        self.conn = conn = await Connection.open(app.connect_options("worker"))
         try:
             app.producer.bind(conn)
             await app.provision(conn, self.queues)
@@ -141,17 +138,16 @@ class Worker:
             self._consumers[queue] = consumer
             await consumer.start()
             try:
-                while True:
+                while await consumer.wait():
+                    # A slot is taken only once there is a job for it: waiting on an idle queue
+                    # while holding one would starve the other queues.
                     await self._limiter.acquire()
-                    try:
-                        delivery = await consumer.next()
-                    except BaseException:
+                    delivery = await consumer.take()
+                    if delivery is None:  # drained while we waited for the slot
                         self._limiter.release()
-                        raise
-                    if delivery is None:
-                        self._limiter.release()
-                        return
+                        continue
                     self._spawn(identify(self.app, queue, delivery))
+                return
             except ConsumeError as exc:
                 log.warning("queue.pull_stopped", queue=queue, error=str(exc))
                 await consumer.close()

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from jsworker.testing import NatsServer
 
 from .workers import worker_env

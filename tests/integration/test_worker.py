@@ -12,6 +12,7 @@ from typing import Any
 
 import nats
 import pytest
+
 from jsworker.testing import NatsServer
 
 from .workers import (

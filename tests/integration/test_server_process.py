@@ -1,0 +1,183 @@
+"""Local nats-server processes (``jsworker.server``) against the real binary."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+import nats
+import pytest
+from nats.aio.client import Client
+
+import jsworker.server
+from jsworker.server import NatsCluster, NatsServer, PortInUseError, ServerStartError
+
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def connected(*urls: str) -> AsyncIterator[Client]:
+    """A client that keeps reconnecting quickly, so it rides over server restarts."""
+    nc = await nats.connect(
+        servers=list(urls),
+        connect_timeout=2,
+        reconnect_time_wait=0.1,
+        max_reconnect_attempts=-1,
+        allow_reconnect=True,
+    )
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+async def eventually(fn: Callable[[], Awaitable[T]], timeout: float = 10.0) -> T:
+    """Retry ``fn`` until it returns without raising (a leader may be changing meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await fn()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await anyio.sleep(0.1)
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A loopback port held by a listening socket of this test."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+@pytest.mark.anyio
+async def test_start_jetstream_and_stop() -> None:
+    """A started server takes nats-py connections with JetStream; stop removes its temp store."""
+    server = NatsServer()
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        assert server.running
+        assert server.pid is not None
+        assert server.url == f"nats://127.0.0.1:{server.port}"
+        assert server.monitoring_url.startswith("http://127.0.0.1:")
+        async with connected(server.url) as nc:
+            info = await nc.jetstream().account_info()
+            assert info.streams == 0
+        store = server.store_dir
+        assert (store / "jetstream").is_dir()
+    finally:
+        await anyio.to_thread.run_sync(server.stop)
+    assert not server.running
+    assert server.pid is None
+    assert not store.exists()
+    server.stop()  # idempotent
+
+
+def test_given_store_dir_is_kept(tmp_path: Path) -> None:
+    """A store directory passed in survives stop(), so a later server can reuse it."""
+    store = tmp_path / "store"
+    with NatsServer(store_dir=store, log_file=tmp_path / "server.log") as server:
+        assert server.running
+    assert not server.running
+    assert (store / "jetstream").is_dir()
+    assert "Server is ready" in (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.anyio
+async def test_restart_keeps_port_and_stream(nats_server: NatsServer) -> None:
+    """After a kill or a graceful restart: same URL, same stored stream, clients reconnect."""
+    port = nats_server.port
+    async with connected(nats_server.url) as nc:
+        js = nc.jetstream()
+        await js.add_stream(name="KEEP", subjects=["keep.>"])
+        await js.publish("keep.a", b"1")
+
+        await anyio.to_thread.run_sync(nats_server.kill)
+        assert not nats_server.running
+        await anyio.to_thread.run_sync(nats_server.restart)
+        assert nats_server.running
+        assert nats_server.port == port
+
+        # The same client, still holding the old URL, gets back to the restarted server.
+        await eventually(lambda: js.publish("keep.b", b"2", timeout=1))
+        await anyio.to_thread.run_sync(nats_server.restart)
+        assert nats_server.port == port
+        info = await eventually(lambda: js.stream_info("KEEP"))
+        assert info.state.messages == 2
+
+
+def test_fixed_port_in_use(held_port: int) -> None:
+    """A fixed port already bound by someone else is a PortInUseError, no process left behind."""
+    server = NatsServer(port=held_port)
+    with pytest.raises(PortInUseError, match=str(held_port)):
+        server.start()
+    assert not server.running
+    server.stop()
+
+
+def test_port_taken_after_the_check_is_read_from_the_log(
+    held_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the port is lost between the check and the bind, the server's log tells."""
+    monkeypatch.setattr(jsworker.server, "_port_is_free", lambda port: True)
+    server = NatsServer(port=held_port)
+    with pytest.raises(PortInUseError, match="address already in use") as info:
+        server.start()
+    assert info.value.port == held_port
+    assert not server.running
+    server.stop()
+
+
+def test_failed_start_shows_the_log_tail() -> None:
+    """A server that exits while starting: the error carries what it said."""
+    server = NatsServer(extra_args=["--no-such-flag"])
+    with pytest.raises(ServerStartError, match="no-such-flag"):
+        server.start(timeout=10)
+    assert not server.running
+    server.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(40)
+async def test_cluster_r3_stream_survives_node_restart(nats_cluster: NatsCluster) -> None:
+    """Three nodes take an R3 stream; a killed node restarts and catches up with the others."""
+    started = time.monotonic()
+    assert len(nats_cluster.nodes) == 3
+    assert len(set(nats_cluster.urls)) == 3
+    async with connected(*nats_cluster.urls) as nc:
+        js = nc.jetstream()
+        info = await eventually(lambda: js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3))
+        assert info.config.num_replicas == 3
+        # The new stream's own leader is elected just after it is created.
+        await eventually(lambda: js.publish("r3.a", b"1", timeout=1))
+
+        victim = nats_cluster.node(0)
+        await anyio.to_thread.run_sync(victim.kill)
+        # Two of three nodes are a quorum: the stream keeps taking messages.
+        await eventually(lambda: js.publish("r3.b", b"2", timeout=1), timeout=15)
+        await anyio.to_thread.run_sync(victim.restart)
+        assert victim.running
+
+        async def all_replicas_current() -> None:
+            info = await js.stream_info("R3")
+            assert info.state.messages == 2
+            assert info.cluster is not None and info.cluster.leader
+            replicas = info.cluster.replicas or []
+            assert len(replicas) == 2
+            assert all(r.current and not r.offline for r in replicas), replicas
+
+        await eventually(all_replicas_current, timeout=15)
+
+    # The restarted node serves the stream to its own clients as well.
+    async with connected(victim.url) as nc:
+        info = await eventually(lambda: nc.jetstream().stream_info("R3"))
+        assert info.state.messages == 2
+    assert time.monotonic() - started < 20

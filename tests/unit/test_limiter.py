@@ -1,0 +1,62 @@
+"""The concurrency limiter."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from jsworker.runtime.limiter import Limiter
+
+pytestmark = pytest.mark.anyio
+
+
+def test_limit_must_be_positive() -> None:
+    """A limiter with fewer than one slot is refused."""
+    with pytest.raises(ValueError):
+        Limiter(0)
+
+
+async def test_never_more_than_limit_acquired() -> None:
+    """Many contenders never hold more than `limit` slots at once, and all get one eventually."""
+    limiter = Limiter(3)
+    peak = 0
+    done = 0
+
+    async def job() -> None:
+        nonlocal peak, done
+        await limiter.acquire()
+        peak = max(peak, limiter.in_use)
+        await anyio.sleep(0.001)
+        limiter.release()
+        done += 1
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for _ in range(30):
+                tg.start_soon(job)
+    assert peak == 3
+    assert done == 30
+    assert limiter.in_use == 0
+
+
+async def test_release_frees_a_waiter() -> None:
+    """A waiter blocks while all slots are taken and proceeds once one is released."""
+    limiter = Limiter(1)
+    await limiter.acquire()
+    got = anyio.Event()
+
+    async def waiter() -> None:
+        await limiter.acquire()
+        got.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        assert not got.is_set()
+        assert limiter.in_use == 1
+        limiter.release()
+        with anyio.fail_after(2):
+            await got.wait()
+    assert limiter.in_use == 1

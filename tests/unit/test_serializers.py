@@ -1,0 +1,139 @@
+"""Job bodies: encoding call arguments and decoding (possibly hostile) bytes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from jsworker.errors import SerializationError
+from jsworker.serializers import JSONSerializer, Serializer, decode_call, encode_call
+
+S = JSONSerializer()
+
+
+def test_json_serializer_satisfies_protocol() -> None:
+    """JSONSerializer is a Serializer with the JSON content type."""
+    assert isinstance(S, Serializer)
+    assert S.content_type == "application/json"
+
+
+def test_round_trip_preserves_args_and_kwargs() -> None:
+    """What encode_call writes, decode_call reads back (tuples become lists)."""
+    args = (1, "two", [3.5, None], {"nested": True})
+    kwargs = {"x": "\u00e9t\u00e9", "y": [1, 2]}
+    body = encode_call(S, args, kwargs)
+    assert decode_call(S, body) == (list(args), kwargs)
+
+
+def test_encoding_is_compact_utf8_json() -> None:
+    """The body is compact JSON with 'args' and 'kwargs' keys."""
+    body = encode_call(S, (1,), {"k": "v"})
+    assert body == b'{"args":[1],"kwargs":{"k":"v"}}'
+
+
+class _Thing:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("value", "culprit"),
+    [
+        ({1, 2}, "set"),
+        (_Thing(), "_Thing"),
+        (float("nan"), "out of range float"),
+        (float("inf"), "out of range float"),
+    ],
+)
+def test_encode_call_names_the_problem(value: Any, culprit: str) -> None:
+    """Values JSON cannot hold raise SerializationError whose message names the culprit."""
+    with pytest.raises(SerializationError) as info:
+        encode_call(S, (value,), {})
+    message = str(info.value)
+    assert culprit.lower() in message.lower()
+    assert "application/json" in message
+    assert isinstance(info.value.__cause__, TypeError | ValueError)
+
+
+def test_encode_call_rejects_bad_kwarg_values_too() -> None:
+    """A non-JSON value in kwargs is caught like one in args."""
+    with pytest.raises(SerializationError, match="set"):
+        encode_call(S, (), {"tags": {"a"}})
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"text"', b"42", b"null", b"true"])
+def test_decode_call_rejects_non_object_bodies(body: bytes) -> None:
+    """A JSON body that is not an object is a SerializationError."""
+    with pytest.raises(SerializationError, match="not an object"):
+        decode_call(S, body)
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe\x00garbage", b"{not json", b"", b'{"args": [1]'])
+def test_decode_call_rejects_undecodable_bytes(body: bytes) -> None:
+    """Bad UTF-8 and malformed JSON become SerializationError, not a raw decoder error."""
+    with pytest.raises(SerializationError, match="undecodable"):
+        decode_call(S, body)
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        {"args": {"a": 1}, "kwargs": {}},
+        {"args": "abc", "kwargs": {}},
+        {"args": None},
+        {"args": [], "kwargs": [1]},
+        {"args": [], "kwargs": None},
+        {"kwargs": "x"},
+    ],
+)
+def test_decode_call_rejects_wrong_shapes(envelope: dict[str, Any]) -> None:
+    """'args' must be a list and 'kwargs' an object."""
+    with pytest.raises(SerializationError, match="must be a list"):
+        decode_call(S, json.dumps(envelope).encode())
+
+
+class _IntKeys:
+    content_type = "application/x-test"
+
+    def dumps(self, obj: Any) -> bytes:
+        return b""
+
+    def loads(self, data: bytes) -> Any:
+        return {"args": [], "kwargs": {1: "a", "ok": "b"}}
+
+
+def test_decode_call_rejects_non_string_kwarg_keys() -> None:
+    """A serializer producing non-string kwargs keys is refused (they could not be **kwargs)."""
+    with pytest.raises(SerializationError, match="keys must be strings"):
+        decode_call(_IntKeys(), b"whatever")
+
+
+class _Exploding:
+    content_type = "application/x-boom"
+
+    def dumps(self, obj: Any) -> bytes:
+        raise TypeError("cannot")
+
+    def loads(self, data: bytes) -> Any:
+        raise RuntimeError("decoder blew up")
+
+
+def test_decode_call_wraps_any_decoder_exception() -> None:
+    """Whatever a plugged-in decoder raises becomes SerializationError naming its content type."""
+    with pytest.raises(SerializationError, match="application/x-boom") as info:
+        decode_call(_Exploding(), b"x")
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"{}", ([], {})),
+        (b'{"args":[1,2]}', ([1, 2], {})),
+        (b'{"kwargs":{"a":1}}', ([], {"a": 1})),
+    ],
+)
+def test_decode_call_accepts_missing_args_or_kwargs(body: bytes, expected: tuple[Any, Any]) -> None:
+    """Missing 'args' means no positional arguments and missing 'kwargs' no keyword ones."""
+    assert decode_call(S, body) == expected
