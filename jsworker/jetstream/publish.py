@@ -70,18 +70,8 @@ class Publisher:
                     msg.subject, msg.body, timeout=self.timeout, headers=dict(msg.headers)
                 )
                 return _stored(ack)
-            except (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError) as exc:
-                raise NoStreamError(f"no stream accepts subject {msg.subject}") from exc
-            except nats.js.errors.APIError as exc:
-                raise EnqueueError(
-                    f"server rejected job {msg.headers.get(MSG_ID)}: {exc.description}"
-                ) from exc
-            except nats.errors.MaxPayloadError as exc:
-                raise EnqueueError(
-                    f"job {msg.headers.get(MSG_ID)} is {len(msg.body)} bytes, over the server's "
-                    f"max_payload of {self.conn.max_payload} bytes"
-                ) from exc
             except (TimeoutError, nats.errors.Error, OSError) as exc:
+                _raise_final(exc, msg, self.conn.max_payload)
                 last = exc  # lost ack or dropped connection: retry with the same Nats-Msg-Id
         raise EnqueueError(
             f"job {msg.headers.get(MSG_ID)} not acknowledged after {self.attempts} attempts "
@@ -107,20 +97,32 @@ class Publisher:
                 except (nats.errors.Error, OSError):
                     fut = None  # retried below, one by one
                 futures.append(fut)
+            # Collect every outcome of the chunk before raising, so no future is left with an
+            # exception nobody retrieved.
+            failures: list[tuple[int, BaseException]] = []
             for i, fut in zip(chunk, futures, strict=True):
                 if fut is None:
                     continue
                 try:
                     results[i] = _stored(await asyncio.wait_for(fut, self.timeout))
-                except (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError) as exc:
-                    raise NoStreamError(f"no stream accepts subject {msgs[i].subject}") from exc
-                except nats.js.errors.APIError as exc:
-                    raise EnqueueError(
-                        f"server rejected job {msgs[i].headers.get(MSG_ID)}: {exc.description}"
-                    ) from exc
-                except (TimeoutError, nats.errors.Error):
-                    pass  # retried below with the same id
+                except (TimeoutError, nats.errors.Error) as exc:
+                    failures.append((i, exc))
+            for i, failure in failures:
+                _raise_final(failure, msgs[i], self.conn.max_payload)
         for i, result in enumerate(results):
             if result is None:
                 results[i] = await self.publish(msgs[i])
         return [r for r in results if r is not None]
+
+
+def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int) -> None:
+    """Raise the jsworker error for failures a retry cannot fix; return for those it can."""
+    job = msg.headers.get(MSG_ID)
+    if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+        raise NoStreamError(f"no stream accepts subject {msg.subject}") from exc
+    if isinstance(exc, nats.js.errors.APIError):
+        raise EnqueueError(f"server rejected job {job}: {exc.description}") from exc
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        raise EnqueueError(
+            f"job {job} is {len(msg.body)} bytes, over the server's max_payload of {max_payload} bytes"
+        ) from exc

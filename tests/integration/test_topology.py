@@ -1,0 +1,130 @@
+"""Streams and consumers as the app declares them, created idempotently, one namespace per app."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+from nats.js.api import RetentionPolicy
+
+from jsworker import App, EnqueueError
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.publish import OutMessage, Publisher
+from jsworker.runtime.worker import Worker, WorkerSettings
+from jsworker.testing import NatsServer
+
+pytestmark = pytest.mark.anyio
+
+
+def _app(name: str, url: str, ran: list[tuple[str, int]]) -> App:
+    app = App(name, url, ack_wait=20, dlq_max_age=3600)
+
+    @app.task
+    async def work(n: int) -> None:
+        ran.append((name, n))
+
+    @app.task(queue="slow", ack_wait=45)
+    async def slow(n: int) -> None:
+        ran.append((name, -n))
+
+    return app
+
+
+async def test_provisioning_matches_the_declared_topology(nats_server: NatsServer) -> None:
+    """Job stream (WorkQueue), DLQ stream (Limits, max_age), one durable per queue with its ack_wait."""
+    app = _app("shop", nats_server.url, [])
+    await app.provision()
+    await app.provision()  # idempotent: a second worker starting does the same
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        jobs = await js.stream_info("JSW_SHOP")
+        assert jobs.config.retention == RetentionPolicy.WORK_QUEUE
+        assert jobs.config.subjects == ["jsw.shop.q.>"]
+        assert jobs.config.duplicate_window == 120
+        dlq = await js.stream_info("JSW_SHOP_DLQ")
+        assert dlq.config.retention == RetentionPolicy.LIMITS
+        assert dlq.config.max_age == 3600
+        default = await js.consumer_info("JSW_SHOP", "default")
+        slow = await js.consumer_info("JSW_SHOP", "slow")
+        assert default.config.filter_subject == "jsw.shop.q.default.>"
+        assert default.config.ack_wait == 20
+        assert slow.config.ack_wait == 45
+        assert default.config.max_deliver == -1
+    finally:
+        await nc.close()
+        await app.aclose()
+
+
+async def test_changed_settings_update_the_stream_in_place(nats_server: NatsServer) -> None:
+    """A new duplicate_window is applied to the existing stream, not refused."""
+    first = App("shop", nats_server.url)
+    await first.provision([])
+    await first.aclose()
+    app = App("shop", nats_server.url, duplicate_window=30)
+    await app.provision([])
+    nc = await nats.connect(nats_server.url)
+    try:
+        assert (await nc.jetstream().stream_info("JSW_SHOP")).config.duplicate_window == 30
+    finally:
+        await nc.close()
+        await app.aclose()
+
+
+async def test_two_apps_on_one_server_do_not_interfere(nats_server: NatsServer) -> None:
+    """Same task and queue names in two apps: each worker runs only its own app's jobs."""
+    ran: list[tuple[str, int]] = []
+    alpha, beta = _app("alpha", nats_server.url, ran), _app("beta", nats_server.url, ran)
+    workers = [Worker(a, WorkerSettings(concurrency=10, grace=1)) for a in (alpha, beta)]
+    runs = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        await asyncio.sleep(0.5)
+        await alpha.tasks["work"].aapply((1,))
+        await beta.tasks["work"].aapply((2,))
+        await alpha.tasks["slow"].aapply((3,))
+        async with asyncio.timeout(10):
+            while len(ran) < 3:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert sorted(ran) == [("alpha", -3), ("alpha", 1), ("beta", 2)]
+        assert workers[0].counts["succeeded"] == 2
+        assert workers[1].counts["succeeded"] == 1
+    finally:
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*runs)
+        await alpha.aclose()
+        await beta.aclose()
+
+
+async def test_retried_publish_never_makes_a_second_job(nats_server: NatsServer) -> None:
+    """Every attempt times out before its ack arrives: an error, yet the server holds one job."""
+    app = App("shop", nats_server.url)
+    await app.provision([])
+    conn = await Connection.open(app.connect_options("test"))
+    try:
+        publisher = Publisher(conn, timeout=0.000_001, attempts=3)
+        msg = OutMessage("jsw.shop.q.default.work", b'{"args":[1],"kwargs":{}}', {"Nats-Msg-Id": "once"})
+        with pytest.raises(EnqueueError, match="not acknowledged after 3 attempts"):
+            await publisher.publish(msg)
+        await asyncio.sleep(0.2)
+        info = await conn.js.stream_info("JSW_SHOP")
+        assert info.state.messages == 1
+    finally:
+        await conn.close()
+        await app.aclose()
+
+
+async def test_oversized_job_fails_at_enqueue_with_a_clear_error(nats_server: NatsServer) -> None:
+    """Arguments larger than the server's max_payload: EnqueueError naming the limit; nothing stored."""
+    app = App("shop", nats_server.url)
+
+    @app.task
+    async def big(blob: str) -> None: ...
+
+    try:
+        with pytest.raises(EnqueueError, match="max_payload"):
+            await big.adelay("x" * 2_000_000)
+    finally:
+        await app.aclose()
