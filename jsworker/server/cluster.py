@@ -1,0 +1,162 @@
+"""A local JetStream cluster of nats-server processes on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .loopback import _HOST, _pick_port
+from .ownership import _OWNED
+from .process import _POLL, NatsServer, PortInUseError, ServerStartError, _remaining
+
+
+class NatsCluster:
+    """Three (n) nats-server processes forming one JetStream cluster on loopback.
+
+    Nodes are named ``n1`` .. ``nN``; each has its own store directory under ``base_dir``
+    (a temporary directory removed by :meth:`stop` when not given). After :meth:`start`, each
+    node knows the route ports of all the others, so ``cluster.node(i).kill()`` followed by
+    ``cluster.node(i).restart()`` brings it back into the cluster.
+    """
+
+    _FIRST_PORT_ATTEMPTS = 5
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        cluster_name: str = "jsw",
+        binary: str | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.size = size
+        """Number of nodes."""
+        self.cluster_name = cluster_name
+        """Name of the cluster (``--cluster_name``)."""
+        self._given_base = Path(base_dir) if base_dir is not None else None
+        self._temp_base: Path | None = None
+        self._binary = binary
+        self.nodes: list[NatsServer] = []
+        """The members, ``nodes[0]`` being ``n1``; created by :meth:`start`."""
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory holding every node's store and log."""
+        if self._given_base is not None:
+            return self._given_base
+        if self._temp_base is None:
+            self._temp_base = Path(tempfile.mkdtemp(prefix="jsworker-cluster-"))
+            _OWNED.add(self)
+        return self._temp_base
+
+    @property
+    def urls(self) -> list[str]:
+        """Client URLs of all nodes."""
+        return [node.url for node in self.nodes]
+
+    def node(self, i: int) -> NatsServer:
+        """The i-th node, counted from 0 like :attr:`nodes` (``node(0)`` is ``n1``)."""
+        return self.nodes[i]
+
+    def _new_node(self, i: int) -> NatsServer:
+        name = f"n{i + 1}"
+        return NatsServer(
+            store_dir=self.base_dir / name,
+            name=name,
+            cluster_name=self.cluster_name,
+            binary=self._binary,
+            log_file=self.base_dir / f"{name}.log",
+        )
+
+    def start(self, timeout: float = 30.0) -> NatsCluster:
+        """Start all nodes and wait until each runs JetStream and they agree on a meta leader.
+
+        On failure every node started here is stopped and :class:`ServerStartError` is raised.
+        """
+        if any(node.running for node in self.nodes):
+            raise RuntimeError("the cluster is already running")
+        deadline = time.monotonic() + timeout
+        self.nodes = [self._new_node(i) for i in range(self.size)]
+        try:
+            self._start_first(deadline)
+            seed = self.nodes[0].cluster_url
+            assert seed is not None
+            for node in self.nodes[1:]:
+                node._configure_cluster(routes=[seed])
+                node.start(timeout=_remaining(deadline))
+            for node in self.nodes:
+                # Restarted later, a node must be able to find whichever others are alive.
+                others = [o.cluster_url for o in self.nodes if o is not node]
+                node._configure_cluster(routes=[url for url in others if url])
+            self._wait_meta_leader(deadline, timeout)
+        except BaseException:
+            self._stop_nodes()
+            raise
+        return self
+
+    def _start_first(self, deadline: float) -> None:
+        # A clustered JetStream server refuses to start without at least one configured route,
+        # and the first node has no peer yet: it gets a route to its own cluster port (which
+        # the server recognises and ignores). That port must be chosen before the server
+        # binds it, so it may be lost to another process in between; then try another one.
+        first = self.nodes[0]
+        for attempt in range(self._FIRST_PORT_ATTEMPTS):
+            port = _pick_port()
+            first._configure_cluster(cluster_port=port, routes=[f"nats://{_HOST}:{port}"])
+            try:
+                first.start(timeout=_remaining(deadline))
+                return
+            except PortInUseError:
+                if attempt == self._FIRST_PORT_ATTEMPTS - 1:
+                    raise
+
+    def _wait_meta_leader(self, deadline: float, timeout: float) -> None:
+        while True:
+            last: list[tuple[Any, Any]] = []
+            for node in self.nodes:
+                meta = (node._jsz() or {}).get("meta_cluster") or {}
+                last.append((meta.get("leader"), meta.get("cluster_size")))
+            leaders = {leader for leader, _ in last}
+            agreed = len(leaders) == 1 and None not in leaders and "" not in leaders
+            if agreed and all(size == self.size for _, size in last):
+                return
+            if time.monotonic() >= deadline:
+                raise ServerStartError(
+                    f"JetStream cluster of {self.size} formed no meta leader within {timeout:g} s; "
+                    f"(leader, cluster_size) per node: {last}; log tail of n1:\n{self.nodes[0]._log_tail()}"
+                )
+            time.sleep(_POLL * 2)
+
+    def _stop_nodes(self) -> None:
+        for node in self.nodes:
+            with contextlib.suppress(Exception):
+                node.stop()
+
+    def stop(self) -> None:
+        """Stop every node (safe to call more than once); removes the temporary base directory."""
+        self._stop_nodes()
+        if self._temp_base is not None:
+            shutil.rmtree(self._temp_base, ignore_errors=True)
+            self._temp_base = None
+        _OWNED.discard(self)
+
+    def __enter__(self) -> NatsCluster:
+        if not any(node.running for node in self.nodes):
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

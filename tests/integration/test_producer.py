@@ -1,0 +1,82 @@
+"""Producers against a real server: the sync bridge, fork safety, and the in-loop warning."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import warnings
+from collections.abc import Iterator
+
+import nats
+import pytest
+
+from jsworker import App, Task
+from jsworker.testing import NatsServer
+
+
+@pytest.fixture
+def app(nats_server: NatsServer) -> Iterator[App]:
+    """An app producing to this test's server; its sync connection closed afterwards."""
+    app = App("prod", nats_server.url)
+    yield app
+    app.close()
+
+
+def _task(app: App) -> Task[[int], None]:
+    @app.task
+    def job(n: int) -> None: ...
+
+    return job
+
+
+def _stored(url: str) -> int:
+    async def count() -> int:
+        nc = await nats.connect(url)
+        try:
+            return int((await nc.jetstream().stream_info("JSW_PROD")).state.messages)
+        finally:
+            await nc.close()
+
+    return asyncio.run(count())
+
+
+def test_sync_enqueues_share_one_connection(app: App, nats_server: NatsServer) -> None:
+    """Many .delay calls reuse the background connection instead of connecting per call."""
+    job = _task(app)
+    job.delay(1)
+    first = app.producer._loop
+    receipts = [job.delay(i) for i in range(50)]
+    assert app.producer._loop is first
+    assert len({r.seq for r in receipts}) == 50
+    assert _stored(nats_server.url) == 51
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_enqueues_on_its_own_connection(app: App, nats_server: NatsServer) -> None:
+    """A process that forks after enqueueing (a pre-fork web server) enqueues fine in the child."""
+    job = _task(app)
+    job.delay(1)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status tells the parent whether the enqueue worked
+        code = 1
+        try:
+            code = 0 if not job.delay(2).duplicate else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    job.delay(3)  # and the parent's connection still works
+    assert _stored(nats_server.url) == 3
+
+
+@pytest.mark.anyio
+async def test_delay_inside_a_running_loop_warns_once(app: App) -> None:
+    """.delay in async code works but blocks the loop: it says so, once."""
+    job = _task(app)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        receipts = [job.delay(1), job.delay(2)]
+    assert receipts[0].seq < receipts[1].seq
+    runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(runtime) == 1
+    assert "adelay" in str(runtime[0].message)
