@@ -279,6 +279,25 @@ async def test_idle_heartbeats_arrive_every_idle_heartbeat(nats_server: NatsServ
 # -- 5. server restart while idle -------------------------------------------------------------
 
 
+async def _kill_restart_and_receive(
+    nats_server: NatsServer, conn: Connection, pc: PullConsumer, events: Events, hb: float
+) -> None:
+    """SIGKILL and restart the server under an idle consumer; a job published afterwards must
+    arrive within 2 x idle_heartbeat + margin."""
+    await wait_until(lambda: events.count(EngineEvent.HEARTBEAT) >= 1, 3, "a first heartbeat")
+    await call_blocking(nats_server.kill)
+    await wait_until(lambda: not conn.is_connected, 5, "the client to see the server gone")
+    await call_blocking(nats_server.restart)
+    await wait_until(lambda: conn.is_connected, 10, "the client to reconnect")
+    await publish_retrying(conn, b"after-restart")
+    published = time.monotonic()
+    d = await pc.next(timeout=2 * hb + 2.0)
+    assert d is not None, f"nothing after restart: {events.summary()}"
+    assert time.monotonic() - published < 2 * hb + 2.0
+    assert d.body == b"after-restart"
+    await d.ack()
+
+
 @pytest.mark.timeout(30)
 async def test_idle_consumer_recovers_after_server_restart_via_reconnect(nats_server: NatsServer) -> None:
     """The server drops waiting pull requests when it dies. An idle consumer, server SIGKILLed and
@@ -291,18 +310,7 @@ async def test_idle_consumer_recovers_after_server_restart_via_reconnect(nats_se
         async with PullConsumer(
             conn, STREAM, DURABLE, max_messages=10, expires=30.0, idle_heartbeat=hb, on_event=events
         ) as pc:
-            await wait_until(lambda: events.count(EngineEvent.HEARTBEAT) >= 1, 3, "a first heartbeat")
-            await call_blocking(nats_server.kill)
-            await wait_until(lambda: not conn.is_connected, 5, "the client to see the server gone")
-            await call_blocking(nats_server.restart)
-            await wait_until(lambda: conn.is_connected, 10, "the client to reconnect")
-            await publish_retrying(conn, b"after-restart")
-            published = time.monotonic()
-            d = await pc.next(timeout=2 * hb + 2.0)
-            assert d is not None, f"nothing after restart: {events.summary()}"
-            assert time.monotonic() - published < 2 * hb + 2.0
-            assert d.body == b"after-restart"
-            await d.ack()
+            await _kill_restart_and_receive(nats_server, conn, pc, events, hb)
             assert events.count(EngineEvent.RECONNECT) >= 1, events.summary()
             assert events.count(EngineEvent.ERROR) == 0, events.summary()
 
@@ -322,18 +330,7 @@ async def test_idle_consumer_recovers_after_server_restart_via_watchdog(nats_ser
         ) as pc:
             assert pc._unhook is not None
             pc._unhook()  # no re-pull on reconnect: the watchdog is on its own
-            await wait_until(lambda: events.count(EngineEvent.HEARTBEAT) >= 1, 3, "a first heartbeat")
-            await call_blocking(nats_server.kill)
-            await wait_until(lambda: not conn.is_connected, 5, "the client to see the server gone")
-            await call_blocking(nats_server.restart)
-            await wait_until(lambda: conn.is_connected, 10, "the client to reconnect")
-            await publish_retrying(conn, b"after-restart")
-            published = time.monotonic()
-            d = await pc.next(timeout=2 * hb + 2.0)
-            assert d is not None, f"nothing after restart: {events.summary()}"
-            assert time.monotonic() - published < 2 * hb + 2.0
-            assert d.body == b"after-restart"
-            await d.ack()
+            await _kill_restart_and_receive(nats_server, conn, pc, events, hb)
             assert events.count(EngineEvent.RECONNECT) == 0, events.summary()
             missed = events.details(EngineEvent.MISSED_HEARTBEATS)
             assert missed, events.summary()
