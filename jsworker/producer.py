@@ -18,18 +18,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConnectError, EnqueueError
 from .jetstream.connection import Connection
-from .jetstream.publish import MSG_ID, NoStreamError, OutMessage, Publisher, Stored
+from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored
 from .job import Job
 from .serializers import encode_call
+from .wire import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, TASK
 
 if TYPE_CHECKING:
     from .app import App
     from .task import Call, Task
 
 T = TypeVar("T")
-
-TASK_HEADER = "Jsw-Task"
-ENQUEUED_AT_HEADER = "Jsw-Enqueued-At"
 
 
 class Producer:
@@ -87,9 +85,9 @@ class Producer:
             body=encode_call(app.serializer, call.args, call.kwargs),
             headers={
                 MSG_ID: call.job_id,
-                TASK_HEADER: task.name,
-                ENQUEUED_AT_HEADER: str(time.time_ns()),
-                "Content-Type": app.serializer.content_type,
+                TASK: task.name,
+                ENQUEUED_AT: str(time.time_ns()),
+                CONTENT_TYPE: app.serializer.content_type,
             },
         )
 

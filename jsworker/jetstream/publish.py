@@ -16,9 +16,8 @@ import nats.js.errors
 from nats.js.api import PubAck
 
 from ..errors import EnqueueError
+from ..wire import MSG_ID
 from .connection import Connection
-
-MSG_ID = "Nats-Msg-Id"
 
 
 class NoStreamError(EnqueueError):

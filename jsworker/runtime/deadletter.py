@@ -14,8 +14,21 @@ import traceback
 from collections.abc import Mapping
 
 from ..errors import ConfigurationError
-from ..jetstream.publish import MSG_ID, OutMessage
+from ..jetstream.publish import OutMessage
 from ..naming import Namespace, validate_name
+from ..wire import (
+    DLQ_AT,
+    DLQ_ATTEMPTS,
+    DLQ_ERROR,
+    DLQ_ERROR_TYPE,
+    DLQ_REASON,
+    DLQ_TRACEBACK,
+    JOB_ID,
+    MSG_ID,
+    ORIGINAL_SUBJECT,
+    QUEUE,
+    TASK,
+)
 
 # Nats-* headers steer the server (dedup, expected sequences, TTL, rollup, schedules, batches):
 # copied into the dead-letter publish they would make it fail or misbehave. The job id, the only
@@ -55,20 +68,20 @@ def dead_letter(
     out = {k: v for k, v in headers.items() if not k.lower().startswith(_SERVER_PREFIX)}
     out.update(
         {
-            MSG_ID: f"{job_id}:{attempt}",
-            "Jsw-Job-Id": _one_line(job_id),
-            "Jsw-Task": _one_line(task) or "_invalid",
-            "Jsw-Queue": queue,
-            "Jsw-Original-Subject": subject,
-            "Jsw-Dlq-Reason": _one_line(reason),
-            "Jsw-Dlq-Attempts": str(attempt),
-            "Jsw-Dlq-At": str(time.time_ns()),
+            MSG_ID: _one_line(f"{job_id}:{attempt}"),
+            JOB_ID: _one_line(job_id),
+            TASK: _one_line(task) or "_invalid",
+            QUEUE: queue,
+            ORIGINAL_SUBJECT: subject,
+            DLQ_REASON: _one_line(reason),
+            DLQ_ATTEMPTS: str(attempt),
+            DLQ_AT: str(time.time_ns()),
         }
     )
     if error is not None:
-        out["Jsw-Dlq-Error-Type"] = type(error).__qualname__
-        out["Jsw-Dlq-Error"] = _one_line(str(error))
+        out[DLQ_ERROR_TYPE] = type(error).__qualname__
+        out[DLQ_ERROR] = _one_line(str(error))
         tb = "".join(traceback.format_exception(error))[-_MAX_TRACEBACK:]
         # JSON keeps the traceback's newlines without putting one in the header.
-        out["Jsw-Dlq-Traceback"] = json.dumps(tb)
+        out[DLQ_TRACEBACK] = json.dumps(tb)
     return OutMessage(subject=ns.dlq_subject(queue, task_token(task)), body=body, headers=out)

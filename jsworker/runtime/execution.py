@@ -12,16 +12,14 @@ from anyio import CapacityLimiter
 
 from ..errors import Reject, Retry, SerializationError
 from ..job import JobContext, _current
-from ..producer import ENQUEUED_AT_HEADER, TASK_HEADER
 from ..serializers import decode_call
+from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, TASK
 from .settlement import Outcome, OutcomeKind, exceeds_attempts
 
 if TYPE_CHECKING:
     from ..app import App
     from ..jetstream.delivery import Delivery
     from ..task import Task
-
-MSG_ID_HEADER = "Nats-Msg-Id"
 
 
 @dataclass(slots=True)
@@ -44,8 +42,9 @@ class JobRun:
 def identify(app: App, queue: str, delivery: Delivery) -> JobRun:
     """Who a delivery is, even when its headers are missing or hostile."""
     headers = delivery.headers
-    job_id = headers.get(MSG_ID_HEADER) or f"seq-{delivery.stream_seq}"
-    name = headers.get(TASK_HEADER)
+    # A replayed dead letter carries a fresh dedup key but keeps its job id in Jsw-Job-Id.
+    job_id = headers.get(JOB_ID) or headers.get(MSG_ID) or f"seq-{delivery.stream_seq}"
+    name = headers.get(TASK)
     if name is None:
         parsed = app.namespace.parse_job_subject(delivery.subject)
         name = parsed[1] if parsed else ""
@@ -122,7 +121,7 @@ def _failed(exc: BaseException) -> Outcome:
 
 
 def _enqueued_at(headers: Any) -> float | None:
-    raw = headers.get(ENQUEUED_AT_HEADER)
+    raw = headers.get(ENQUEUED_AT)
     try:
         return int(raw) / 1e9 if raw else None
     except ValueError:
