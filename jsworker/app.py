@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -13,7 +12,7 @@ from .jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensur
 from .naming import Namespace, validate_name
 from .producer import Producer
 from .serializers import JSONSerializer, Serializer
-from .task import Task, TaskOptions
+from .task import ExceptionTypes, Task, TaskOptions, check_seconds
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,6 +42,8 @@ class App:
         ack_wait: float = 30.0,
         retry_backoff: float = 1.0,
         retry_backoff_max: float = 600.0,
+        retry_on: ExceptionTypes = (Exception,),
+        dont_retry_on: ExceptionTypes = (),
         duplicate_window: float = 120.0,
         replicas: int = 1,
         dlq_max_age: float = 7 * _DAY,
@@ -60,26 +61,28 @@ class App:
             servers = [s.strip() for s in servers.split(",") if s.strip()]
         self.servers: list[str] = list(servers) if servers else default_servers()
         self.serializer: Serializer = serializer or JSONSerializer()
-        self.default_queue = validate_name("queue", default_queue)
         self.defaults = TaskOptions(
-            queue=self.default_queue,
-            max_retries=_non_negative("max_retries", max_retries),
-            timeout=_positive_or_none("timeout", timeout),
-            ack_wait=_positive("ack_wait", ack_wait),
-            retry_backoff=_non_negative("retry_backoff", retry_backoff),
-            retry_backoff_max=_non_negative("retry_backoff_max", retry_backoff_max),
+            queue=default_queue,
+            max_retries=max_retries,
+            timeout=timeout,
+            ack_wait=ack_wait,
+            retry_backoff=retry_backoff,
+            retry_backoff_max=retry_backoff_max,
+            retry_on=retry_on,
+            dont_retry_on=dont_retry_on,
         )
-        self.duplicate_window = _positive("duplicate_window", duplicate_window)
+        self.default_queue = self.defaults.queue
+        self.duplicate_window = check_seconds("duplicate_window", duplicate_window)
         self.replicas = replicas
-        self.dlq_max_age = _positive("dlq_max_age", dlq_max_age)
+        self.dlq_max_age = check_seconds("dlq_max_age", dlq_max_age)
         self.max_ack_pending = max_ack_pending
-        self.publish_timeout = _positive("publish_timeout", publish_timeout)
+        self.publish_timeout = check_seconds("publish_timeout", publish_timeout)
         self._credentials = ConnectOptions(
             user=user,
             password=password,
             token=token,
             credentials=credentials,
-            connect_deadline=_positive("connect_timeout", connect_timeout),
+            connect_deadline=check_seconds("connect_timeout", connect_timeout),
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.producer = Producer(self)
@@ -105,6 +108,8 @@ class App:
         ack_wait: float | None = None,
         retry_backoff: float | None = None,
         retry_backoff_max: float | None = None,
+        retry_on: ExceptionTypes | None = None,
+        dont_retry_on: ExceptionTypes | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -119,12 +124,26 @@ class App:
         ack_wait: float | None = None,
         retry_backoff: float | None = None,
         retry_backoff_max: float | None = None,
+        retry_on: ExceptionTypes | None = None,
+        dont_retry_on: ExceptionTypes | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task, bare (``@app.task``) or with options.
 
         Async functions run on the worker's event loop; sync functions run in the worker's
-        thread pool. Names are checked now, so a bad one fails at import, not at enqueue.
+        thread pool. Options left out take the app's defaults (see :class:`TaskOptions`).
+        Names and values are checked now, so a bad one fails at import, not at enqueue.
         """
+        overrides: dict[str, Any] = {
+            "queue": queue,
+            "max_retries": max_retries,
+            "timeout": timeout,
+            "ack_wait": ack_wait,
+            "retry_backoff": retry_backoff,
+            "retry_backoff_max": retry_backoff_max,
+            "retry_on": retry_on,
+            "dont_retry_on": dont_retry_on,
+        }
+        options = dataclasses.replace(self.defaults, **{k: v for k, v in overrides.items() if v is not None})
 
         def register(func: Callable[P, R]) -> Task[P, R]:
             task_name = validate_name("task", name or func.__name__)
@@ -133,21 +152,6 @@ class App:
                     f"app {self.name} already has a task named {task_name!r}; "
                     "pass name=... to tell them apart"
                 )
-            d = self.defaults
-            options = TaskOptions(
-                queue=validate_name("queue", queue) if queue is not None else d.queue,
-                max_retries=d.max_retries
-                if max_retries is None
-                else _non_negative("max_retries", max_retries),
-                timeout=d.timeout if timeout is None else _positive("timeout", timeout),
-                ack_wait=d.ack_wait if ack_wait is None else _positive("ack_wait", ack_wait),
-                retry_backoff=d.retry_backoff
-                if retry_backoff is None
-                else _non_negative("retry_backoff", retry_backoff),
-                retry_backoff_max=d.retry_backoff_max
-                if retry_backoff_max is None
-                else _non_negative("retry_backoff_max", retry_backoff_max),
-            )
             task = Task(self, func, task_name, options)
             self.tasks[task_name] = task
             return task
@@ -228,19 +232,3 @@ class App:
     def close(self) -> None:
         """Close the background connection sync enqueues used."""
         self.producer.close()
-
-
-def _positive(what: str, value: float) -> float:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{what} must be a number > 0, not {value!r}")
-    return float(value)
-
-
-def _positive_or_none(what: str, value: float | None) -> float | None:
-    return None if value is None else _positive(what, value)
-
-
-def _non_negative(what: str, value: int | float) -> Any:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ConfigurationError(f"{what} must be a number >= 0, not {value!r}")
-    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .errors import ConfigurationError
 from .job import Job
+from .naming import validate_name
 
 if TYPE_CHECKING:
     from .app import App
@@ -21,6 +23,9 @@ R = TypeVar("R")
 CallArgs = tuple[Any, ...] | Mapping[str, Any]
 
 
+ExceptionTypes = tuple[type[BaseException], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class TaskOptions:
     """How a task's jobs are queued, retried and timed; resolved against the app's defaults.
@@ -28,15 +33,54 @@ class TaskOptions:
     ``ack_wait`` is how long the server waits for a sign of life before handing the job to
     another worker; a queue's consumer uses the largest ``ack_wait`` of its tasks, and workers
     send heartbeats at a third of it. ``timeout`` (seconds, None for none) cancels a job that
-    runs too long and counts as a retryable failure.
+    runs too long and counts as a retryable failure. An exception retries when it is one of
+    ``retry_on`` and none of ``dont_retry_on``; any other goes straight to the dead letters.
+    Values are checked on construction: a bad one raises :class:`ConfigurationError`.
     """
 
-    queue: str
-    max_retries: int
-    timeout: float | None
-    ack_wait: float
-    retry_backoff: float
-    retry_backoff_max: float
+    queue: str = "default"
+    max_retries: int = 3
+    timeout: float | None = None
+    ack_wait: float = 30.0
+    retry_backoff: float = 1.0
+    retry_backoff_max: float = 600.0
+    retry_on: ExceptionTypes = (Exception,)
+    dont_retry_on: ExceptionTypes = ()
+
+    def __post_init__(self) -> None:
+        validate_name("queue", self.queue)
+        if (
+            not isinstance(self.max_retries, int)
+            or isinstance(self.max_retries, bool)
+            or self.max_retries < 0
+        ):
+            raise ConfigurationError(f"max_retries must be an int >= 0, not {self.max_retries!r}")
+        if self.timeout is not None:
+            check_seconds("timeout", self.timeout)
+        check_seconds("ack_wait", self.ack_wait)
+        check_seconds("retry_backoff", self.retry_backoff, positive=False)
+        check_seconds("retry_backoff_max", self.retry_backoff_max, positive=False)
+        for what in ("retry_on", "dont_retry_on"):
+            types = getattr(self, what)
+            if isinstance(types, type):
+                types = (types,)
+                object.__setattr__(self, what, types)
+            if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+                raise ConfigurationError(f"{what} must be exception classes, not {types!r}")
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """Whether a failure with ``exc`` may be retried (attempts permitting)."""
+        return isinstance(exc, self.retry_on) and not isinstance(exc, self.dont_retry_on)
+
+
+def check_seconds(what: str, value: object, *, positive: bool = True) -> float:
+    """``value`` as float seconds; ConfigurationError unless a finite number > 0 (or >= 0)."""
+    bad = ConfigurationError(f"{what} must be a number {'>' if positive else '>='} 0, not {value!r}")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise bad
+    if value < 0 or (positive and value == 0):
+        raise bad
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

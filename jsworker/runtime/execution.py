@@ -108,16 +108,16 @@ class Executor:
         except TimeoutError as exc:
             if scope.expired():
                 return Outcome(OutcomeKind.TIMED_OUT, f"timed out after {timeout}s", error=exc)
-            return _failed(exc)
+            return _failed(exc, task.options.is_retryable(exc))
         except (Exception, SystemExit) as exc:  # a sync task calling sys.exit() must not end the worker
-            return _failed(exc)
+            return _failed(exc, task.options.is_retryable(exc))
         finally:
             _current.reset(token)
         return Outcome(OutcomeKind.SUCCEEDED)
 
 
-def _failed(exc: BaseException) -> Outcome:
-    return Outcome(OutcomeKind.FAILED, f"{type(exc).__name__}: {exc}", error=exc)
+def _failed(exc: BaseException, retryable: bool) -> Outcome:
+    return Outcome(OutcomeKind.FAILED, f"{type(exc).__name__}: {exc}", error=exc, retryable=retryable)
 
 
 def _enqueued_at(headers: Any) -> float | None:

@@ -4,6 +4,7 @@
 |-------------------------------------------------|---------------------------------------|
 | returned                                        | ack                                   |
 | Retry / exception / timeout, attempts left      | nak with backoff (or Retry's delay)   |
+| an exception the task does not retry            | dead-letter                           |
 | the same with no attempts left                  | dead-letter (stored, then term)       |
 | Reject, unknown task, bad payload or arguments  | dead-letter                           |
 | delivered more often than attempts allow        | dead-letter (a job that kills workers)|
@@ -39,6 +40,7 @@ class Outcome:
     reason: str = ""
     error: BaseException | None = None
     retry_delay: float | None = None
+    retryable: bool = True  # False for exceptions the task lists in dont_retry_on (or not in retry_on)
 
 
 class Verb(enum.Enum):
@@ -98,6 +100,8 @@ def settle(
         return Decision(Verb.NAK)
     if kind in _FINAL:
         return Decision(Verb.DEAD_LETTER, reason=outcome.reason or kind.value)
+    if not outcome.retryable:
+        return Decision(Verb.DEAD_LETTER, reason=f"not retryable: {outcome.reason or kind.value}")
     if kind in _RETRYABLE:
         if attempt <= policy.max_retries:
             delay = outcome.retry_delay

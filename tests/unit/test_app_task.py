@@ -385,3 +385,30 @@ async def test_enqueue_without_a_server_raises_enqueue_error() -> None:
     finally:
         with anyio.move_on_after(1):
             await a.aclose()
+
+
+def test_retry_on_and_dont_retry_on_classify_exceptions() -> None:
+    """retry_on selects what retries; dont_retry_on wins over it; app defaults are inherited."""
+    app = App("ok", UNREACHABLE, dont_retry_on=(KeyError,))
+
+    @app.task(retry_on=(ConnectionError, LookupError))
+    def fetch() -> None: ...
+
+    @app.task
+    def other() -> None: ...
+
+    assert fetch.options.is_retryable(ConnectionResetError())
+    assert not fetch.options.is_retryable(KeyError("k"))  # a LookupError, but listed in dont_retry_on
+    assert fetch.options.is_retryable(IndexError())
+    assert not fetch.options.is_retryable(ValueError())
+    assert other.options.is_retryable(ValueError())
+    assert not other.options.is_retryable(KeyError())
+
+
+def test_retry_on_must_be_exception_classes() -> None:
+    """A typo such as retry_on=("KeyError",) fails at declaration."""
+    app = App("ok", UNREACHABLE)
+    with pytest.raises(ConfigurationError, match="retry_on"):
+
+        @app.task(retry_on=("KeyError",))  # type: ignore[arg-type]
+        def f() -> None: ...

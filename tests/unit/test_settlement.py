@@ -151,3 +151,11 @@ def test_backoff_delay_is_capped_for_huge_attempts() -> None:
 def test_exceeds_attempts_boundaries(attempt: int, max_retries: int, expected: bool) -> None:
     """A delivery is over the limit only when attempt > max_retries + 1."""
     assert exceeds_attempts(attempt, max_retries) is expected
+
+
+def test_non_retryable_failure_is_dead_lettered_at_once() -> None:
+    """A failure the task does not retry goes to the dead letters even with attempts left."""
+    outcome = Outcome(OutcomeKind.FAILED, "KeyError: 'x'", retryable=False)
+    decision = settle(outcome, 1, RetryPolicy(5, 1.0, 60.0))
+    assert decision.verb is Verb.DEAD_LETTER
+    assert "not retryable" in decision.reason
