@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -27,7 +28,12 @@ class App:
     ``name`` becomes the namespace on the server (stream ``JSW_<NAME>``, subjects
     ``jsw.<name>.q.<queue>.<task>``), so two apps on one server never see each other's jobs.
     ``servers`` defaults to ``JSWORKER_URL`` (comma separated) or ``nats://127.0.0.1:4222``.
-    The other arguments are defaults that each task may override.
+    Task options (``max_retries``, ``timeout``, ``ack_wait``, ``retry_*``) are defaults each
+    task may override. Credentials: ``user``/``password``, ``token``, ``credentials`` (a
+    ``.creds`` file), ``nkey_seed`` (a seed file), ``tls_ca``/``tls_cert``/``tls_key``; each
+    left out falls back to ``JSWORKER_USER``, ``JSWORKER_PASSWORD``, ``JSWORKER_TOKEN``,
+    ``JSWORKER_CREDS``, ``JSWORKER_NKEY_SEED``, ``JSWORKER_TLS_CA``, ``JSWORKER_TLS_CERT``,
+    ``JSWORKER_TLS_KEY``.
     """
 
     def __init__(
@@ -54,6 +60,10 @@ class App:
         password: str | None = None,
         token: str | None = None,
         credentials: str | None = None,
+        nkey_seed: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self.name = validate_name("app", name)
         self.namespace = Namespace(name)
@@ -77,11 +87,16 @@ class App:
         self.dlq_max_age = check_seconds("dlq_max_age", dlq_max_age)
         self.max_ack_pending = max_ack_pending
         self.publish_timeout = check_seconds("publish_timeout", publish_timeout)
+        # Deployments keep secrets out of code: every credential falls back to JSWORKER_*.
         self._credentials = ConnectOptions(
-            user=user,
-            password=password,
-            token=token,
-            credentials=credentials,
+            user=_or_env(user, "USER"),
+            password=_or_env(password, "PASSWORD"),
+            token=_or_env(token, "TOKEN"),
+            credentials=_or_env(credentials, "CREDS"),
+            nkey_seed=_or_env(nkey_seed, "NKEY_SEED"),
+            tls_ca=_or_env(tls_ca, "TLS_CA"),
+            tls_cert=_or_env(tls_cert, "TLS_CERT"),
+            tls_key=_or_env(tls_key, "TLS_KEY"),
             connect_deadline=check_seconds("connect_timeout", connect_timeout),
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -167,6 +182,20 @@ class App:
 
     # -- topology -------------------------------------------------------------------------
 
+    def configure_connection(self, servers: Sequence[str] | None = None, **credentials: str | None) -> None:
+        """Change where and how the app connects; used by the command line's flags.
+
+        ``credentials`` take the names of the constructor's (``user``, ``token``, ``tls_ca``,
+        ...); None leaves a value as it is. Applies to connections opened afterwards.
+        """
+        if servers:
+            self.servers = list(servers)
+        changes = {k: v for k, v in credentials.items() if v is not None}
+        try:
+            self._credentials = dataclasses.replace(self._credentials, **changes)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise ConfigurationError(f"unknown connection option: {exc}") from exc
+
     def connect_options(self, role: str) -> ConnectOptions:
         """How this app connects; ``role`` names the connection on the server (monitoring)."""
         return dataclasses.replace(
@@ -232,3 +261,7 @@ class App:
     def close(self) -> None:
         """Close the background connection sync enqueues used."""
         self.producer.close()
+
+
+def _or_env(value: str | None, name: str) -> str | None:
+    return value if value is not None else (os.environ.get(f"JSWORKER_{name}") or None)

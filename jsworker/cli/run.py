@@ -10,6 +10,7 @@ import click
 from ..errors import ConfigurationError, ConnectError, TopologyError
 from ..observability.logging import LEVELS, configure_logging, get_logger
 from ..runtime.worker import Worker, WorkerSettings
+from .connection import apply_connection_options, connection_options
 from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
 from .loader import AppNotFound, load_app
 
@@ -47,7 +48,7 @@ log = get_logger("jsworker.cli")
     show_default=True,
     help="Seconds running jobs get to finish after SIGTERM before they are cancelled and requeued.",
 )
-@click.option("--url", envvar="JSWORKER_URL", help="NATS server URL(s), comma separated [env: JSWORKER_URL].")
+@connection_options
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
 def run(
@@ -57,9 +58,9 @@ def run(
     threads: int,
     max_messages: int | None,
     grace: float,
-    url: str | None,
     log_level: str,
     log_format: str,
+    **connection: str | None,
 ) -> None:
     """Run a worker for the App in MODULE (or MODULE:ATTR) until SIGTERM or Ctrl-C."""
     configure_logging(log_level, log_format)
@@ -67,8 +68,10 @@ def run(
         app = load_app(app_spec)
     except AppNotFound as exc:
         fail(str(exc), EXIT_USAGE)
-    if url:
-        app.servers = [u.strip() for u in url.split(",") if u.strip()]
+    try:
+        apply_connection_options(app, connection)
+    except ConfigurationError as exc:
+        fail(str(exc), EXIT_USAGE)
     settings = WorkerSettings(
         queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
         concurrency=concurrency,

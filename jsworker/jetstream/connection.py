@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
+import ssl
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +31,12 @@ def default_servers() -> list[str]:
 
 @dataclass(frozen=True)
 class ConnectOptions:
-    """How to reach the NATS servers. Secrets here are never logged."""
+    """How to reach the NATS servers, and who we are to them.
+
+    ``credentials`` (a ``.creds`` file) and ``nkey_seed`` (a seed file) are paths; TLS takes
+    a CA bundle and, for mutual TLS, a client certificate and key. Secret values are kept out
+    of ``repr``, so they never reach a log line.
+    """
 
     servers: Sequence[str] = field(default_factory=default_servers)
     name: str | None = None
@@ -37,9 +44,56 @@ class ConnectOptions:
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
     credentials: str | None = None
+    nkey_seed: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
     connect_timeout: float = 2.0
     connect_deadline: float = 5.0
     reconnect_wait: float = 0.5
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """The authentication and TLS arguments of ``nats.connect``; raises ConnectError on bad files."""
+        kwargs: dict[str, Any] = {}
+        if self.user is not None:
+            kwargs["user"] = self.user
+            kwargs["password"] = self.password
+        if self.token is not None:
+            kwargs["token"] = self.token
+        if self.credentials is not None or self.nkey_seed is not None:
+            _require_nkeys()
+            for what, path in (("credentials", self.credentials), ("nkey seed", self.nkey_seed)):
+                if path is not None and not os.path.isfile(path):
+                    raise ConnectError(f"{what} file {path!r} does not exist")
+            if self.credentials is not None:
+                kwargs["user_credentials"] = self.credentials
+            if self.nkey_seed is not None:
+                kwargs["nkeys_seed"] = self.nkey_seed
+        tls = self.tls_context()
+        if tls is not None:
+            kwargs["tls"] = tls
+        return kwargs
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """A TLS context when a CA or client certificate is configured, else None."""
+        if self.tls_ca is None and self.tls_cert is None:
+            return None
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConnectError("a TLS client certificate needs its key, and a key its certificate")
+        try:
+            context = ssl.create_default_context(cafile=self.tls_ca)
+            if self.tls_cert is not None:
+                context.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConnectError(f"cannot load TLS files: {exc}") from exc
+        return context
+
+
+def _require_nkeys() -> None:
+    if importlib.util.find_spec("nkeys") is None:
+        raise ConnectError(
+            "NKey and .creds authentication need the 'nkeys' package: pip install 'jsworker[nkeys]'"
+        )
 
 
 class Connection:
@@ -79,6 +133,8 @@ class Connection:
         async def on_error(exc: Exception) -> None:
             # Every failed (re)connect attempt is reported here while the client keeps trying;
             # remember the last for the error message, and stop at once on bad credentials.
+            if refused.is_set():
+                return  # keep the refusal: it, not the resets that follow it, is the cause
             errors[:] = [exc]
             if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
                 refused.set()
@@ -95,13 +151,7 @@ class Connection:
             "disconnected_cb": on_disconnect,
             "error_cb": on_error,
         }
-        if options.user is not None:
-            kwargs["user"] = options.user
-            kwargs["password"] = options.password
-        if options.token is not None:
-            kwargs["token"] = options.token
-        if options.credentials is not None:
-            kwargs["user_credentials"] = options.credentials
+        kwargs.update(options.client_kwargs())
 
         nc = Client()
         connecting = asyncio.ensure_future(nc.connect(**kwargs))
