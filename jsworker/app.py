@@ -33,7 +33,9 @@ class App:
     ``.creds`` file), ``nkey_seed`` (a seed file), ``tls_ca``/``tls_cert``/``tls_key``; each
     left out falls back to ``JSWORKER_USER``, ``JSWORKER_PASSWORD``, ``JSWORKER_TOKEN``,
     ``JSWORKER_CREDS``, ``JSWORKER_NKEY_SEED``, ``JSWORKER_TLS_CA``, ``JSWORKER_TLS_CERT``,
-    ``JSWORKER_TLS_KEY``.
+    ``JSWORKER_TLS_KEY``. ``publish_timeout`` is how long one enqueue keeps trying through a
+    server restart or a leader election (same job id, so never twice) before raising
+    :class:`~jsworker.EnqueueError`; ``connect_timeout`` bounds the first connection.
     """
 
     def __init__(
@@ -54,7 +56,7 @@ class App:
         replicas: int = 1,
         dlq_max_age: float = 7 * _DAY,
         max_ack_pending: int = 20_000,
-        publish_timeout: float = 5.0,
+        publish_timeout: float = 15.0,
         connect_timeout: float = 5.0,
         user: str | None = None,
         password: str | None = None,

@@ -8,6 +8,7 @@ started on first use; a forked child notices it is not the parent and starts its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -16,7 +17,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import ConnectError, EnqueueError
+from .errors import ConnectError, EnqueueError, TopologyError
 from .jetstream.connection import Connection
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored
 from .job import Job
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from .task import Call, Task
 
 T = TypeVar("T")
+
+# One publish attempt waits this long for its acknowledgement; the app's publish_timeout
+# bounds all attempts of one enqueue together.
+_ATTEMPT_TIMEOUT = 5.0
 
 
 class Producer:
@@ -115,12 +120,15 @@ class Producer:
                     f"job {msg.headers[MSG_ID]} is {len(msg.body)} bytes; the server accepts at most "
                     f"{limit} bytes per message (max_payload)"
                 )
-        publisher = Publisher(conn, timeout=self._app.publish_timeout)
+        publisher = Publisher(conn, timeout=_ATTEMPT_TIMEOUT, retry_for=self._app.publish_timeout)
         try:
             result = await op(publisher)
         except NoStreamError:
-            # First enqueue on a fresh server: create the streams, then try once more.
-            await self._app.provision_streams(conn)
+            # Either the first enqueue on a fresh server (create the streams) or a stream whose
+            # leader is being elected (creating fails or finds it): either way, try again.
+            with contextlib.suppress(TopologyError):
+                await self._app.provision_streams(conn)
+            publisher.retry_no_stream = True
             result = await op(publisher)
         return result if isinstance(result, list) else [result]
 

@@ -222,11 +222,15 @@ class Connection:
 
     async def close(self) -> None:
         """Flush what is pending and close; safe to call twice."""
-        if not self.nc.is_closed:
-            try:
+        if self.nc.is_closed:
+            return
+        if self.nc.is_connected:
+            with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
                 await self.nc.drain()
-            except (TimeoutError, nats.errors.Error):
-                await self.nc.close()
+                return
+        # Reconnecting (nothing to drain to) or the drain failed: just close.
+        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+            await self.nc.close()
 
     async def _fire(self, listeners: list[Listener]) -> None:
         for listener in list(listeners):

@@ -8,6 +8,7 @@ did get stored into a no-op instead of a second job.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -48,34 +49,53 @@ def _stored(ack: PubAck) -> Stored:
 class Publisher:
     """Stores messages in JetStream over one connection.
 
-    ``timeout`` bounds each attempt; ``attempts`` bounds how often a lost acknowledgement or a
-    dropped connection is retried before :class:`EnqueueError` is raised.
+    A lost acknowledgement, a dropped connection or (with ``retry_no_stream``) a stream without
+    a leader is retried with the same ``Nats-Msg-Id`` for up to ``retry_for`` seconds, each
+    attempt waiting at most ``timeout``; then :class:`EnqueueError` is raised. That rides out a
+    server restart or a cluster leader election without ever storing a job twice.
     """
 
-    def __init__(self, conn: Connection, *, timeout: float = 5.0, attempts: int = 3, window: int = 1000):
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        timeout: float = 5.0,
+        retry_for: float = 15.0,
+        window: int = 1000,
+        retry_no_stream: bool = False,
+    ) -> None:
         self.conn = conn
         self.timeout = timeout
-        self.attempts = attempts
+        self.retry_for = retry_for
         self.window = window
+        self.retry_no_stream = retry_no_stream
 
     async def publish(self, msg: OutMessage) -> Stored:
         """Store one message and wait for the server's acknowledgement."""
+        deadline = time.monotonic() + self.retry_for
         last: BaseException | None = None
-        for attempt in range(self.attempts):
-            if attempt:
-                await asyncio.sleep(min(0.25 * 2**attempt, 2.0))
+        attempts = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if attempts and remaining <= 0:
+                break
+            attempts += 1
             try:
                 ack = await self.conn.js.publish(
-                    msg.subject, msg.body, timeout=self.timeout, headers=dict(msg.headers)
+                    msg.subject,
+                    msg.body,
+                    timeout=max(0.001, min(self.timeout, remaining)),
+                    headers=dict(msg.headers),
                 )
                 return _stored(ack)
             except (TimeoutError, nats.errors.Error, OSError) as exc:
-                _raise_final(exc, msg, self.conn.max_payload)
-                last = exc  # lost ack or dropped connection: retry with the same Nats-Msg-Id
+                _raise_final(exc, msg, self.conn.max_payload, self.retry_no_stream)
+                last = exc  # retried with the same Nats-Msg-Id: the server drops a second copy
+            await asyncio.sleep(min(0.1 * 2**attempts, 1.0, max(0.0, deadline - time.monotonic())))
         raise EnqueueError(
-            f"job {msg.headers.get(MSG_ID)} not acknowledged after {self.attempts} attempts "
-            f"({type(last).__name__}); it may have been stored, and enqueueing it again with the "
-            "same job id cannot duplicate it"
+            f"job {msg.headers.get(MSG_ID)} not acknowledged after {attempts} attempts in "
+            f"{self.retry_for:g}s ({type(last).__name__}); it may have been stored, and enqueueing it "
+            "again with the same job id cannot duplicate it"
         ) from last
 
     async def publish_many(self, msgs: Sequence[OutMessage]) -> list[Stored]:
@@ -107,17 +127,19 @@ class Publisher:
                 except (TimeoutError, nats.errors.Error) as exc:
                     failures.append((i, exc))
             for i, failure in failures:
-                _raise_final(failure, msgs[i], self.conn.max_payload)
+                _raise_final(failure, msgs[i], self.conn.max_payload, self.retry_no_stream)
         for i, result in enumerate(results):
             if result is None:
                 results[i] = await self.publish(msgs[i])
         return [r for r in results if r is not None]
 
 
-def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int) -> None:
+def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int, retry_no_stream: bool) -> None:
     """Raise the jsworker error for failures a retry cannot fix; return for those it can."""
     job = msg.headers.get(MSG_ID)
     if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+        if retry_no_stream:
+            return  # the stream exists: its leader is being elected, or the server is restarting
         raise NoStreamError(f"no stream accepts subject {msg.subject}") from exc
     if isinstance(exc, nats.js.errors.APIError):
         raise EnqueueError(f"server rejected job {job}: {exc.description}") from exc

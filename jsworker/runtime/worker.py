@@ -97,7 +97,7 @@ class Worker:
             await app.provision(conn, self.queues)
             self._limiter = Limiter(settings.concurrency)
             self._executor = Executor(app, settings.threads)
-            self._dlq = Publisher(conn, timeout=app.publish_timeout)
+            self._dlq = Publisher(conn, retry_for=app.publish_timeout)
             loops = [
                 asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues
             ]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 
 import nats
 import pytest
 
-from jsworker import App, Task
+from jsworker import App, EnqueueError, Task
 from jsworker.testing import NatsServer
 
 
@@ -80,3 +82,33 @@ async def test_delay_inside_a_running_loop_warns_once(app: App) -> None:
     runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(runtime) == 1
     assert "adelay" in str(runtime[0].message)
+
+
+def test_enqueue_rides_out_a_server_restart(app: App, nats_server: NatsServer) -> None:
+    """A .delay issued while the server is down completes once it is back: one job, not a duplicate."""
+    job = _task(app)
+    job.delay(0)  # connection and stream exist
+    nats_server.kill()
+    restarted = threading.Timer(1.5, nats_server.restart)
+    restarted.start()
+    try:
+        receipt = job.delay(1)
+    finally:
+        restarted.join()
+    assert not receipt.duplicate
+    assert _stored(nats_server.url) == 2
+
+
+def test_enqueue_gives_up_with_a_clear_error(nats_server: NatsServer) -> None:
+    """With the server gone for longer than publish_timeout, .delay raises EnqueueError in time."""
+    app = App("prod", nats_server.url, publish_timeout=1.5)
+    try:
+        job = _task(app)
+        job.delay(0)
+        nats_server.kill()
+        started = time.monotonic()
+        with pytest.raises(EnqueueError, match="not acknowledged"):
+            job.delay(1)
+        assert time.monotonic() - started < 10
+    finally:
+        app.close()
