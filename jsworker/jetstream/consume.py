@@ -81,6 +81,7 @@ class PullConsumer:
         idle_heartbeat: float | None = None,
         threshold: int | None = None,
         retry_delay: float = 0.5,
+        missing_after: float = 15.0,
         on_event: EventHook | None = None,
     ) -> None:
         if max_messages < 1:
@@ -95,6 +96,7 @@ class PullConsumer:
             raise ValueError("idle_heartbeat must be > 0 and <= expires / 2")
         self.threshold = threshold if threshold is not None else (max_messages + 1) // 2
         self.retry_delay = retry_delay
+        self.missing_after = missing_after
         self.on_event = on_event or _ignore
         self.stats: dict[str, int] = {e.value: 0 for e in EngineEvent}
 
@@ -108,6 +110,7 @@ class PullConsumer:
         self._pending = 0
         self._last_rx = 0.0
         self._retry_at = 0.0
+        self._unanswered_since: float | None = None
         self._pulling = False
         self._closed = False
         self._error: ConsumeError | None = None
@@ -263,6 +266,7 @@ class PullConsumer:
         if not msg.reply and headers and "Status" in headers:
             await self._on_status(headers)
             return
+        self._unanswered_since = None
         delivery = Delivery(self.conn.nc, msg.subject, msg.reply, msg.data, headers)
         if not self._pulling:
             # Answer to a request sent before drain(): give it straight back.
@@ -273,6 +277,8 @@ class PullConsumer:
 
     async def _on_status(self, headers: dict[str, str]) -> None:
         code = headers.get("Status", "")
+        if code != "503":
+            self._unanswered_since = None  # any other answer means the consumer is there
         if code == "100":
             self._count(EngineEvent.HEARTBEAT, "")
             return
@@ -280,9 +286,16 @@ class PullConsumer:
         detail = f"{code} {description}".strip()
         left = headers.get("Nats-Pending-Messages")
         if code == "503":
+            now = time.monotonic()
             self._void_requests()
-            self._retry_at = time.monotonic() + self.retry_delay
+            self._retry_at = now + self.retry_delay
             self._count(EngineEvent.NO_RESPONDERS, detail)
+            if self._unanswered_since is None:
+                self._unanswered_since = now
+            elif now - self._unanswered_since > self.missing_after:
+                # Longer than any election: the consumer is gone (deleted while we were
+                # disconnected, so no 409 told us). Stop, so the owner can re-create it.
+                self._stop_with(f"no consumer has answered for {self.missing_after:g}s: {detail}")
             return  # the watchdog re-pulls once retry_delay has passed
         self._count(EngineEvent.STATUS, detail)
         if left is not None:
@@ -292,10 +305,7 @@ class PullConsumer:
             except ValueError:
                 self._void_requests()
         elif code == "400" or (code == "409" and description.lower().startswith(_TERMINAL_409)):
-            self._error = ConsumeError(f"pull from {self.stream}/{self.consumer} stopped: {detail}")
-            self._count(EngineEvent.ERROR, detail)
-            self._pulling = False
-            self._wake()
+            self._stop_with(detail)
             return
         else:
             # Leadership change, exceeded max waiting, pin mismatch: requests are void.
@@ -336,6 +346,12 @@ class PullConsumer:
                 self._count(EngineEvent.ERROR, f"watchdog: {exc!r}")
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _stop_with(self, detail: str) -> None:
+        self._error = ConsumeError(f"pull from {self.stream}/{self.consumer} stopped: {detail}")
+        self._count(EngineEvent.ERROR, detail)
+        self._pulling = False
+        self._wake()
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -49,6 +49,7 @@ class WorkerSettings:
     grace: float = 30.0
     expires: float = 30.0
     idle_heartbeat: float = 5.0
+    blocked_loop_warning: float = 1.0
 
     @property
     def prefetch(self) -> int:
@@ -102,6 +103,7 @@ class Worker:
                 asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues
             ]
             loops.append(asyncio.create_task(self._heartbeats(), name="jsworker-heartbeats"))
+            loops.append(asyncio.create_task(self._watch_event_loop(), name="jsworker-loop-watch"))
             for loop_task in loops:
                 loop_task.add_done_callback(self._loop_done)
             log.info(
@@ -178,6 +180,22 @@ class Worker:
             for consumer in list(self._consumers.values()):
                 for delivery in consumer.buffered():
                     await delivery.in_progress()
+
+    async def _watch_event_loop(self) -> None:
+        # An async task that blocks (CPU work, a sync client) stops everything on the loop:
+        # pulls, acks and the heartbeats that keep other jobs alive. It cannot be preempted,
+        # but it can be named, so the operator knows which task to fix.
+        tick = 0.25
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(tick)
+            lag = time.monotonic() - before - tick
+            if lag >= self.settings.blocked_loop_warning:
+                self.counts["event_loop_blocked"] += 1
+                running = sorted(
+                    {job.task_name for job in self._jobs.values() if job.task and job.task.is_async}
+                )
+                log.warning("worker.event_loop_blocked", seconds=round(lag, 3), async_tasks_running=running)
 
     # -- running --------------------------------------------------------------------------
 

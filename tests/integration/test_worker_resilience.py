@@ -1,0 +1,106 @@
+"""An in-process worker keeps working when its consumer or stream disappears, and names a task
+that blocks its event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from jsworker import App
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.consume import ConsumeError, PullConsumer
+from jsworker.runtime.worker import Worker, WorkerSettings
+from jsworker.testing import NatsServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+def _app(url: str, done: list[int]) -> App:
+    app = App("res", url)
+
+    @app.task
+    async def work(n: int) -> None:
+        done.append(n)
+
+    @app.task
+    async def hog(seconds: float) -> None:
+        time.sleep(seconds)  # noqa: ASYNC251 - blocks the event loop on purpose
+
+    return app
+
+
+@asynccontextmanager
+async def running(app: App, **settings: float) -> AsyncIterator[Worker]:
+    worker = Worker(app, WorkerSettings(concurrency=10, grace=1, **settings))  # type: ignore[arg-type]
+    task = asyncio.create_task(worker.run())
+    try:
+        while worker.conn is None or not worker._consumers:
+            await asyncio.sleep(0.05)
+        yield worker
+    finally:
+        worker.stop()
+        await task
+        await app.aclose()
+
+
+async def _until(predicate: Callable[[], bool], timeout: float) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("delete", ["consumer", "stream"])
+async def test_deleted_consumer_or_stream_is_recreated(nats_server: NatsServer, delete: str) -> None:
+    """Delete the queue's consumer (or the whole stream) under a running worker: it re-creates it
+    and jobs enqueued afterwards still run."""
+    done: list[int] = []
+    app = _app(nats_server.url, done)
+    async with running(app) as worker:
+        await app.tasks["work"].aapply((1,))
+        await _until(lambda: done == [1], 10)
+        assert worker.conn is not None
+        js = worker.conn.js
+        if delete == "consumer":
+            await js.delete_consumer("JSW_RES", "default")
+        else:
+            await js.delete_stream("JSW_RES")
+        await asyncio.sleep(0.5)
+        await app.tasks["work"].aapply((2,))  # re-creates the stream when it is gone
+        await _until(lambda: done == [1, 2], 20)
+        assert worker.counts["engine.error"] >= 1
+
+
+async def test_pull_from_a_consumer_that_never_answers_stops(nats_server: NatsServer) -> None:
+    """Only 503s (no consumer behind the subject) for longer than missing_after: ConsumeError,
+    so the worker can re-create the consumer instead of retrying forever."""
+    app = App("res", nats_server.url)
+    await app.provision([])
+    conn = await Connection.open(app.connect_options("test"))
+    try:
+        pc = PullConsumer(
+            conn, "JSW_RES", "nobody", max_messages=5, idle_heartbeat=0.5, expires=2, missing_after=1.0
+        )
+        await pc.start()
+        try:
+            with pytest.raises(ConsumeError, match="no consumer has answered"):
+                await asyncio.wait_for(pc.next(), 10)
+        finally:
+            await pc.close()
+    finally:
+        await conn.close()
+        await app.aclose()
+
+
+async def test_blocked_event_loop_is_reported(nats_server: NatsServer) -> None:
+    """An async task that blocks the loop for 1.5 s is noticed and counted."""
+    done: list[int] = []
+    app = _app(nats_server.url, done)
+    async with running(app, blocked_loop_warning=0.5) as worker:
+        await app.tasks["hog"].aapply((1.5,))
+        await _until(lambda: worker.counts["succeeded"] >= 1, 10)
+        await asyncio.sleep(0.5)
+        assert worker.counts["event_loop_blocked"] >= 1
