@@ -32,7 +32,15 @@ class EnqueueError(JsworkerError):
 
 
 class TopologyError(JsworkerError):
-    """A stream or consumer could not be created or does not match what the app declares."""
+    """A stream or consumer could not be created or does not match what the app declares.
+
+    ``transient`` is True when trying again later may work (no answer from the server, no
+    JetStream leader yet), False when the server refused (a conflicting stream, bad settings).
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class ServerVersionError(JsworkerError):

@@ -84,7 +84,9 @@ def run(
         asyncio.run(_serve(worker))
     except ConnectError as exc:
         fail(str(exc), EXIT_CONNECT)
-    except (ConfigurationError, TopologyError) as exc:
+    except TopologyError as exc:
+        fail(str(exc), EXIT_CONNECT if exc.transient else EXIT_USAGE)
+    except ConfigurationError as exc:
         fail(str(exc), EXIT_USAGE)
     except Exception as exc:
         log.exception("worker.crashed")

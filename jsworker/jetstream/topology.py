@@ -94,11 +94,11 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> None:
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code == _STREAM_NAME_IN_USE:
                     continue  # another process created it between our two calls
-                raise TopologyError(f"cannot create stream {spec.name}: {exc.description}") from exc
+                raise _failed(f"cannot create stream {spec.name}", exc) from exc
             except nats.errors.Error as exc:
-                raise TopologyError(f"cannot create stream {spec.name}: {exc}") from exc
+                raise _failed(f"cannot create stream {spec.name}", exc) from exc
         except nats.errors.Error as exc:
-            raise TopologyError(f"cannot read stream {spec.name}: {exc}") from exc
+            raise _failed(f"cannot read stream {spec.name}", exc) from exc
         await _reconcile_stream(conn, spec, info.config)
         return
     raise TopologyError(f"stream {spec.name} keeps appearing and disappearing")
@@ -110,7 +110,7 @@ async def _reconcile_stream(conn: Connection, spec: StreamSpec, current: StreamC
         raise TopologyError(
             f"stream {spec.name} exists with retention {current.retention} and subjects "
             f"{current.subjects}; jsworker expects {wanted.retention} on {list(spec.subjects)}. "
-            "Is another app with the same name (in other letter case) on this server?"
+            "Does something else on this server use that stream name?"
         )
     if (
         current.num_replicas == wanted.num_replicas
@@ -121,19 +121,24 @@ async def _reconcile_stream(conn: Connection, spec: StreamSpec, current: StreamC
     try:
         await conn.js.update_stream(wanted)
     except nats.errors.Error as exc:
-        raise TopologyError(f"cannot update stream {spec.name}: {exc}") from exc
+        raise _failed(f"cannot update stream {spec.name}", exc) from exc
 
 
 async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
     """Create the durable consumer or update it in place (the server's create is an upsert)."""
     try:
         await conn.js.add_consumer(spec.stream, spec.config())
-    except nats.js.errors.APIError as exc:
-        raise TopologyError(
-            f"cannot create consumer {spec.name} on {spec.stream}: {exc.description} (code {exc.err_code})"
-        ) from exc
     except nats.errors.Error as exc:
-        raise TopologyError(f"cannot create consumer {spec.name} on {spec.stream}: {exc!r}") from exc
+        raise _failed(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
+
+
+def _failed(what: str, exc: nats.errors.Error) -> TopologyError:
+    """A TopologyError for ``exc``, transient when the server did not (or could not yet) answer."""
+    if isinstance(exc, nats.js.errors.APIError) and not isinstance(
+        exc, nats.js.errors.ServiceUnavailableError
+    ):
+        return TopologyError(f"{what}: {exc.description} (code {exc.err_code})")
+    return TopologyError(f"{what}: {type(exc).__name__} {exc}".rstrip(), transient=True)
 
 
 def _close(a: float | None, b: float | None) -> bool:

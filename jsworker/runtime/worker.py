@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ..errors import ConfigurationError, EnqueueError, JsworkerError
+from ..errors import ConfigurationError, EnqueueError, JsworkerError, TopologyError
 from ..jetstream.connection import Connection
 from ..jetstream.consume import ConsumeError, EngineEvent, PullConsumer
 from ..jetstream.publish import Publisher
@@ -36,6 +36,8 @@ log = get_logger("jsworker.worker")
 
 # How long a dead letter that could not be stored waits before the job is tried again.
 _DLQ_RETRY_DELAY = 5.0
+# How long a starting worker waits for streams and consumers while the server cannot answer.
+_PROVISION_PATIENCE = 30.0
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class Worker:
         self.conn = conn = await Connection.open(app.connect_options("worker"))
         try:
             app.producer.bind(conn)
-            await app.provision(conn, self.queues)
+            await self._provision()
             self._limiter = Limiter(settings.concurrency)
             self._executor = Executor(app, settings.threads)
             self._dlq = Publisher(conn, retry_for=app.publish_timeout)
@@ -121,6 +123,21 @@ class Worker:
         if self._crash is not None:
             raise self._crash
         log.info("worker.stopped", **dict(self.counts))
+
+    async def _provision(self) -> None:
+        # A worker may start while its cluster elects a JetStream leader: wait that out, but
+        # give up at once on a refusal (a conflicting stream will not fix itself).
+        assert self.conn is not None
+        deadline = time.monotonic() + _PROVISION_PATIENCE
+        while True:
+            try:
+                await self.app.provision(self.conn, self.queues)
+                return
+            except TopologyError as exc:
+                if not exc.transient or time.monotonic() > deadline:
+                    raise
+                log.warning("worker.provision_retry", error=str(exc))
+                await asyncio.sleep(1.0)
 
     # -- pulling --------------------------------------------------------------------------
 
