@@ -7,10 +7,13 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
+from prometheus_client import CollectorRegistry
+
 from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions, default_servers
 from .jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
 from .naming import Namespace, validate_name
+from .observability.metrics import metrics_for
 from .producer import Producer
 from .serializers import JSONSerializer, Serializer
 from .task import ExceptionTypes, Task, TaskOptions, check_seconds
@@ -36,6 +39,7 @@ class App:
     ``JSWORKER_TLS_KEY``. ``publish_timeout`` is how long one enqueue keeps trying through a
     server restart or a leader election (same job id, so never twice) before raising
     :class:`~jsworker.EnqueueError`; ``connect_timeout`` bounds the first connection.
+    Metrics go to ``metrics_registry`` (prometheus-client's default registry if None).
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class App:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.name = validate_name("app", name)
         self.namespace = Namespace(name)
@@ -101,6 +106,7 @@ class App:
             tls_key=_or_env(tls_key, "TLS_KEY"),
             connect_deadline=check_seconds("connect_timeout", connect_timeout),
         )
+        self.metrics = metrics_for(metrics_registry)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.producer = Producer(self)
 

@@ -98,15 +98,28 @@ class Producer:
 
     async def send(self, task: Task[Any, Any], call: Call) -> Job:
         """Store one job; returns its receipt."""
+        started = time.perf_counter()
         msg = self.message(task, call)
         stored = await self._with_topology(lambda p: p.publish(msg), [msg])
+        self._count(task, stored, started)
         return self._receipt(task, call, stored[0])
 
     async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
         """Store many jobs with many acknowledgements outstanding; receipts in order."""
+        started = time.perf_counter()
         msgs = [self.message(task, call) for call in calls]
         stored = await self._with_topology(lambda p: p.publish_many(msgs), msgs)
+        self._count(task, stored, started)
         return [self._receipt(task, call, s) for call, s in zip(calls, stored, strict=True)]
+
+    def _count(self, task: Task[Any, Any], stored: list[Stored], started: float) -> None:
+        metrics = self._app.metrics
+        duplicates = sum(s.duplicate for s in stored)
+        labels = (task.queue, task.name)
+        metrics.enqueued.labels(*labels).inc(len(stored) - duplicates)
+        if duplicates:
+            metrics.duplicates.labels(*labels).inc(duplicates)
+        metrics.enqueue_duration.labels(*labels).observe(time.perf_counter() - started)
 
     async def _with_topology(
         self, op: Callable[[Publisher], Awaitable[Stored | list[Stored]]], msgs: list[OutMessage]

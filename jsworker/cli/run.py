@@ -6,6 +6,7 @@ import asyncio
 import signal
 
 import click
+import prometheus_client
 
 from ..errors import ConfigurationError, ConnectError, TopologyError
 from ..observability.logging import LEVELS, configure_logging, get_logger
@@ -48,6 +49,16 @@ log = get_logger("jsworker.cli")
     show_default=True,
     help="Seconds running jobs get to finish after SIGTERM before they are cancelled and requeued.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    envvar="JSWORKER_METRICS_PORT",
+    default=None,
+    help="Serve Prometheus metrics on this port (off by default) [env: JSWORKER_METRICS_PORT].",
+)
+@click.option(
+    "--metrics-addr", default="0.0.0.0", show_default=True, help="Address the metrics server binds."
+)
 @connection_options
 @click.option("--log-level", type=click.Choice(LEVELS), default="info", show_default=True)
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
@@ -58,6 +69,8 @@ def run(
     threads: int,
     max_messages: int | None,
     grace: float,
+    metrics_port: int | None,
+    metrics_addr: str,
     log_level: str,
     log_format: str,
     **connection: str | None,
@@ -79,6 +92,11 @@ def run(
         max_messages=max_messages,
         grace=grace,
     )
+    if metrics_port is not None:
+        try:
+            prometheus_client.start_http_server(metrics_port, metrics_addr, registry=app.metrics.registry)
+        except OSError as exc:
+            fail(f"cannot serve metrics on {metrics_addr}:{metrics_port}: {exc.strerror or exc}", EXIT_USAGE)
     worker = Worker(app, settings)
     try:
         asyncio.run(_serve(worker))

@@ -19,14 +19,16 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from .. import __version__
 from ..errors import ConfigurationError, EnqueueError, JsworkerError, TopologyError
 from ..jetstream.connection import Connection
-from ..jetstream.consume import ConsumeError, EngineEvent, PullConsumer
+from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
 from .deadletter import dead_letter
 from .execution import Executor, JobRun, identify
 from .limiter import Limiter
+from .observe import EngineObserver, record_job
 from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, settle
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ class Worker:
         self._jobs: dict[asyncio.Task[None], JobRun] = {}
         self._crash: BaseException | None = None
         self._cancelling = False
+        self._in_flight = app.metrics.in_flight
 
     # -- control --------------------------------------------------------------------------
 
@@ -97,6 +100,7 @@ class Worker:
         self.conn = conn = await Connection.open(app.connect_options("worker"))
         try:
             app.producer.bind(conn)
+            self._announce(conn)
             await self._provision()
             self._limiter = Limiter(settings.concurrency)
             self._executor = Executor(app, settings.threads)
@@ -123,6 +127,17 @@ class Worker:
         if self._crash is not None:
             raise self._crash
         log.info("worker.stopped", **dict(self.counts))
+
+    def _announce(self, conn: Connection) -> None:
+        metrics = self.app.metrics
+        metrics.concurrency.set(self.settings.concurrency)
+        metrics.worker_info.labels(__version__, self.app.name, ",".join(self.queues)).set(1)
+
+        async def reconnected() -> None:
+            metrics.reconnects.inc()
+            log.info("worker.reconnected")
+
+        conn.on_reconnect(reconnected)
 
     async def _provision(self) -> None:
         # A worker may start while its cluster elects a JetStream leader: wait that out, but
@@ -175,8 +190,8 @@ class Worker:
                 with contextlib.suppress(JsworkerError):
                     await self.app.provision(self.conn, [queue])
 
-    def _engine_event(self, queue: str) -> EngineEventLogger:
-        return EngineEventLogger(queue, self.counts)
+    def _engine_event(self, queue: str) -> EngineObserver:
+        return EngineObserver(queue, self.app.metrics, self.counts)
 
     def _loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
@@ -209,6 +224,7 @@ class Worker:
             lag = time.monotonic() - before - tick
             if lag >= self.settings.blocked_loop_warning:
                 self.counts["event_loop_blocked"] += 1
+                self.app.metrics.loop_blocked.inc()
                 running = sorted(
                     {job.task_name for job in self._jobs.values() if job.task and job.task.is_async}
                 )
@@ -219,10 +235,12 @@ class Worker:
     def _spawn(self, job: JobRun) -> None:
         task = asyncio.create_task(self._process(job))
         self._jobs[task] = job
+        self._in_flight.inc()
         task.add_done_callback(self._job_done)
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         self._jobs.pop(task, None)
+        self._in_flight.dec()
         self._limiter.release()
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("job.internal_error", error=repr(exc))
@@ -246,16 +264,7 @@ class Worker:
         policy = RetryPolicy(options.max_retries, options.retry_backoff, options.retry_backoff_max)
         decision = settle(outcome, job.attempt, policy)
         await self._apply(job, outcome, decision)
-        self.counts[outcome.kind.value] += 1
-        duration = round(time.monotonic() - started, 6)
-        if decision.verb is Verb.ACK:
-            log.info("job.succeeded", duration=duration)
-        elif decision.verb is Verb.NAK:
-            log.warning("job.retry", outcome=outcome.kind.value, reason=outcome.reason, delay=decision.delay)
-        else:
-            log.error(
-                "job.dead_lettered", outcome=outcome.kind.value, reason=decision.reason, duration=duration
-            )
+        record_job(self.app.metrics, self.counts, job, outcome, decision, time.monotonic() - started)
 
     async def _apply(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
         delivery = job.delivery
@@ -313,22 +322,3 @@ class Worker:
             await consumer.close()
         if self.conn is not None:
             await self.conn.flush()
-
-
-class EngineEventLogger:
-    """Turns pull-loop events into log lines and counts (heartbeats and pulls stay quiet)."""
-
-    def __init__(self, queue: str, counts: Counter[str]) -> None:
-        self.queue = queue
-        self.counts = counts
-
-    def __call__(self, event: EngineEvent, detail: str) -> None:
-        if event in (EngineEvent.PULL, EngineEvent.HEARTBEAT):
-            return
-        self.counts[f"engine.{event.value}"] += 1
-        if event is EngineEvent.STATUS:
-            log.debug("pull.status", queue=self.queue, status=detail)
-        elif event is EngineEvent.RECONNECT:
-            log.info("pull.reconnected", queue=self.queue)
-        else:
-            log.warning(f"pull.{event.value}", queue=self.queue, detail=detail)

@@ -1,0 +1,82 @@
+"""What the worker tells operators about jobs and the pull loop: log events and metrics.
+
+Kept apart from the worker so the worker reads as control flow; everything here is a
+side-channel that must never change a job's fate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from ..jetstream.consume import EngineEvent
+from ..observability.logging import get_logger
+from ..observability.metrics import UNKNOWN, Metrics
+from .execution import JobRun
+from .settlement import Decision, Outcome, OutcomeKind, Verb
+
+log = get_logger("jsworker.worker")
+
+_NOT_STARTED = (OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
+
+
+def record_job(
+    metrics: Metrics, counts: Counter[str], job: JobRun, outcome: Outcome, decision: Decision, duration: float
+) -> None:
+    """Count and log one settled job (one event per job, bound to its id by the caller)."""
+    kind = outcome.kind
+    counts[kind.value] += 1
+    m = metrics.task(job.queue, job.task_name if job.task is not None else UNKNOWN)
+    if kind not in _NOT_STARTED:
+        m.started.inc()
+        m.duration.observe(duration)
+        context = job.context
+        if context is not None and context.enqueued_at is not None and job.attempt == 1:
+            m.queue_wait.observe(max(0.0, time.time() - context.enqueued_at - duration))
+    if kind is OutcomeKind.SUCCEEDED:
+        m.succeeded.inc()
+    elif kind is OutcomeKind.FAILED:
+        m.failed.inc()
+    elif kind is OutcomeKind.TIMED_OUT:
+        m.timed_out.inc()
+    if decision.verb is Verb.ACK:
+        log.info("job.succeeded", duration=round(duration, 6))
+    elif decision.verb is Verb.NAK:
+        if kind is not OutcomeKind.CANCELLED:
+            m.retried.inc()
+        log.warning("job.retry", outcome=kind.value, reason=outcome.reason, delay=decision.delay)
+    else:
+        m.dead_lettered[kind.value].inc()
+        log.error(
+            "job.dead_lettered", outcome=kind.value, reason=decision.reason, duration=round(duration, 6)
+        )
+
+
+class EngineObserver:
+    """Turns pull-loop events into metrics, counts and log lines (pulls and heartbeats stay quiet)."""
+
+    def __init__(self, queue: str, metrics: Metrics, counts: Counter[str]) -> None:
+        self.queue = queue
+        self.counts = counts
+        self._pulls = metrics.pulls.labels(queue)
+        self._missed = metrics.heartbeats_missed.labels(queue)
+        self._restarts = metrics.pull_restarts.labels(queue)
+
+    def __call__(self, event: EngineEvent, detail: str) -> None:
+        if event is EngineEvent.PULL:
+            self._pulls.inc()
+            return
+        if event is EngineEvent.HEARTBEAT:
+            return
+        self.counts[f"engine.{event.value}"] += 1
+        if event is EngineEvent.STATUS:
+            log.debug("pull.status", queue=self.queue, status=detail)
+            return
+        if event is EngineEvent.MISSED_HEARTBEATS:
+            self._missed.inc()
+        elif event in (EngineEvent.RECONNECT, EngineEvent.ERROR):
+            self._restarts.inc()
+        if event is EngineEvent.RECONNECT:
+            log.info("pull.reconnected", queue=self.queue)
+        else:
+            log.warning(f"pull.{event.value}", queue=self.queue, detail=detail)
