@@ -1,0 +1,153 @@
+"""Metrics, read from a real worker's /metrics endpoint after a known mix of outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+import jsworker
+from jsworker.testing import NatsServer
+
+from .workers import APPS, stop, wait_until, worker_env
+
+sys.path.insert(0, str(APPS))
+import metrics_app
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the endpoint, keyed by (name, sorted labels)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture
+def worker(nats_server: NatsServer, tmp_path: Path) -> Iterator[int]:
+    """A worker of metrics_app serving metrics on a free port; yields the port."""
+    port = _free_port()
+    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below, after the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jsworker", "run", "metrics_app", "-c", "7", "--metrics-port", str(port),
+         "--metrics-addr", "127.0.0.1", "--log-level", "warning"],
+        env=worker_env(nats_server.url),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: _answers(port), 20, "the metrics endpoint")
+        yield port
+    finally:
+        stop(proc)
+        log.close()
+
+
+def _answers(port: int) -> bool:
+    try:
+        scrape(port)
+        return True
+    except OSError:
+        return False
+
+
+async def _publish_unknown(url: str) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().publish(
+            "jsw.met.q.default.ghost", b'{"args":[],"kwargs":{}}', headers={"Nats-Msg-Id": "ghost"}
+        )
+    finally:
+        await nc.close()
+
+
+def test_metrics_count_a_known_mix_of_outcomes(nats_server: NatsServer, worker: int) -> None:
+    """5 successes, 2 jobs retried once, 1 job timing out twice, 1 rejection, 1 unknown task."""
+    app = metrics_app.app
+    app.servers = [nats_server.url]
+    registry = CollectorRegistry()
+    producer_metrics = app.metrics
+    try:
+        app.metrics = type(producer_metrics)(registry)  # the producer's own counts, apart
+        metrics_app.ok.delay_many([() for _ in range(5)])
+        metrics_app.flaky.delay()
+        metrics_app.flaky.delay()
+        metrics_app.slow.delay()
+        metrics_app.refuse.delay()
+        dup = metrics_app.ok.apply(job_id="same")
+        metrics_app.ok.apply(job_id="same")
+        assert not dup.duplicate
+        asyncio.run(_publish_unknown(nats_server.url))
+
+        def settled() -> bool:
+            s = scrape(worker)
+            return (
+                value(s, "jsworker_jobs_succeeded_total", queue="default", task="ok") == 6
+                and value(s, "jsworker_jobs_succeeded_total", queue="default", task="flaky") == 2
+                and value(
+                    s, "jsworker_jobs_dead_lettered_total", queue="default", task="slow", outcome="timed_out"
+                )
+                == 1
+            )
+
+        wait_until(settled, 30, "every job to settle")
+        time.sleep(0.3)
+        s = scrape(worker)
+
+        def v(name: str, **labels: str) -> float:
+            return value(s, name, **labels)
+
+        d = {"queue": "default"}
+        assert v("jsworker_jobs_started_total", **d, task="ok") == 6
+        assert v("jsworker_jobs_started_total", **d, task="flaky") == 4
+        assert v("jsworker_jobs_retried_total", **d, task="flaky") == 2
+        assert v("jsworker_jobs_failed_total", **d, task="flaky") == 0  # Retry is not a failure
+        assert v("jsworker_jobs_started_total", **d, task="slow") == 2
+        assert v("jsworker_jobs_timed_out_total", **d, task="slow") == 2
+        assert v("jsworker_jobs_retried_total", **d, task="slow") == 1
+        assert v("jsworker_jobs_started_total", **d, task="refuse") == 1
+        assert v("jsworker_jobs_dead_lettered_total", **d, task="refuse", outcome="rejected") == 1
+        assert v("jsworker_jobs_dead_lettered_total", **d, task="_unknown", outcome="bad_input") == 1
+        assert v("jsworker_jobs_started_total", **d, task="_unknown") == 0
+        assert v("jsworker_job_duration_seconds_count", **d, task="ok") == 6
+        assert v("jsworker_job_queue_wait_seconds_count", **d, task="ok") == 6
+        assert v("jsworker_job_queue_wait_seconds_count", **d, task="flaky") == 2  # first attempts only
+        assert v("jsworker_jobs_in_flight") == 0
+        assert v("jsworker_concurrency_limit") == 7
+        assert v("jsworker_worker_info", version=jsworker.__version__, app="met", queues="default") == 1
+        assert v("jsworker_pull_requests_total", queue="default") >= 1
+        assert not [key for key in s if any(label == "job_id" for label, _ in key[1])]
+        p = {
+            (smp.name, tuple(sorted(smp.labels.items()))): smp.value
+            for family in registry.collect()
+            for smp in family.samples
+        }
+        assert value(p, "jsworker_jobs_enqueued_total", **d, task="ok") == 6
+        assert value(p, "jsworker_enqueue_duplicates_total", **d, task="ok") == 1
+        assert value(p, "jsworker_enqueue_duration_seconds_count", **d, task="ok") == 3
+    finally:
+        app.metrics = producer_metrics
+        app.close()
