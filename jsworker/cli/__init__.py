@@ -10,6 +10,7 @@ import click
 from .. import __version__
 from .dev import dev
 from .run import run
+from .status import status
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,6 +21,7 @@ def cli() -> None:
 
 cli.add_command(run)
 cli.add_command(dev)
+cli.add_command(status)
 
 
 def main() -> None:

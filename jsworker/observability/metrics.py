@@ -100,6 +100,12 @@ class Metrics:
             ("queue",),
             registry=r,
         )
+        self.oldest_pending_age = Gauge(
+            "jsworker_queue_oldest_pending_age_seconds",
+            "Age of the oldest job not yet handed to a worker (0 when none).",
+            ("queue",),
+            registry=r,
+        )
         self.dead_letters = Gauge("jsworker_dead_letters", "Messages in the dead-letter stream.", registry=r)
         # Producers.
         self.enqueued = Counter("jsworker_jobs_enqueued", "Jobs stored by producers.", _QT, registry=r)

@@ -25,6 +25,7 @@ from ..jetstream.connection import Connection
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
+from ..status import queue_status
 from .deadletter import dead_letter
 from .execution import Executor, JobRun, identify
 from .limiter import Limiter
@@ -54,6 +55,7 @@ class WorkerSettings:
     expires: float = 30.0
     idle_heartbeat: float = 5.0
     blocked_loop_warning: float = 1.0
+    stats_interval: float = 5.0
 
     @property
     def prefetch(self) -> int:
@@ -110,6 +112,7 @@ class Worker:
             ]
             loops.append(asyncio.create_task(self._heartbeats(), name="jsworker-heartbeats"))
             loops.append(asyncio.create_task(self._watch_event_loop(), name="jsworker-loop-watch"))
+            loops.append(asyncio.create_task(self._server_stats(), name="jsworker-server-stats"))
             for loop_task in loops:
                 loop_task.add_done_callback(self._loop_done)
             log.info(
@@ -229,6 +232,28 @@ class Worker:
                     {job.task_name for job in self._jobs.values() if job.task and job.task.is_async}
                 )
                 log.warning("worker.event_loop_blocked", seconds=round(lag, 3), async_tasks_running=running)
+
+    async def _server_stats(self) -> None:
+        # Read on an interval, not per scrape: a scrape must not cost server round trips, and
+        # every worker of a fleet reports the same figures (dashboards take max by queue).
+        assert self.conn is not None
+        metrics = self.app.metrics
+        while True:
+            try:
+                statuses = await queue_status(self.app, self.conn)
+            except JsworkerError as exc:
+                log.debug("worker.server_stats_failed", error=str(exc))
+            else:
+                for st in statuses:
+                    if st.queue not in self.queues:
+                        continue
+                    metrics.pending.labels(st.queue).set(st.pending)
+                    metrics.ack_pending.labels(st.queue).set(st.in_flight)
+                    metrics.redelivered.labels(st.queue).set(st.redelivered)
+                    metrics.waiting_pulls.labels(st.queue).set(st.waiting_pulls)
+                    metrics.oldest_pending_age.labels(st.queue).set(st.oldest_pending_age or 0.0)
+                metrics.dead_letters.set(sum(st.dead_letters for st in statuses))
+            await asyncio.sleep(self.settings.stats_interval)
 
     # -- running --------------------------------------------------------------------------
 

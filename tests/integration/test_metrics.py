@@ -140,6 +140,13 @@ def test_metrics_count_a_known_mix_of_outcomes(nats_server: NatsServer, worker: 
         assert v("jsworker_worker_info", version=jsworker.__version__, app="met", queues="default") == 1
         assert v("jsworker_pull_requests_total", queue="default") >= 1
         assert not [key for key in s if any(label == "job_id" for label, _ in key[1])]
+        # Server-side figures are read every few seconds, not per scrape.
+        wait_until(lambda: value(scrape(worker), "jsworker_dead_letters") == 3, 15, "the dead-letter gauge")
+        s = scrape(worker)
+        assert v("jsworker_queue_pending", queue="default") == 0
+        assert v("jsworker_queue_ack_pending", queue="default") == 0
+        assert v("jsworker_queue_waiting_pulls", queue="default") >= 1
+        assert v("jsworker_queue_oldest_pending_age_seconds", queue="default") == 0
         p = {
             (smp.name, tuple(sorted(smp.labels.items()))): smp.value
             for family in registry.collect()

@@ -1,0 +1,165 @@
+"""``jsworker status``: what every queue of an app holds right now, once or every N seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import click
+
+from ..app import App
+from ..errors import ConfigurationError, ConnectError, TopologyError
+from ..jetstream.connection import Connection
+from ..status import QueueStatus, format_age, queue_status
+from .connection import apply_connection_options, connection_options
+from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
+from .loader import AppNotFound, load_app
+
+T = TypeVar("T")
+
+_COLUMNS = ("QUEUE", "PENDING", "IN FLIGHT", "REDELIVERED", "DEAD", "WAITING", "OLDEST")
+_CLEAR = "\x1b[H\x1b[2J"
+
+
+class _Stopped(Exception):
+    """Ctrl-C or SIGTERM arrived: the command ends, successfully."""
+
+
+@click.command()
+@click.argument("app_spec", metavar="MODULE[:ATTR]")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per queue per refresh (JSON Lines).")
+@click.option(
+    "--watch",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    metavar="SECONDS",
+    help="Refresh every SECONDS until Ctrl-C.",
+)
+@connection_options
+def status(app_spec: str, as_json: bool, watch: float | None, **connection: str | None) -> None:
+    """Show every queue of the App in MODULE (or MODULE:ATTR): jobs pending, in flight,
+    redelivered, dead letters, waiting pull requests and the age of the oldest pending job.
+
+    \b
+    PENDING      stored, not yet handed to a worker
+    IN FLIGHT    handed to a worker, not acked yet (retries waiting out a backoff included)
+    REDELIVERED  of those, delivered more than once
+    DEAD         dead letters kept for the queue
+    WAITING      pull requests open on the server: > 0 means a live worker has room
+    OLDEST       age of the oldest pending job (server clock)
+    """
+    try:
+        app = load_app(app_spec)
+        apply_connection_options(app, connection)
+    except (AppNotFound, ConfigurationError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    # In a terminal --watch redraws the table in place instead of scrolling.
+    redraw = watch is not None and sys.stdout.isatty()
+    emit = _json_lines if as_json else functools.partial(_table, clear=redraw)
+    try:
+        asyncio.run(_show(app, emit, watch))
+    except ConnectError as exc:
+        fail(str(exc), EXIT_CONNECT)
+    except TopologyError as exc:
+        fail(str(exc), EXIT_CONNECT if exc.transient else EXIT_CRASH)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C before the signal handlers were in place: still a clean stop
+    except Exception as exc:
+        fail(f"status failed: {type(exc).__name__}: {exc}", EXIT_CRASH)
+
+
+async def _show(app: App, emit: Callable[[App, list[QueueStatus]], None], every: float | None) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        conn = await _unless_stopped(stop, Connection.open(app.connect_options("status")))
+    except _Stopped:
+        return
+    try:
+        while True:
+            try:
+                queues = await _unless_stopped(stop, queue_status(app, conn))
+            except (ConnectError, TopologyError) as exc:
+                # Watching is for riding through trouble: say what failed and try again.
+                if every is None or (isinstance(exc, TopologyError) and not exc.transient):
+                    raise
+                click.echo(f"warning: {exc}", err=True)
+            else:
+                emit(app, queues)
+            if every is None:
+                return
+            try:
+                await asyncio.wait_for(stop.wait(), every)
+                return
+            except TimeoutError:
+                pass
+    except _Stopped:
+        return
+    finally:
+        await conn.close()
+
+
+async def _unless_stopped(stop: asyncio.Event, work: Awaitable[T]) -> T:
+    """``await work``, unless ``stop`` is set first: then cancel it and raise _Stopped."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise _Stopped
+    return task.result()
+
+
+def _json_lines(app: App, queues: list[QueueStatus]) -> None:
+    at = round(time.time(), 3)
+    for queue in queues:
+        row = queue.as_dict()
+        if row["oldest_pending_age"] is not None:
+            row["oldest_pending_age"] = round(row["oldest_pending_age"], 3)
+        click.echo(json.dumps({"app": app.name, "time": at, **row}))
+    sys.stdout.flush()
+
+
+def _table(app: App, queues: list[QueueStatus], *, clear: bool = False) -> None:
+    rows = [
+        (
+            q.queue,
+            str(q.pending),
+            str(q.in_flight),
+            str(q.redelivered),
+            str(q.dead_letters),
+            str(q.waiting_pulls),
+            format_age(q.oldest_pending_age),
+        )
+        for q in queues
+    ]
+    widths = [max(len(r[i]) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        # Queue names left-aligned, numbers right-aligned so their digits line up.
+        first = cells[0].ljust(widths[0])
+        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
+
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    if clear:
+        click.echo(_CLEAR, nl=False)
+    click.echo(f"app {app.name}  stream {app.namespace.stream}  {stamp}")
+    click.echo(line(_COLUMNS))
+    for row in rows:
+        click.echo(line(row))
+    if not rows:
+        click.echo("(no queues: the app has no tasks and the server has no jobs for it)")
+    click.echo("")
+    sys.stdout.flush()

@@ -1,0 +1,161 @@
+"""What every queue of an app looks like on the server right now (``jsworker status``).
+
+All numbers are the server's; nothing is estimated client-side. Per refresh this costs one
+``STREAM.INFO`` on each of the two streams (per-subject counts), one ``CONSUMER.LIST`` page per
+256 consumers, and one ``STREAM.MSG.GET`` per queue that has a pending job (its oldest one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .jetstream.connection import Connection
+from .jetstream.inspect import ConsumerFacts, StreamFacts, consumer_facts, first_stored_times, stream_facts
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """One queue of an app as the server sees it.
+
+    - ``pending``: jobs stored and not yet handed to any worker (the consumer's
+      ``num_pending``; without a consumer, every stored job of the queue).
+    - ``in_flight``: jobs handed to a worker and not yet acked or terminated (``num_ack_pending``).
+      This includes jobs waiting out a retry backoff: a ``nak`` with a delay keeps the job
+      assigned on the server until it is redelivered.
+    - ``redelivered``: of ``in_flight``, jobs delivered more than once (retries, or jobs whose
+      worker died) (``num_redelivered``).
+    - ``dead_letters``: dead letters of the queue still kept in the dead-letter stream.
+    - ``waiting_pulls``: pull requests outstanding on the server (``num_waiting``). The server
+      does not tell how many workers are attached; an idle worker always keeps at least one
+      pull request open and a request goes away when its worker disconnects, so
+      ``waiting_pulls > 0`` means some live worker has room for more jobs, and 0 with
+      ``pending > 0`` means no worker is taking jobs (none running, or all of them full).
+    - ``oldest_pending_age``: seconds since the server stored the oldest ``pending`` job (not
+      counting in-flight ones), measured on the server's clock; None when nothing is pending.
+    - ``has_consumer``: whether the queue's durable consumer exists (created by workers).
+    """
+
+    queue: str
+    pending: int = 0
+    in_flight: int = 0
+    redelivered: int = 0
+    dead_letters: int = 0
+    waiting_pulls: int = 0
+    oldest_pending_age: float | None = None
+    has_consumer: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: counts as ints, the age in seconds (or None)."""
+        return asdict(self)
+
+
+def _queue_of(subject: str, prefix: str) -> str | None:
+    """``<queue>`` of ``<prefix><queue>.<task>``, else None."""
+    if not subject.startswith(prefix):
+        return None
+    rest = subject[len(prefix) :].split(".")
+    return rest[0] if len(rest) == 2 and rest[0] else None
+
+
+def _per_queue(facts: StreamFacts, prefix: str) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for subject, count in (facts.subjects or {}).items():
+        queue = _queue_of(subject, prefix)
+        if queue is not None:
+            totals[queue] = totals.get(queue, 0) + count
+    return totals
+
+
+async def queue_status(app: App, conn: Connection | None = None) -> list[QueueStatus]:
+    """The status of every queue of ``app``, sorted by name.
+
+    The queues are those with a task, those with a jsworker consumer on the job stream (a
+    consumer named ``<queue>`` filtering ``jsw.<app>.q.<queue>.>``), and those with jobs or dead
+    letters stored, so jobs for a queue nobody serves any more still show up. A stream that
+    does not exist yet (the app never ran) reads as empty. Without ``conn`` a connection is
+    opened for the call and closed after it (:class:`~jsworker.ConnectError` if none can be).
+    """
+    if conn is None:
+        own = await Connection.open(app.connect_options("status"))
+        try:
+            return await queue_status(app, own)
+        finally:
+            await own.close()
+    ns = app.namespace
+    jobs, dlq, consumers = await asyncio.gather(
+        stream_facts(conn, ns.stream, ns.job_subjects),
+        stream_facts(conn, ns.dlq_stream, ns.dlq_subjects),
+        consumer_facts(conn, ns.stream),
+    )
+    stored = _per_queue(jobs, f"jsw.{ns.app}.q.")
+    dead = _per_queue(dlq, f"jsw.{ns.app}.dlq.")
+    # A consumer with another filter is not a jsworker queue (someone's own inspector, say).
+    by_queue: dict[str, ConsumerFacts] = {
+        c.name: c for c in consumers if c.filter_subject == ns.queue_filter(c.name)
+    }
+    queues = sorted(set(app.queues) | set(by_queue) | set(stored) | set(dead))
+
+    starts: dict[str, tuple[str, int]] = {}
+    for queue in queues:
+        consumer = by_queue.get(queue)
+        if consumer is not None and consumer.num_pending > 0:
+            # Jobs past the consumer's delivered sequence are exactly the ones it has not
+            # handed out; on a work-queue stream everything before is done or in flight.
+            starts[queue] = (ns.queue_filter(queue), consumer.delivered_stream_seq + 1)
+        elif consumer is None and stored.get(queue, 0) > 0:
+            starts[queue] = (ns.queue_filter(queue), jobs.first_seq)
+    oldest = await first_stored_times(conn, ns.stream, starts)
+    # The server's clock when it answered: ages do not depend on this machine's clock.
+    now = jobs.server_time or time.time()
+
+    result = []
+    for queue in queues:
+        consumer = by_queue.get(queue)
+        stored_at = oldest.get(queue)
+        age = None if stored_at is None else max(0.0, now - stored_at)
+        if consumer is None:
+            result.append(
+                QueueStatus(
+                    queue=queue,
+                    pending=stored.get(queue, 0),
+                    dead_letters=dead.get(queue, 0),
+                    oldest_pending_age=age,
+                )
+            )
+            continue
+        result.append(
+            QueueStatus(
+                queue=queue,
+                pending=consumer.num_pending,
+                in_flight=consumer.num_ack_pending,
+                redelivered=consumer.num_redelivered,
+                dead_letters=dead.get(queue, 0),
+                waiting_pulls=consumer.num_waiting,
+                oldest_pending_age=age,
+                has_consumer=True,
+            )
+        )
+    return result
+
+
+def format_age(seconds: float | None) -> str:
+    """``3s``, ``2m5s``, ``1h2m``, ``3d4h``; ``-`` for None. Two units at most: it is for eyes."""
+    if seconds is None:
+        return "-"
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
