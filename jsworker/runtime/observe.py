@@ -40,7 +40,7 @@ def record_job(
     elif kind is OutcomeKind.TIMED_OUT:
         m.timed_out.inc()
     if decision.verb is Verb.ACK:
-        log.info("job.succeeded", duration=round(duration, 6))
+        log.info("job.succeeded", outcome=kind.value, duration=round(duration, 6))
     elif decision.verb is Verb.NAK:
         if kind is not OutcomeKind.CANCELLED:
             m.retried.inc()
