@@ -125,14 +125,6 @@ class Producer:
         self, op: Callable[[Publisher], Awaitable[Stored | list[Stored]]], msgs: list[OutMessage]
     ) -> list[Stored]:
         conn = await self.connection()
-        limit = conn.max_payload
-        for msg in msgs:
-            # Headers count against max_payload too; leave them generous room.
-            if len(msg.body) + 512 > limit:
-                raise EnqueueError(
-                    f"job {msg.headers[MSG_ID]} is {len(msg.body)} bytes; the server accepts at most "
-                    f"{limit} bytes per message (max_payload)"
-                )
         publisher = Publisher(conn, timeout=_ATTEMPT_TIMEOUT, retry_for=self._app.publish_timeout)
         try:
             result = await op(publisher)

@@ -9,6 +9,7 @@ import click
 
 from .. import __version__
 from .dev import dev
+from .dlq import dlq
 from .run import run
 from .status import status
 
@@ -22,6 +23,7 @@ def cli() -> None:
 cli.add_command(run)
 cli.add_command(dev)
 cli.add_command(status)
+cli.add_command(dlq)
 
 
 def main() -> None:

@@ -25,6 +25,10 @@ class NoStreamError(EnqueueError):
     """No stream holds the subject: the app's topology has not been created yet."""
 
 
+class PayloadTooLargeError(EnqueueError):
+    """Body and headers together exceed the server's ``max_payload``; nothing was sent."""
+
+
 @dataclass(frozen=True, slots=True)
 class OutMessage:
     """A message to store: subject, body and headers (which must include ``Nats-Msg-Id``)."""
@@ -32,6 +36,27 @@ class OutMessage:
     subject: str
     body: bytes
     headers: Mapping[str, str]
+
+    @property
+    def size(self) -> int:
+        """Bytes the server counts against ``max_payload``: body plus the encoded header block."""
+        header_block = len(b"NATS/1.0\r\n\r\n") + sum(
+            len(k.encode()) + len(v.encode()) + 4 for k, v in self.headers.items()
+        )
+        return len(self.body) + header_block
+
+
+def check_size(msg: OutMessage, max_payload: int) -> None:
+    """Raise :class:`PayloadTooLargeError` before sending a message the server would refuse.
+
+    The client checks only the body; an oversized header block gets the connection closed by
+    the server for good, so it must never be sent.
+    """
+    if msg.size > max_payload:
+        raise PayloadTooLargeError(
+            f"job {msg.headers.get(MSG_ID)} is {msg.size} bytes with its headers; the server accepts "
+            f"at most {max_payload} bytes per message (max_payload)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +97,7 @@ class Publisher:
 
     async def publish(self, msg: OutMessage) -> Stored:
         """Store one message and wait for the server's acknowledgement."""
+        check_size(msg, self.conn.max_payload)
         deadline = time.monotonic() + self.retry_for
         last: BaseException | None = None
         attempts = 0
@@ -105,6 +131,8 @@ class Publisher:
         are published once more one by one (same ids), so the call either stores all of them
         or raises.
         """
+        for msg in msgs:
+            check_size(msg, self.conn.max_payload)
         results: list[Stored | None] = [None] * len(msgs)
         for start in range(0, len(msgs), self.window):
             chunk = range(start, min(start + self.window, len(msgs)))

@@ -17,6 +17,7 @@ from ..errors import ConfigurationError
 from ..jetstream.publish import OutMessage
 from ..naming import Namespace, validate_name
 from ..wire import (
+    BODY_TRUNCATED,
     DLQ_AT,
     DLQ_ATTEMPTS,
     DLQ_ERROR,
@@ -63,8 +64,14 @@ def dead_letter(
     attempt: int,
     reason: str,
     error: BaseException | None,
+    max_payload: int | None = None,
 ) -> OutMessage:
-    """The dead-letter message for a job."""
+    """The dead-letter message for a job, made to fit ``max_payload`` when given.
+
+    A job that nearly filled the limit leaves no room for what went wrong: the traceback goes
+    first, then the error text, and last the body is cut (``Jsw-Dlq-Body-Truncated`` then
+    holds its original size) — a dead letter that cannot be stored would keep the job alive.
+    """
     out = {k: v for k, v in headers.items() if not k.lower().startswith(_SERVER_PREFIX)}
     out.update(
         {
@@ -84,4 +91,16 @@ def dead_letter(
         tb = "".join(traceback.format_exception(error))[-_MAX_TRACEBACK:]
         # JSON keeps the traceback's newlines without putting one in the header.
         out[DLQ_TRACEBACK] = json.dumps(tb)
-    return OutMessage(subject=ns.dlq_subject(queue, task_token(task)), body=body, headers=out)
+    msg = OutMessage(subject=ns.dlq_subject(queue, task_token(task)), body=body, headers=out)
+    if max_payload is None:
+        return msg
+    for optional in (DLQ_TRACEBACK, DLQ_ERROR):
+        if msg.size <= max_payload:
+            return msg
+        out.pop(optional, None)
+        msg = OutMessage(msg.subject, body, out)
+    if msg.size > max_payload:
+        out[BODY_TRUNCATED] = str(len(body))
+        room = max(0, max_payload - OutMessage(msg.subject, b"", out).size)
+        msg = OutMessage(msg.subject, body[:room], out)
+    return msg

@@ -63,6 +63,13 @@ class Executor:
         task = job.task
         if task is None:
             return Outcome(OutcomeKind.BAD_INPUT, f"unknown task {job.task_name!r} on queue {job.queue!r}")
+        if task.queue != job.queue:
+            # Only a hand-made message gets here; running it would bypass the other queue's
+            # workers, limits and ack_wait.
+            return Outcome(
+                OutcomeKind.BAD_INPUT,
+                f"task {task.name!r} belongs to queue {task.queue!r}, not {job.queue!r}",
+            )
         if exceeds_attempts(job.attempt, task.options.max_retries):
             return Outcome(
                 OutcomeKind.POISON,

@@ -316,6 +316,7 @@ class Worker:
             attempt=job.attempt,
             reason=reason,
             error=outcome.error,
+            max_payload=self.conn.max_payload if self.conn is not None else None,
         )
         try:
             await self._dlq.publish(msg)

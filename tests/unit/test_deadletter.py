@@ -179,3 +179,26 @@ def test_body_is_byte_identical() -> None:
     """The dead letter's body is exactly the job's payload, even if it is not valid UTF-8."""
     assert _letter().body == BODY
     assert _letter(body=b"").body == b""
+
+
+def test_dead_letter_shrinks_to_fit_max_payload() -> None:
+    """A job that nearly filled max_payload still gets a dead letter that fits: the traceback and
+    error go first, then the body is cut and its original size recorded."""
+    from jsworker.wire import BODY_TRUNCATED, DLQ_ERROR, DLQ_TRACEBACK
+
+    try:
+        raise ValueError("x" * 900)
+    except ValueError as exc:
+        error = exc
+    big = b"b" * 4000
+    roomy = _letter(body=big, error=error)
+    assert DLQ_TRACEBACK in roomy.headers
+    limit = len(big) + 400
+    fitted = _letter(body=big, error=error, max_payload=limit)
+    assert fitted.size <= limit
+    assert DLQ_TRACEBACK not in fitted.headers and DLQ_ERROR not in fitted.headers
+    assert fitted.body == big
+    cut = _letter(body=big, error=error, max_payload=3000)
+    assert cut.size <= 3000
+    assert cut.headers[BODY_TRUNCATED] == "4000"
+    assert big.startswith(cut.body) and len(cut.body) < 4000

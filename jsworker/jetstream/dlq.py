@@ -1,0 +1,230 @@
+"""Raw access to a dead-letter stream: read, scan, delete and purge its messages by sequence.
+
+The stream has Limits retention, so nothing here removes a message by consuming it: reads go
+through the stream API (``STREAM.MSG.GET``) or a throwaway ordered-by-sequence pull consumer
+with no acks, and removal is an explicit delete or purge. A stream that does not exist yet (no
+worker ever ran) reads as empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from ..errors import JsworkerError
+from .connection import Connection
+
+# Added by the server to messages of a headers-only consumer: the size of the body left out.
+_MSG_SIZE = "Nats-Msg-Size"
+_NO_MESSAGE = 10057  # STREAM.MSG.DELETE of a sequence that holds no message
+_FETCH_WAIT = 5.0
+# A throwaway consumer outlives a crashed reader only this long (seconds).
+_INACTIVE = 60.0
+# Per fetch: headers are small, bodies may be large, so ask for fewer of those at a time.
+_BATCH_HEADERS = 1000
+_BATCH_BODIES = 100
+
+
+class DlqStreamError(JsworkerError):
+    """A request on the dead-letter stream failed.
+
+    ``transient`` is True when the server did not answer (trying again may work), False when
+    it refused the request.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message of the stream as stored.
+
+    ``body`` is None when it was read headers only; ``size`` is the body's length either way.
+    ``stored_at`` is the server's timestamp in unix seconds, when known.
+    """
+
+    seq: int
+    subject: str
+    headers: Mapping[str, str]
+    body: bytes | None
+    size: int
+    stored_at: float | None = None
+
+
+class DlqStream:
+    """The dead-letter stream named ``stream``, reached over ``conn``."""
+
+    def __init__(self, conn: Connection, stream: str) -> None:
+        self.conn = conn
+        self.stream = stream
+
+    async def get(self, seq: int) -> StoredMessage | None:
+        """The message at ``seq`` with its body, or None when there is none."""
+        with _errors(f"cannot read message {seq} of {self.stream}"):
+            try:
+                raw = await self.conn.js.get_msg(self.stream, seq)
+            except nats.js.errors.NotFoundError:
+                return None  # no such message, or no such stream
+        body = raw.data or b""
+        return StoredMessage(
+            seq=int(raw.seq or seq),
+            subject=raw.subject or "",
+            headers=dict(raw.headers or {}),
+            body=body,
+            size=len(body),
+            stored_at=raw.time.timestamp() if raw.time is not None else None,
+        )
+
+    async def scan(
+        self, subject: str, *, bodies: bool, stop_seq: int | None = None
+    ) -> AsyncGenerator[StoredMessage, None]:
+        """Messages on ``subject`` (wildcards allowed), oldest first.
+
+        Stops after ``stop_seq`` when given, so a caller that causes new messages (a replay
+        whose jobs fail again) does not chase its own tail. Close the iterator (``aclosing``)
+        when leaving early: that deletes the consumer at once instead of after a minute.
+        """
+        config = ConsumerConfig(
+            ack_policy=AckPolicy.NONE,
+            deliver_policy=DeliverPolicy.ALL,
+            filter_subject=subject,
+            headers_only=None if bodies else True,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=_INACTIVE,
+        )
+        with _errors(f"cannot read {self.stream}"):
+            try:
+                info = await self.conn.js.add_consumer(self.stream, config)
+            except nats.js.errors.NotFoundError:
+                return
+        name = str(info.name)
+        try:
+            if not info.num_pending:
+                return
+            with _errors(f"cannot read {self.stream}"):
+                sub = await self.conn.js.pull_subscribe_bind(name, self.stream)
+            try:
+                async for msg in self._messages(sub, name, _BATCH_BODIES if bodies else _BATCH_HEADERS):
+                    meta = msg.metadata
+                    if stop_seq is not None and meta.sequence.stream > stop_seq:
+                        return
+                    yield _stored(msg, bodies)
+                    if meta.num_pending == 0:
+                        return
+            finally:
+                with contextlib.suppress(nats.errors.Error, TimeoutError):
+                    await sub.unsubscribe()
+        finally:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await self.conn.js.delete_consumer(self.stream, name)
+
+    async def _messages(self, sub: Any, name: str, batch: int) -> AsyncIterator[Msg]:
+        while True:
+            try:
+                with _errors(f"cannot read {self.stream}"):
+                    msgs: list[Msg] = await sub.fetch(batch, timeout=_FETCH_WAIT)
+            except DlqStreamError:
+                # Messages counted as pending may have been deleted or expired since: the
+                # consumer then has nothing left, which is the end, not an error.
+                with _errors(f"cannot read {self.stream}"):
+                    info = await self.conn.js.consumer_info(self.stream, name)
+                if not info.num_pending:
+                    return
+                raise
+            for msg in msgs:
+                yield msg
+
+    async def delete(self, seq: int) -> bool:
+        """Remove the message at ``seq``; False when it was already gone."""
+        with _errors(f"cannot delete message {seq} of {self.stream}"):
+            try:
+                return bool(await self.conn.js.delete_msg(self.stream, seq))
+            except nats.js.errors.NotFoundError:
+                return False
+            except nats.js.errors.APIError as exc:
+                if exc.err_code == _NO_MESSAGE:
+                    return False
+                raise
+
+    async def purge(self, subject: str | None = None, *, before_seq: int | None = None) -> int:
+        """Remove every message (on ``subject``, below ``before_seq``, when given).
+
+        Returns how many were removed. Far cheaper than deleting the same messages one by one.
+        """
+        request: dict[str, Any] = {}
+        if subject:
+            request["filter"] = subject
+        if before_seq is not None:
+            request["seq"] = before_seq
+        with _errors(f"cannot purge {self.stream}"):
+            try:
+                # nats-py's purge_stream keeps only "success"; the count is in the raw response.
+                response = await self.conn.js._api_request(
+                    f"{self.conn.js._prefix}.STREAM.PURGE.{self.stream}", json.dumps(request).encode()
+                )
+            except nats.js.errors.NotFoundError:
+                return 0
+        return int(response.get("purged", 0))
+
+    async def count(self, subject: str | None = None) -> int:
+        """Messages stored (on ``subject`` when given)."""
+        with _errors(f"cannot read {self.stream}"):
+            try:
+                info = await self.conn.js.stream_info(self.stream, subjects_filter=subject)
+            except nats.js.errors.NotFoundError:
+                return 0
+        if subject is None:
+            return int(info.state.messages)
+        return sum((info.state.subjects or {}).values())
+
+    async def last_seq(self) -> int:
+        """Sequence of the newest message ever stored (0 for a new or missing stream)."""
+        with _errors(f"cannot read {self.stream}"):
+            try:
+                info = await self.conn.js.stream_info(self.stream)
+            except nats.js.errors.NotFoundError:
+                return 0
+        return int(info.state.last_seq)
+
+
+def _stored(msg: Msg, bodies: bool) -> StoredMessage:
+    headers = dict(msg.headers or {})
+    size_header = headers.pop(_MSG_SIZE, None)
+    body = msg.data if bodies else None
+    try:
+        size = int(size_header) if size_header is not None else len(msg.data)
+    except ValueError:
+        size = len(msg.data)
+    meta = msg.metadata
+    return StoredMessage(
+        seq=int(meta.sequence.stream),
+        subject=msg.subject,
+        headers=headers,
+        body=body,
+        size=size,
+        stored_at=meta.timestamp.timestamp() if meta.timestamp is not None else None,
+    )
+
+
+@contextlib.contextmanager
+def _errors(what: str) -> Iterator[None]:
+    """Turn the client's errors into :class:`DlqStreamError`."""
+    try:
+        yield
+    except nats.js.errors.APIError as exc:
+        transient = isinstance(exc, nats.js.errors.ServiceUnavailableError)
+        raise DlqStreamError(f"{what}: {exc.description or exc}", transient=transient) from exc
+    except (nats.errors.Error, TimeoutError) as exc:
+        text = str(exc).strip() or type(exc).__name__
+        raise DlqStreamError(f"{what}: {text}", transient=True) from exc

@@ -1,0 +1,83 @@
+"""Tasks the fault tests run in real ``jsworker run`` processes.
+
+Every execution appends ``<event> <job id> <task> <pid> <attempt> <monotonic time>`` to the
+file named by ``JSW_TEST_RECORD`` (``start`` before the work, ``done`` after it). One short
+``O_APPEND`` write is atomic, so several worker processes can share the file, and a worker
+killed mid-job leaves either a whole line or none. ``time.monotonic()`` is the system-wide
+``CLOCK_MONOTONIC`` on Linux, so the test process can compare it with its own clock.
+
+``JSW_FAULT_REPLICAS`` sets the stream replicas (3 for the cluster tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+from jsworker import App, current_job
+
+# ack_wait=2 on every task: a queue's ack_wait is the largest of its tasks', and a short one
+# makes the server redeliver a dead worker's jobs within seconds instead of 30 s.
+app = App("flt", replicas=int(os.environ.get("JSW_FAULT_REPLICAS", "1")), ack_wait=2)
+
+
+def record(event: str) -> None:
+    """Append one line for the running job."""
+    job = current_job()
+    line = f"{event} {job.id} {job.task} {os.getpid()} {job.attempt} {time.monotonic():.6f}\n".encode()
+    fd = os.open(os.environ["JSW_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+@app.task
+async def work(n: int, ms: float) -> int:
+    """A job that waits ``ms`` milliseconds: many of them are in flight at once."""
+    record("start")
+    await asyncio.sleep(ms / 1000)
+    record("done")
+    return n
+
+
+@app.task(dont_retry_on=(TypeError,))
+async def typed(n: int) -> int:
+    """Checks its argument's type: a wrong one is a TypeError, which is never retried."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"n must be an int, not {type(n).__name__}")
+    record("done")
+    return n
+
+
+@app.task
+def blob(data: str) -> int:
+    """Takes a large argument (a job near the server's max_payload)."""
+    record("done")
+    return len(data)
+
+
+@app.task(queue="other")
+async def elsewhere(n: int) -> int:
+    """A task of another queue: its jobs must only ever run from that queue."""
+    record("done")
+    return n
+
+
+# A job that kills its worker every time. ack_wait=1 on its own queue: after each crash the
+# server hands it out again within a second.
+@app.task(queue="poison", max_retries=2, ack_wait=1)
+def exit_worker(n: int) -> None:
+    """Ends the worker process at once from a worker thread (no cleanup, exit code 1)."""
+    record("start")
+    os._exit(1)
+
+
+@app.task(queue="poison", max_retries=2, ack_wait=1)
+async def kill_worker(n: int) -> None:
+    """SIGKILLs the worker process it runs in, from the event loop."""
+    record("start")
+    os.kill(os.getpid(), signal.SIGKILL)
+    await asyncio.sleep(10)  # the signal arrives before this ends

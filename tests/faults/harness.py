@@ -1,0 +1,419 @@
+"""What the fault tests share: worker processes, the record file, stream and dead-letter reads,
+and the one-line JSON summary each test prints.
+
+Workers are real ``jsworker run fault_app`` processes (``apps/`` on their PYTHONPATH) that we
+start, signal and reap through their own ``Popen`` handles only. Servers come from the
+``nats_server`` / ``nats_cluster`` fixtures; everything here talks to them over loopback with
+plain nats-py, so a helper never depends on the package code under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import nats
+from nats.aio.client import Client
+
+if TYPE_CHECKING:
+    from jsworker.testing import NatsCluster
+
+APPS = Path(__file__).parent / "apps"
+ROOT = Path(__file__).parents[2]
+
+APP = "flt"
+STREAM = "JSW_FLT"
+DLQ_STREAM = "JSW_FLT_DLQ"
+
+
+def _urls(urls: str | Sequence[str]) -> list[str]:
+    return [urls] if isinstance(urls, str) else list(urls)
+
+
+# -- worker processes ---------------------------------------------------------------------
+
+
+def worker_env(urls: str | Sequence[str], record: Path) -> dict[str, str]:
+    """Environment of a worker process: the servers, apps/ importable, the record file."""
+    env = dict(os.environ)
+    env["JSWORKER_URL"] = ",".join(_urls(urls))
+    env["PYTHONPATH"] = os.pathsep.join([str(APPS), str(ROOT), env.get("PYTHONPATH", "")])
+    env["JSW_TEST_RECORD"] = str(record)
+    return env
+
+
+class WorkerProc:
+    """One ``jsworker run`` subprocess, its log file and how it ended."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        record: Path,
+        log: Path,
+        *args: str,
+        module: str = "fault_app",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.log = log
+        full_env = {**worker_env(urls, record), **(env or {})}
+        self._log_offset = log.stat().st_size if log.exists() else 0
+        with open(log, "ab") as out:
+            # info level: the log must show "worker.started", which is how we know it pulls.
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "jsworker", "run", module, "--log-format", "json", *args],
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _log_lines(self) -> list[str]:
+        with open(self.log, "rb") as f:
+            f.seek(self._log_offset)
+            return f.read().decode(errors="replace").splitlines()
+
+    def log_events(self) -> list[dict[str, Any]]:
+        """This run's structured log events (lines that are not JSON are skipped)."""
+        out = []
+        for line in self._log_lines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                out.append(event)
+        return out
+
+    def wait_started(self, timeout: float = 30.0) -> None:
+        """Block until the worker logged ``worker.started`` (streams and consumers exist, pulls sent)."""
+
+        def started() -> bool:
+            if not self.alive():
+                raise AssertionError(f"worker {self.pid} exited with {self.proc.returncode}:\n{self.tail()}")
+            return any(e.get("event") == "worker.started" for e in self.log_events())
+
+        wait_until(started, timeout, f"worker {self.pid} to start")
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self._log_lines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL our process (only if it is still ours to signal) and reap it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM, wait for the exit (SIGKILL after ``timeout``); returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+class Workers:
+    """Every worker a test started, stopped (SIGTERM, then SIGKILL) when the test ends."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.record = tmp_path / "record.log"
+        self.started: list[WorkerProc] = []
+
+    def start(self, urls: str | Sequence[str], name: str, *args: str, **kw: Any) -> WorkerProc:
+        worker = WorkerProc(urls, self.record, self.tmp_path / f"{name}.log", *args, **kw)
+        self.started.append(worker)
+        return worker
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            worker.terminate(timeout=15)
+
+
+# -- the record file ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rec:
+    event: str
+    job_id: str
+    task: str
+    pid: int
+    attempt: int
+    t: float  # the worker's time.monotonic() when it wrote the line
+
+
+@dataclass
+class Records:
+    """The record file, read incrementally (polled often while thousands of jobs run)."""
+
+    path: Path
+    all: list[Rec] = field(default_factory=list)
+    _offset: int = 0
+    _partial: bytes = b""
+
+    def poll(self) -> list[Rec]:
+        """Read the lines appended since the last call; return them."""
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        self._offset += len(data)
+        data = self._partial + data
+        *lines, self._partial = data.split(b"\n")
+        new = []
+        for line in lines:
+            parts = line.decode().split()
+            if len(parts) == 6:
+                new.append(Rec(parts[0], parts[1], parts[2], int(parts[3]), int(parts[4]), float(parts[5])))
+        self.all.extend(new)
+        return new
+
+    def of(self, event: str = "done", task: str | None = None) -> list[Rec]:
+        self.poll()
+        return [r for r in self.all if r.event == event and (task is None or r.task == task)]
+
+    def counts(self, event: str = "done", task: str | None = None) -> Counter[str]:
+        return Counter(r.job_id for r in self.of(event, task))
+
+    def done_ids(self, task: str | None = None) -> set[str]:
+        return set(self.counts("done", task))
+
+
+def longest_gap(times: Iterable[float], after: float | None = None) -> float:
+    """Longest time between consecutive events (only those at or after ``after``, with ``after``
+    itself as the first point when given)."""
+    ts = sorted(times)
+    if after is not None:
+        ts = [after] + [t for t in ts if t >= after]
+    return max((b - a for a, b in pairwise(ts)), default=0.0)
+
+
+# -- waiting ------------------------------------------------------------------------------
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``predicate`` until true; fail the test naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    if predicate():
+        return
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# -- the server ---------------------------------------------------------------------------
+
+
+async def _connect(urls: str | Sequence[str]) -> Client:
+    return await nats.connect(servers=_urls(urls), connect_timeout=2, max_reconnect_attempts=3)
+
+
+async def _stream_messages(urls: str | Sequence[str], stream: str) -> int:
+    nc = await _connect(urls)
+    try:
+        return int((await nc.jetstream().stream_info(stream)).state.messages)
+    finally:
+        await nc.close()
+
+
+def stream_messages(urls: str | Sequence[str], stream: str = STREAM) -> int:
+    """Messages stored in ``stream`` now, from the server's stream info."""
+    return asyncio.run(_stream_messages(urls, stream))
+
+
+def wait_stream_empty(urls: str | Sequence[str], timeout: float, stream: str = STREAM) -> None:
+    """Wait until the job stream holds nothing: every job was acked or dead-lettered (terminated).
+
+    This, not "every id was seen", is the proof that nothing is left: a job completed once but
+    whose ack was lost is still in the stream, and will run again.
+    """
+    last: list[object] = [None]
+
+    def empty() -> bool:
+        try:
+            last[0] = stream_messages(urls, stream)
+        except Exception as exc:  # a cluster electing a leader answers nothing for a while
+            last[0] = repr(exc)
+            return False
+        return last[0] == 0
+
+    try:
+        wait_until(empty, timeout, f"stream {stream} to be empty", interval=0.2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last stream info: {last[0]} messages") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """One stored dead letter."""
+
+    seq: int
+    subject: str
+    headers: dict[str, str]
+    data: bytes
+
+
+async def _dead_letters(urls: str | Sequence[str], stream: str) -> list[Letter]:
+    nc = await _connect(urls)
+    try:
+        js = nc.jetstream()
+        try:
+            state = (await js.stream_info(stream)).state
+        except nats.js.errors.NotFoundError:
+            return []
+        out: list[Letter] = []
+        if state.messages == 0:
+            return out
+        for seq in range(state.first_seq, state.last_seq + 1):
+            try:
+                m = await js.get_msg(stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue
+            # nats-py reads an empty body back as None.
+            out.append(Letter(seq, m.subject or "", dict(m.headers or {}), m.data or b""))
+        return out
+    finally:
+        await nc.close()
+
+
+def dead_letters(urls: str | Sequence[str], stream: str = DLQ_STREAM) -> dict[str, Letter]:
+    """Dead letters by job id (``Jsw-Job-Id``)."""
+    letters = asyncio.run(_dead_letters(urls, stream))
+    return {m.headers.get("Jsw-Job-Id", f"?{m.seq}"): m for m in letters}
+
+
+async def _request_json(
+    urls: str | Sequence[str], subject: str, payload: bytes, timeout: float
+) -> dict[str, Any]:
+    nc = await _connect(urls)
+    try:
+        reply = await nc.request(subject, payload, timeout=timeout)
+        return dict(json.loads(reply.data))
+    finally:
+        await nc.close()
+
+
+def request_json(
+    urls: str | Sequence[str], subject: str, payload: dict[str, Any] | None = None, timeout: float = 5.0
+) -> dict[str, Any]:
+    """A JetStream API request (``$JS.API...``) and its JSON answer."""
+    body = json.dumps(payload).encode() if payload is not None else b""
+    return asyncio.run(_request_json(urls, subject, body, timeout))
+
+
+# -- the summary --------------------------------------------------------------------------
+
+
+def summarize(
+    test: str,
+    enqueued: Iterable[str],
+    records: Records,
+    dead: Iterable[str],
+    *,
+    task: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The test's figures, printed as one JSON line; call only once the job stream is empty.
+
+    completed: jobs whose task finished at least once; duplicates: finishes beyond the first
+    per job; lost: enqueued, never finished and not dead-lettered.
+    """
+    enqueued = set(enqueued)
+    done = records.counts("done", task)
+    dead = set(dead) & enqueued
+    completed = enqueued & set(done)
+    summary: dict[str, Any] = {
+        "test": test,
+        "enqueued": len(enqueued),
+        "completed": len(completed),
+        "duplicates": sum(n - 1 for job_id, n in done.items() if job_id in enqueued),
+        "dead_lettered": len(dead),
+        "lost": len(enqueued - completed - dead),
+    }
+    summary.update(extra)
+    print(json.dumps(summary))  # noqa: T201 - the figures this suite exists to report (pytest -s)
+    return summary
+
+
+# -- clusters -----------------------------------------------------------------------------
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    # No proxy may see (or swallow) a request to our own loopback monitoring port.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=5) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def worker_connections(cluster: NatsCluster, app: str = APP) -> Counter[int]:
+    """How many worker connections of ``app`` each running node (0 = n1) holds, from its /connz."""
+    found: Counter[int] = Counter()
+    for i, node in enumerate(cluster.nodes):
+        if not node.running:
+            continue
+        connz = _get_json(f"{node.monitoring_url}/connz?limit=1024")
+        found[i] += sum(
+            1 for c in connz.get("connections") or [] if c.get("name") == f"jsworker:{app}:worker"
+        )
+    return found
+
+
+def node_index(name: str) -> int:
+    """``n2`` -> 1: NatsCluster names its nodes n1..nN, ``nodes[0]`` being n1."""
+    return int(name.removeprefix("n")) - 1
+
+
+def leaders(urls: Sequence[str], stream: str, consumer: str) -> tuple[str | None, str | None]:
+    """Names of the current stream leader and consumer leader (None while there is none)."""
+    out: list[str | None] = []
+    for subject in (f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.CONSUMER.INFO.{stream}.{consumer}"):
+        try:
+            # Short: without a leader nobody answers, and the caller polls.
+            out.append((request_json(urls, subject, timeout=1.0).get("cluster") or {}).get("leader"))
+        except Exception:  # no leader to answer yet
+            out.append(None)
+    return out[0], out[1]
+
+
+def move_leaders(urls: Sequence[str], stream: str, consumer: str, to: str, timeout: float = 30.0) -> None:
+    """Make node ``to`` the leader of both ``stream`` and its ``consumer`` (a planned stepdown
+    with a preferred placement), so that killing that one node takes out both."""
+
+    def placed() -> bool:
+        current = leaders(urls, stream, consumer)
+        if current == (to, to):
+            return True
+        placement = {"placement": {"preferred": to}}
+        if current[0] not in (to, None):
+            request_json(urls, f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", placement)
+        elif current[1] not in (to, None):
+            request_json(urls, f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}", placement)
+        return False
+
+    wait_until(placed, timeout, f"stream and consumer leaders on {to}", interval=0.5)

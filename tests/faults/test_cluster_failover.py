@@ -1,0 +1,156 @@
+"""A three-node cluster loses the leader of an R3 job stream to SIGKILL while workers run."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime
+from types import ModuleType
+
+import pytest
+
+from jsworker.testing import NatsCluster
+
+from .harness import (
+    STREAM,
+    Records,
+    WorkerProc,
+    Workers,
+    dead_letters,
+    leaders,
+    longest_gap,
+    move_leaders,
+    node_index,
+    summarize,
+    wait_stream_empty,
+    wait_until,
+    worker_connections,
+)
+
+pytestmark = pytest.mark.faults
+
+# The cluster tests' workers create the job stream with three replicas.
+R3 = {"JSW_FAULT_REPLICAS": "3"}
+WORKER_ARGS = ("-c", "200", "-Q", "default")
+
+
+def _start_on_another_node(
+    cluster: NatsCluster, workers: Workers, taken: int, attempts: int = 10
+) -> tuple[WorkerProc, int]:
+    """Start a worker connected to a node other than ``taken``. Clients pick a random server from
+    the list (and must get all three to fail over), so a worker that lands on ``taken`` is stopped
+    and started again; ten tries all landing there would be a 1-in-59,000 event."""
+    for attempt in range(attempts):
+        worker = workers.start(cluster.urls, f"w2-{attempt}", *WORKER_ARGS, env=R3)
+        worker.wait_started()
+        nodes = [i for i, n in worker_connections(cluster).items() if n and i != taken]
+        if nodes:
+            return worker, nodes[0]
+        worker.terminate()
+    raise AssertionError(f"no worker landed off node {taken} in {attempts} tries")
+
+
+@pytest.mark.timeout(180)
+def test_cluster_stream_leader_sigkill(
+    nats_cluster: NatsCluster, fault_app: ModuleType, workers: Workers, records: Records
+) -> None:
+    """R3 stream, two workers (-c 200) given all three URLs: w1 connected to node X, w2 to another
+    node. The stream and consumer leaders are moved onto X (the worst case: one kill takes out
+    both), 5,000 jobs are enqueued, and X is SIGKILLed mid-run (at least 1,500 done; in practice
+    the enqueue itself takes long enough for ~2,500). Nothing is lost.
+    Reported: the stall (longest gap between completions after the kill; a Raft election takes
+    4-9 s), the time until a survivor named a new stream leader (polled, to about 1 s), the
+    duplicates, and how and when each
+    worker's pull loop reacted (w1 was connected to the killed node, w2 was not). Then jobs
+    enqueued after the failover must reach w2 too: no worker is left stranded."""
+    urls = nats_cluster.urls
+    fault_app.app.servers = urls
+    fault_app.app.replicas = 3  # the producer's view of the stream must match the workers'
+    w1 = workers.start(urls, "w1", *WORKER_ARGS, env=R3)
+    w1.wait_started()
+    (x,) = [i for i, n in worker_connections(nats_cluster).items() if n]
+    w2, w2_node = _start_on_another_node(nats_cluster, workers, taken=x)
+    target = f"n{x + 1}"
+    move_leaders(urls, STREAM, "default", target)
+
+    stream_leader, consumer_leader = leaders(urls, STREAM, "default")
+    assert node_index(stream_leader or "n0") == x, (stream_leader, target)
+
+    jobs = fault_app.work.delay_many([(i, 5.0) for i in range(5000)])
+    enqueued = {j.id for j in jobs}
+    wait_until(lambda: len(records.done_ids()) >= 1500, 60, "1,500 completions", interval=0.01)
+    completions_at_kill = len(records.done_ids())
+    killed_at, killed_wall = time.monotonic(), time.time()
+    nats_cluster.node(x).kill()
+
+    survivors = [node.url for i, node in enumerate(nats_cluster.nodes) if i != x]
+    new_leader: list[str | None] = [None]
+
+    def elected() -> bool:
+        new_leader[0] = leaders(survivors, STREAM, "default")[0]
+        return new_leader[0] not in (None, target)
+
+    wait_until(elected, 60, "a new stream leader", interval=0.1)
+    election_s = time.monotonic() - killed_at
+
+    wait_until(lambda: records.done_ids() >= enqueued, 120, "every job to complete")
+    wait_stream_empty(survivors, 30)
+    done = records.of("done")
+
+    # w1 lost its connection: the reconnect hook re-pulls at once. w2's connection stayed up, so
+    # its pull requests waiting on the dead consumer leader died without a word: unless it was
+    # about to top up anyway (then it sees 503s until a new leader exists), only its heartbeat
+    # watchdog (2 x idle_heartbeat of silence) tells it. Either way it must pull again and get
+    # work again.
+    repull: dict[str, list[object] | None] = {}
+    for name, worker in (("w1", w1), ("w2", w2)):
+
+        def reacted(worker: WorkerProc = worker) -> bool:
+            return _first_pull_event(worker, killed_wall) is not None
+
+        wait_until(reacted, 30, f"{name} to re-pull")
+        repull[name] = _first_pull_event(worker, killed_wall)
+    probe = {j.id for j in fault_app.work.delay_many([(i, 5.0) for i in range(400)])}
+    wait_until(lambda: records.done_ids() >= probe, 30, "the jobs enqueued after the failover")
+    probe_done_by = Counter(r.pid for r in records.of("done") if r.job_id in probe)
+    # Per worker, the longest gap runs from the kill (or a completion after it) to the worker's
+    # next completion; the probe jobs give a worker that got nothing more of the first batch one.
+    per_worker = {
+        name: round(longest_gap((r.t for r in records.of("done") if r.pid == w.pid), after=killed_at), 3)
+        for name, w in (("w1", w1), ("w2", w2))
+    }
+    summary = summarize(
+        "cluster_stream_leader_sigkill",
+        enqueued,
+        records,
+        dead_letters(survivors),
+        completions_at_kill=completions_at_kill,
+        killed=target,
+        consumer_leader_at_kill=consumer_leader,
+        new_stream_leader=new_leader[0],
+        new_leader_answered_s=round(election_s, 3),
+        stall_s=round(longest_gap((r.t for r in done), after=killed_at), 3),
+        w1_on_killed_node_stall_s=per_worker["w1"],
+        w2_on_other_node_stall_s=per_worker["w2"],
+        w1_repull=repull["w1"],
+        w2_repull=repull["w2"],
+        w2_node=f"n{w2_node + 1}",
+        probe_done_by_w1_w2=[probe_done_by[w1.pid], probe_done_by[w2.pid]],
+    )
+    assert w1.alive() and w2.alive(), (w1.tail(), w2.tail())
+    assert summary["lost"] == 0
+    assert summary["dead_lettered"] == 0
+    assert probe_done_by[w2.pid] > 0, "the worker on a surviving node never got work again"
+
+
+def _first_pull_event(worker: WorkerProc, since: float) -> list[object] | None:
+    """[event, seconds after ``since``] of the worker's first pull-loop log event after ``since``
+    (unix time): how and when its pull loop reacted to the failover."""
+    for event in worker.log_events():
+        name = str(event.get("event", ""))
+        if not name.startswith("pull."):
+            continue
+        at = datetime.fromisoformat(str(event["timestamp"])).timestamp()
+        if at >= since:
+            return [name, round(at - since, 3)]
+    return None

@@ -1,0 +1,105 @@
+"""The nats-server is SIGKILLed and restarted on the same port and store under running workers."""
+
+from __future__ import annotations
+
+import random
+import time
+from types import ModuleType
+
+import pytest
+
+from jsworker.runtime.worker import WorkerSettings
+from jsworker.testing import NatsServer
+
+from .harness import Records, Workers, dead_letters, longest_gap, summarize, wait_stream_empty, wait_until
+
+pytestmark = pytest.mark.faults
+
+# How long the server stays dead: long enough for every client to notice and start reconnecting.
+DOWNTIME = 1.0
+
+
+@pytest.mark.timeout(150)
+def test_server_sigkill_restart_while_busy(
+    nats_server: NatsServer, fault_app: ModuleType, workers: Workers, records: Records
+) -> None:
+    """5,000 jobs of 5-20 ms, two workers; after ~1,000 completions (4,000 jobs still in the
+    stream, ~150 held by the workers) the server is SIGKILLed, and restarted on the same store
+    1 s later. Every job completes; jobs acked while the server was down come back
+    (duplicates, reported); the stall is reported."""
+    url = nats_server.url
+    fault_app.app.servers = [url]
+    rng = random.Random(2)
+    jobs = fault_app.work.delay_many([(i, rng.uniform(5, 20)) for i in range(5000)])
+    enqueued = {j.id for j in jobs}
+    a = workers.start(url, "a", "-c", "200", "-Q", "default")
+    b = workers.start(url, "b", "-c", "200", "-Q", "default")
+    a.wait_started()
+    b.wait_started()
+
+    wait_until(lambda: len(records.done_ids()) >= 1000, 60, "1,000 completions", interval=0.01)
+    outstanding_at_kill = len(enqueued - records.done_ids())
+    killed_at = time.monotonic()
+    nats_server.kill()
+    time.sleep(DOWNTIME)
+    nats_server.restart()
+    back_at = time.monotonic()
+
+    wait_until(lambda: records.done_ids() >= enqueued, 90, "every job to complete")
+    wait_stream_empty(url, 30)
+    done_after = [r.t for r in records.of("done") if r.t >= back_at]
+    summary = summarize(
+        "server_sigkill_restart_busy",
+        enqueued,
+        records,
+        dead_letters(url),
+        outstanding_at_kill=outstanding_at_kill,
+        downtime_s=round(back_at - killed_at, 3),
+        first_completion_after_restart_s=round(min(done_after) - back_at, 3) if done_after else None,
+        stall_s=round(longest_gap((r.t for r in records.of("done")), after=killed_at), 3),
+    )
+    assert a.alive() and b.alive(), (a.tail(), b.tail())
+    assert summary["lost"] == 0
+    assert summary["dead_lettered"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_server_sigkill_restart_while_idle(
+    nats_server: NatsServer, fault_app: ModuleType, workers: Workers, records: Records
+) -> None:
+    """An idle worker (its pull request waiting on an empty stream) loses the server to SIGKILL;
+    the server comes back on the same store 1 s later and new jobs are enqueued. The worker
+    resumes within 2 x idle_heartbeat of the server's return: the pull request died with the
+    server without a word, so only the reconnect hook or the heartbeat watchdog can renew it."""
+    url = nats_server.url
+    fault_app.app.servers = [url]
+    worker = workers.start(url, "w", "-c", "50", "-Q", "default")
+    worker.wait_started()
+    before = {j.id for j in fault_app.work.delay_many([(i, 5.0) for i in range(100)])}
+    wait_until(lambda: records.done_ids() >= before, 30, "the first 100 jobs")
+    wait_stream_empty(url, 10)
+    time.sleep(1.0)  # idle: nothing but the outstanding pull request and its heartbeats
+
+    nats_server.kill()
+    time.sleep(DOWNTIME)
+    nats_server.restart()
+    back_at = time.monotonic()
+    after = {j.id for j in fault_app.work.delay_many([(i, 5.0) for i in range(100)])}
+    enqueued_in_s = time.monotonic() - back_at
+
+    bound = 2 * WorkerSettings().idle_heartbeat
+    wait_until(lambda: records.done_ids() >= after, bound + 30, "the jobs enqueued after the restart")
+    wait_stream_empty(url, 30)
+    resumed_s = min(r.t for r in records.of("done") if r.job_id in after) - back_at
+    summary = summarize(
+        "server_sigkill_restart_idle",
+        before | after,
+        records,
+        dead_letters(url),
+        enqueue_after_restart_s=round(enqueued_in_s, 3),
+        resumed_s=round(resumed_s, 3),
+        bound_s=bound,
+    )
+    assert worker.alive(), worker.tail()
+    assert summary["lost"] == 0
+    assert resumed_s <= bound, f"first job after the restart ran {resumed_s:.2f}s after the server was back"
