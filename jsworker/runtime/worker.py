@@ -53,7 +53,8 @@ class WorkerSettings:
     max_messages: int | None = None
     grace: float = 30.0
     expires: float = 30.0
-    idle_heartbeat: float = 5.0
+    # 2 x this is how long a silently dropped pull (server restart, leader lost) goes unnoticed.
+    idle_heartbeat: float = 2.5
     blocked_loop_warning: float = 1.0
     stats_interval: float = 5.0
 
