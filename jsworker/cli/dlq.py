@@ -1,7 +1,7 @@
 """``jsworker dlq``: list, show, replay and purge an app's dead letters.
 
 Exit codes as for every command: 0 ok, 1 crashed, 2 usage error (including a dead letter that
-does not exist, and a purge that needs ``--yes``), 3 cannot connect to NATS.
+does not exist or cannot be replayed, and a purge that needs ``--yes``), 3 cannot connect.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..deadletters import DeadLetter, DeadLetterNotFound, DeadLetters, ReplayedJob
+from ..deadletters import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, DeadLetters, ReplayedJob
 from ..errors import ConfigurationError, ConnectError, JsworkerError, SerializationError
 from ..jetstream.dlq import DlqStreamError
 from ..observability.logging import configure_logging
@@ -56,7 +56,7 @@ def _run(app_spec: str, connection: dict[str, Any], work: Callable[[DeadLetters]
         fail(str(exc), EXIT_CONNECT)
     except DlqStreamError as exc:
         fail(str(exc), EXIT_CONNECT if exc.transient else EXIT_CRASH)
-    except (DeadLetterNotFound, ConfigurationError) as exc:
+    except (DeadLetterNotFound, DeadLetterNotReplayable, ConfigurationError) as exc:
         fail(str(exc), EXIT_USAGE)
     except JsworkerError as exc:
         fail(str(exc), EXIT_CRASH)
@@ -83,7 +83,10 @@ def list_(
     as_json: bool,
     **connection: str | None,
 ) -> None:
-    """List dead letters, oldest first: sequence, time, job id, task, queue, attempts, reason."""
+    """List dead letters, oldest first.
+
+    Columns: sequence, failure time (UTC), job id, task, queue, attempts, reason.
+    """
     letters = _run(app_spec, connection, lambda d: d.list(task=task, queue=queue, limit=limit))
     if as_json:
         for letter in letters:
@@ -134,6 +137,7 @@ def letter_json(letter: DeadLetter) -> dict[str, Any]:
         "subject": letter.subject,
         "headers": dict(letter.headers),
         "size": letter.size,
+        "original_size": letter.original_size,
     }
     if letter.body is not None:
         try:
@@ -153,7 +157,10 @@ def letter_json(letter: DeadLetter) -> dict[str, Any]:
 @_JSON
 @connection_options
 def show(app_spec: str, ref: str, as_json: bool, **connection: str | None) -> None:
-    """Show one dead letter in full; REF is its sequence or a job id (the newest of that job)."""
+    """Show one dead letter in full.
+
+    REF is its sequence, or a job id (the newest dead letter of that job).
+    """
     letter = _run(app_spec, connection, lambda d: d.get(ref))
     if as_json:
         click.echo(json.dumps(letter_json(letter)))
@@ -174,7 +181,8 @@ def show(app_spec: str, ref: str, as_json: bool, **connection: str | None) -> No
     click.echo("headers:")
     for key, value in sorted(letter.headers.items()):
         click.echo(f"  {key}: {value}")
-    click.echo(f"payload ({letter.size} bytes):")
+    cut = f", cut from {letter.original_size}: cannot be replayed" if letter.original_size is not None else ""
+    click.echo(f"payload ({letter.size} bytes{cut}):")
     click.echo(letter.pretty_payload())
     if letter.traceback:
         click.echo("traceback:")
@@ -190,10 +198,11 @@ def show(app_spec: str, ref: str, as_json: bool, **connection: str | None) -> No
 def replay(
     app_spec: str, refs: tuple[str, ...], task: str | None, all_: bool, **connection: str | None
 ) -> None:
-    """Enqueue dead letters again (same job id, attempt 1) and remove them from the DLQ.
+    """Enqueue dead letters again and remove them.
 
-    REF is a sequence or a job id. Without REFs, --task replays every dead letter of that task,
-    --all every dead letter. Prints one line per job: old sequence -> job id, new stream sequence.
+    The jobs keep their job ids and start at attempt 1. REF is a sequence or a job id. Without
+    REFs, --task replays every dead letter of that task, --all every dead letter. Prints one
+    line per job: old sequence -> job id, new stream sequence.
     """
     if refs and all_:
         raise click.UsageError("give REFs or --all, not both")
@@ -215,7 +224,10 @@ def replay(
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @connection_options
 def purge(app_spec: str, task: str | None, queue: str | None, yes: bool, **connection: str | None) -> None:
-    """Delete dead letters for good: those of --task and/or --queue, else all of them."""
+    """Delete dead letters for good.
+
+    Those of --task and/or --queue, else all of them. Asks first, unless --yes.
+    """
     if not yes and not sys.stdin.isatty():
         fail("purge deletes dead letters for good; pass --yes when stdin is not a terminal", EXIT_USAGE)
     what = " and ".join(f"{k} {v!r}" for k, v in (("task", task), ("queue", queue)) if v is not None)

@@ -75,7 +75,9 @@ def dead_letter(
     out = {k: v for k, v in headers.items() if not k.lower().startswith(_SERVER_PREFIX)}
     out.update(
         {
-            MSG_ID: _one_line(f"{job_id}:{attempt}"),
+            # The job's own dedup key, not its id: a replayed job keeps its id and starts again at
+            # attempt 1, and its next dead letter must not be dropped as a duplicate of the last.
+            MSG_ID: _one_line(f"{headers.get(MSG_ID) or job_id}:{attempt}"),
             JOB_ID: _one_line(job_id),
             TASK: _one_line(task) or "_invalid",
             QUEUE: queue,

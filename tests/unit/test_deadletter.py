@@ -58,8 +58,8 @@ def test_task_token_keeps_valid_names() -> None:
 
 @pytest.mark.parametrize(("job_id", "attempt"), [("job-1", 3), ("seq-17", 1)])
 def test_msg_id_is_job_id_and_attempt(job_id: str, attempt: int) -> None:
-    """Nats-Msg-Id is '<job id>:<attempt>' so a re-stored dead letter deduplicates."""
-    msg = _letter(job_id=job_id, attempt=attempt)
+    """Without a dedup key of its own, Nats-Msg-Id is '<job id>:<attempt>'."""
+    msg = _letter(job_id=job_id, attempt=attempt, headers={"Jsw-Task": "send"})
     assert msg.headers["Nats-Msg-Id"] == f"{job_id}:{attempt}"
     assert msg.headers["Jsw-Job-Id"] == job_id
     assert msg.headers["Jsw-Dlq-Attempts"] == str(attempt)
@@ -149,10 +149,14 @@ def test_original_headers_are_kept() -> None:
     assert h.headers["Content-Type"] == "application/json"
 
 
-def test_original_msg_id_is_replaced() -> None:
-    """The job's own Nats-Msg-Id is not reused: the dead letter has its own."""
-    msg = _letter(headers={"Nats-Msg-Id": "original"}, job_id="job-9", attempt=2)
-    assert msg.headers["Nats-Msg-Id"] == "job-9:2"
+def test_msg_id_is_the_jobs_dedup_key_and_attempt() -> None:
+    """'<job's Nats-Msg-Id>:<attempt>': a re-stored dead letter deduplicates, while a replayed
+    job (same id, new dedup key, attempt 1 again) gets a dead letter of its own."""
+    first = _letter(headers={"Nats-Msg-Id": "job-9"}, job_id="job-9", attempt=1)
+    replayed = _letter(headers={"Nats-Msg-Id": "job-9:replay:4"}, job_id="job-9", attempt=1)
+    assert first.headers["Nats-Msg-Id"] == "job-9:1"
+    assert replayed.headers["Nats-Msg-Id"] == "job-9:replay:4:1"
+    assert replayed.headers["Jsw-Job-Id"] == "job-9"
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,19 @@ import pytest
 
 from jsworker import App, ConfigurationError, Reject, SerializationError
 from jsworker.cli.dlq import _table, letter_json
-from jsworker.deadletters import DeadLetter, DeadLetterNotFound, DeadLetters, _as_seq
+from jsworker.deadletters import (
+    DeadLetter,
+    DeadLetterNotFound,
+    DeadLetterNotReplayable,
+    DeadLetters,
+)
+from jsworker.deadletters.store import _as_seq
 from jsworker.jetstream.dlq import StoredMessage
 from jsworker.runtime.deadletter import dead_letter
 
 APP = App("shop", "nats://127.0.0.1:1")
 BODY = b'{"args":[42,"\xc3\xa9"],"kwargs":{}}'
+LIMIT = 1024 * 1024
 
 
 def _raised(exc: BaseException) -> BaseException:
@@ -108,7 +115,7 @@ def test_letter_json() -> None:
 def test_replay_message() -> None:
     """Original subject and body, same job id, a fresh dedup key, no dead-letter headers."""
     letter = DeadLetter.from_stored(_stored(seq=12))
-    msg = DeadLetters(APP)._job_message(letter)
+    msg = DeadLetters(APP)._prepare(letter, LIMIT)
     assert msg.subject == "jsw.shop.q.emails.send" and msg.body == BODY
     h = msg.headers
     assert (h["Nats-Msg-Id"], h["Jsw-Job-Id"], h["Jsw-Replayed-From"]) == ("job-1:replay:12", "job-1", "12")
@@ -121,7 +128,24 @@ def test_replay_message() -> None:
 def test_replay_subject_of_a_foreign_letter() -> None:
     """An original subject that is not one of the app's job subjects is not published to."""
     letter = DeadLetter.from_stored(_stored(subject="elsewhere.q.emails.send"))
-    assert DeadLetters(APP)._job_message(letter).subject == "jsw.shop.q.emails.send"
+    assert DeadLetters(APP)._prepare(letter, LIMIT).subject == "jsw.shop.q.emails.send"
+
+
+def test_a_cut_body_cannot_be_replayed() -> None:
+    """The worker cut the body to fit max_payload: replaying its start would be a broken job."""
+    big = b'{"args":["' + b"x" * 5000 + b'"],"kwargs":{}}'
+    letter = DeadLetter.from_stored(_stored(body=big, max_payload=2000))
+    assert letter.original_size == len(big) and letter.size < 2000
+    assert DeadLetter.from_stored(_stored()).original_size is None
+    with pytest.raises(DeadLetterNotReplayable, match="cut from"):
+        DeadLetters(APP)._prepare(letter, LIMIT)
+
+
+def test_a_replay_that_would_not_fit_is_refused() -> None:
+    """Checked before sending: the server closes connections that send oversized headers."""
+    letter = DeadLetter.from_stored(_stored())
+    with pytest.raises(DeadLetterNotReplayable, match="over max_payload"):
+        DeadLetters(APP)._prepare(letter, 100)
 
 
 @pytest.mark.parametrize(

@@ -15,131 +15,35 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from . import wire
-from .errors import ConfigurationError, JsworkerError, SerializationError
-from .jetstream.connection import Connection
-from .jetstream.dlq import DlqStream, StoredMessage
-from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored
-from .job import Job
-from .naming import validate_name
-from .observability.logging import get_logger
-from .runtime.deadletter import task_token
+from .. import wire
+from ..errors import ConfigurationError
+from ..jetstream.connection import Connection
+from ..jetstream.dlq import DlqStream
+from ..jetstream.publish import NoStreamError, OutMessage, Publisher
+from ..job import Job
+from ..naming import validate_name
+from ..observability.logging import get_logger
+from ..runtime.deadletter import task_token
+from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, _job_id
 
 if TYPE_CHECKING:
-    from .app import App
-
-__all__ = ["REPLAYED_FROM", "DeadLetter", "DeadLetterNotFound", "DeadLetters", "ReplayedJob"]
+    from ..app import App
 
 REPLAYED_FROM = "Jsw-Replayed-From"
 """Header of a replayed job: the sequence its dead letter had in the dead-letter stream."""
 
 log = get_logger("jsworker.deadletters")
 
-_DLQ_PREFIX = "jsw-dlq-"
-_SERVER_PREFIX = "nats-"
 # Added to a job only while it is a dead letter; a replayed job is a job again.
 _LETTER_ONLY = {wire.QUEUE.lower(), wire.ORIGINAL_SUBJECT.lower()}
 # Dead letters replayed per round: their publishes are in flight together, then deleted.
 _CHUNK = 100
-
-
-class DeadLetterNotFound(JsworkerError):
-    """No dead letter has that sequence or job id (or it was replayed or purged already)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """One dead letter, as stored in the app's dead-letter stream.
-
-    ``seq`` is its sequence in that stream; ``subject`` is the job's original subject;
-    ``headers`` are the job's own headers (everything but ``Jsw-Dlq-*`` and the server's
-    ``Nats-*``); ``failed_at`` is unix seconds. ``body`` is the job's payload byte for byte,
-    or None when it was not loaded (:meth:`DeadLetters.list` reads headers only unless asked);
-    ``size`` is its length either way. ``attempts`` is 0 when the worker did not record it.
-    """
-
-    seq: int
-    job_id: str
-    task: str
-    queue: str
-    attempts: int
-    reason: str
-    error_type: str | None
-    error: str | None
-    traceback: str | None
-    failed_at: float | None
-    subject: str
-    headers: Mapping[str, str]
-    body: bytes | None
-    size: int
-
-    @classmethod
-    def from_stored(cls, msg: StoredMessage) -> DeadLetter:
-        """Read a dead letter out of its stored message, tolerating missing headers."""
-        h = msg.headers
-        # Subject fallback: jsw.<app>.dlq.<queue>.<task>, for letters missing their headers.
-        parts = msg.subject.split(".")
-        queue = h.get(wire.QUEUE) or (parts[3] if len(parts) == 5 else "")
-        task = h.get(wire.TASK) or (parts[4] if len(parts) == 5 else "")
-        return cls(
-            seq=msg.seq,
-            job_id=_job_id(msg),
-            task=task,
-            queue=queue,
-            attempts=_int(h.get(wire.DLQ_ATTEMPTS)) or 0,
-            reason=h.get(wire.DLQ_REASON, ""),
-            error_type=h.get(wire.DLQ_ERROR_TYPE),
-            error=h.get(wire.DLQ_ERROR),
-            traceback=_traceback(h.get(wire.DLQ_TRACEBACK)),
-            failed_at=_failed_at(h.get(wire.DLQ_AT), msg.stored_at),
-            subject=h.get(wire.ORIGINAL_SUBJECT, ""),
-            headers={k: v for k, v in h.items() if not k.lower().startswith((_DLQ_PREFIX, _SERVER_PREFIX))},
-            body=msg.body,
-            size=msg.size,
-        )
-
-    def payload(self) -> Any:
-        """The body decoded as JSON; raises :class:`SerializationError` when it is not JSON."""
-        if self.body is None:
-            raise SerializationError(
-                f"the body of dead letter {self.seq} was not loaded; use DeadLetters.get({self.seq})"
-            )
-        try:
-            return json.loads(self.body)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise SerializationError(f"the body of dead letter {self.seq} is not JSON: {exc}") from exc
-
-    def pretty_payload(self) -> str:
-        """The body for people: indented JSON when it is JSON, else the ``repr`` of the bytes."""
-        if self.body is None:
-            return "(not loaded)"
-        try:
-            return json.dumps(self.payload(), indent=2, ensure_ascii=False)
-        except SerializationError:
-            return repr(self.body)
-
-    @property
-    def failed_at_iso(self) -> str | None:
-        """``failed_at`` as ISO 8601 in UTC, to the second (``2025-01-31T12:00:00Z``)."""
-        if self.failed_at is None:
-            return None
-        return datetime.fromtimestamp(self.failed_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayedJob(Job):
-    """Receipt of a replayed dead letter: a :class:`Job`, plus the dead letter's sequence."""
-
-    replayed_from: int = 0
 
 
 class DeadLetters:
@@ -230,6 +134,7 @@ class DeadLetters:
     async def _resolve(self, refs: Sequence[int | str], task: str | None) -> builtins.list[DeadLetter]:
         """Dead letters for ``refs`` in their order, each once; all found, or raises."""
         stream = await self._stream()
+        refs = [ref.strip() if isinstance(ref, str) else ref for ref in refs]
         found: dict[int | str, DeadLetter] = {}
         for ref in refs:
             seq = _as_seq(ref)
@@ -239,7 +144,7 @@ class DeadLetters:
                 found[ref] = letter
             elif isinstance(ref, int):
                 raise DeadLetterNotFound(_missing(str(ref), task, "sequence"))
-        job_ids = {str(ref).strip(): ref for ref in refs if ref not in found}
+        job_ids = {str(ref): ref for ref in refs if ref not in found}
         if job_ids:
             # Job ids are not indexed by the server: one headers-only pass finds them all.
             newest: dict[str, int] = {}
@@ -271,9 +176,11 @@ class DeadLetters:
         ``Nats-Msg-Id`` = ``<job id>:replay:<seq>`` (so replaying it twice inside the dedup
         window makes one job), ``Jsw-Enqueued-At`` = now, ``Jsw-Replayed-From`` = ``<seq>``,
         and starts at attempt 1; a dead letter is removed only after its job was acknowledged.
-        Returns :class:`ReplayedJob` receipts, oldest first (in ``refs`` order for refs). Raises
-        :class:`DeadLetterNotFound`, before replaying any, when a ref names nothing, and
-        :class:`~jsworker.ConfigurationError` when nothing is selected.
+        Returns :class:`ReplayedJob` receipts, oldest first (in ``refs`` order for refs). Refs
+        are all checked before any is replayed: :class:`DeadLetterNotFound` when one names
+        nothing, :class:`DeadLetterNotReplayable` when one cannot be replayed (a body the worker
+        cut to fit ``max_payload``; under ``task``/``all`` such letters are left in place with a
+        warning). :class:`~jsworker.ConfigurationError` when nothing is selected.
         """
         if isinstance(refs, str | int):
             refs = [refs]
@@ -285,70 +192,92 @@ class DeadLetters:
         if task is not None:
             validate_name("task", task)
         stream = await self._stream()
-        if ref_list:
-            letters = await self._resolve(ref_list, task)
-            jobs: builtins.list[Job] = []
-            for i in range(0, len(letters), _CHUNK):
-                chunk = letters[i : i + _CHUNK]
-                jobs += await self._replay_chunk(chunk)
-                # Deleting is slow on a big stream (~10 ms each), but refs are few.
-                await asyncio.gather(*(stream.delete(letter.seq) for letter in chunk))
-            log.info("dlq.replayed", count=len(jobs))
-            return jobs
-        return await self._replay_scan(stream, self._filter(task))
+        if not ref_list:
+            return await self._replay_scan(stream, self._filter(task))
+        letters = await self._resolve(ref_list, task)
+        limit = (await self._connection()).max_payload
+        prepared = [(letter, self._prepare(letter, limit)) for letter in letters]  # raises first
+        jobs: builtins.list[Job] = []
+        for i in range(0, len(prepared), _CHUNK):
+            chunk = prepared[i : i + _CHUNK]
+            jobs += await self._publish_chunk(chunk)
+            # Deleting is slow on a big stream (~10 ms each), but refs are few.
+            await asyncio.gather(*(stream.delete(letter.seq) for letter, _ in chunk))
+        log.info("dlq.replayed", count=len(jobs))
+        return jobs
 
     async def _replay_scan(self, stream: DlqStream, subject: str) -> builtins.list[Job]:
-        """Replay every dead letter on ``subject``, in chunks, oldest first."""
+        """Replay every dead letter on ``subject`` there is now, oldest first, in chunks.
+
+        Dead letters that cannot be replayed are left where they are, with a warning each.
+        """
         # Only what is there now: a replayed job that fails again becomes a newer dead letter,
         # which must not be picked up by this same pass.
         stop = await stream.last_seq()
+        limit = (await self._connection()).max_payload
         jobs: builtins.list[Job] = []
-        chunk: builtins.list[DeadLetter] = []
+        chunk: builtins.list[tuple[DeadLetter, OutMessage]] = []
+        skipped: builtins.list[int] = []
 
         async def flush() -> None:
-            jobs.extend(await self._replay_chunk(chunk))
-            # The scan is in sequence order, so every dead letter on the subject below the
-            # chunk's last one was replayed by now (or deleted by someone else): one purge
-            # removes them all, where a delete per message costs a server round trip and more.
-            await stream.purge(subject, before_seq=chunk[-1].seq + 1)
+            jobs.extend(await self._publish_chunk(chunk))
+            if skipped:
+                # A purge below a sequence would take the dead letters left behind with it.
+                await asyncio.gather(*(stream.delete(letter.seq) for letter, _ in chunk))
+            else:
+                # The scan is in sequence order, so every dead letter on the subject below the
+                # chunk's last one was replayed by now (or removed by someone else): one purge
+                # removes them all, where deleting each costs a round trip and ~10 ms of server.
+                await stream.purge(subject, before_seq=chunk[-1][0].seq + 1)
             chunk.clear()
 
         async with aclosing(stream.scan(subject, bodies=True, stop_seq=stop)) as messages:
             async for msg in messages:
-                chunk.append(DeadLetter.from_stored(msg))
+                letter = DeadLetter.from_stored(msg)
+                try:
+                    chunk.append((letter, self._prepare(letter, limit)))
+                except DeadLetterNotReplayable as exc:
+                    if chunk:
+                        await flush()  # while a purge cannot reach this one yet
+                    skipped.append(letter.seq)
+                    log.warning("dlq.not_replayed", dlq_seq=letter.seq, job_id=letter.job_id, why=str(exc))
+                    continue
                 if len(chunk) >= _CHUNK:
                     await flush()
         if chunk:
             await flush()
-        log.info("dlq.replayed", subject=subject, count=len(jobs))
+        log.info("dlq.replayed", subject=subject, count=len(jobs), skipped=len(skipped))
         return jobs
 
-    async def _replay_chunk(self, letters: builtins.list[DeadLetter]) -> builtins.list[Job]:
-        """Publish jobs for ``letters``; the caller removes the dead letters afterwards.
+    async def _publish_chunk(self, chunk: builtins.list[tuple[DeadLetter, OutMessage]]) -> builtins.list[Job]:
+        """Publish the jobs of ``chunk``; the caller removes the dead letters afterwards.
 
         Publish, then remove: a crash in between leaves a dead letter whose next replay carries
         the same Nats-Msg-Id, so the server drops it instead of running the job twice.
         """
-        stored = await self._publish([self._job_message(letter) for letter in letters])
-        for letter, receipt in zip(letters, stored, strict=True):
-            log.debug("dlq.replayed_one", dlq_seq=letter.seq, job_id=letter.job_id, seq=receipt.seq)
-        return [
-            ReplayedJob(d.job_id, d.task, d.queue, r.seq, r.duplicate, replayed_from=d.seq)
-            for d, r in zip(letters, stored, strict=True)
-        ]
-
-    async def _publish(self, msgs: builtins.list[OutMessage]) -> builtins.list[Stored]:
         conn = await self._connection()
         publisher = Publisher(conn, retry_for=self.app.publish_timeout)
+        msgs = [msg for _, msg in chunk]
         try:
-            return await publisher.publish_many(msgs)
+            stored = await publisher.publish_many(msgs)
         except NoStreamError:
             # The job stream is gone (or never existed on this server): create it and go on.
             await self.app.provision_streams(conn)
             publisher.retry_no_stream = True
-            return await publisher.publish_many(msgs)
+            stored = await publisher.publish_many(msgs)
+        jobs: builtins.list[Job] = []
+        for (d, _), r in zip(chunk, stored, strict=True):
+            log.debug("dlq.replayed_one", dlq_seq=d.seq, job_id=d.job_id, seq=r.seq)
+            jobs.append(ReplayedJob(d.job_id, d.task, d.queue, r.seq, r.duplicate, replayed_from=d.seq))
+        return jobs
 
-    def _job_message(self, letter: DeadLetter) -> OutMessage:
+    def _prepare(self, letter: DeadLetter, max_payload: int) -> OutMessage:
+        """The job message replaying ``letter``; raises :class:`DeadLetterNotReplayable`."""
+        why = f"dead letter {letter.seq} (job {letter.job_id}) cannot be replayed"
+        if letter.original_size is not None:
+            raise DeadLetterNotReplayable(
+                f"{why}: its body was cut from {letter.original_size} bytes to fit max_payload"
+            )
         ns = self.app.namespace
         subject = letter.subject
         if ns.parse_job_subject(subject) is None:
@@ -356,7 +285,7 @@ class DeadLetters:
             try:
                 subject = ns.job_subject(validate_name("queue", letter.queue), task_token(letter.task))
             except ConfigurationError as exc:
-                raise JsworkerError(f"dead letter {letter.seq} has no job subject to replay to") from exc
+                raise DeadLetterNotReplayable(f"{why}: it names no job subject") from exc
         headers = {k: v for k, v in letter.headers.items() if k.lower() not in _LETTER_ONLY}
         headers.update(
             {
@@ -366,7 +295,12 @@ class DeadLetters:
                 REPLAYED_FROM: str(letter.seq),
             }
         )
-        return OutMessage(subject=subject, body=letter.body or b"", headers=headers)
+        msg = OutMessage(subject=subject, body=letter.body or b"", headers=headers)
+        if msg.size > max_payload:
+            raise DeadLetterNotReplayable(
+                f"{why}: with its headers it is {msg.size} bytes, over max_payload ({max_payload})"
+            )
+        return msg
 
     async def purge(self, task: str | None = None, queue: str | None = None) -> int:
         """Delete the dead letters of ``task`` and/or ``queue`` (all when neither); returns how many."""
@@ -388,37 +322,6 @@ def _as_seq(ref: int | str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
 
 
-def _job_id(msg: StoredMessage) -> str:
-    """The job id of a stored dead letter; its dedup key is ``<job id>:<attempt>``."""
-    return (
-        msg.headers.get(wire.JOB_ID)
-        or msg.headers.get(wire.MSG_ID, "").rpartition(":")[0]
-        or f"dlq-{msg.seq}"
-    )
-
-
 def _missing(ref: str, task: str | None, what: str) -> str:
     of_task = f" of task {task!r}" if task is not None else ""
     return f"no dead letter{of_task} with {what} {ref!r}"
-
-
-def _int(raw: str | None) -> int | None:
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def _traceback(raw: str | None) -> str | None:
-    if raw is None:
-        return None
-    try:
-        text = json.loads(raw)
-    except ValueError:
-        return raw  # not what the worker writes, but still worth showing as it is
-    return text if isinstance(text, str) else raw
-
-
-def _failed_at(raw: str | None, stored_at: float | None) -> float | None:
-    ns = _int(raw)
-    return ns / 1e9 if ns is not None else stored_at

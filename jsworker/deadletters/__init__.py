@@ -1,0 +1,17 @@
+"""Dead letters you can work with: list, inspect, replay and purge what the workers gave up on.
+
+:class:`DeadLetter` is one stored dead letter (:mod:`.letter`); :class:`DeadLetters` reads,
+replays and purges an app's dead-letter stream (:mod:`.store`).
+"""
+
+from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob
+from .store import REPLAYED_FROM, DeadLetters
+
+__all__ = [
+    "REPLAYED_FROM",
+    "DeadLetter",
+    "DeadLetterNotFound",
+    "DeadLetterNotReplayable",
+    "DeadLetters",
+    "ReplayedJob",
+]

@@ -1,0 +1,149 @@
+"""A dead letter as read back from the dead-letter stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .. import wire
+from ..errors import JsworkerError, SerializationError
+from ..jetstream.dlq import StoredMessage
+from ..job import Job
+
+if TYPE_CHECKING:
+    pass
+
+_DLQ_PREFIX = "jsw-dlq-"
+_SERVER_PREFIX = "nats-"
+
+
+class DeadLetterNotFound(JsworkerError):
+    """No dead letter has that sequence or job id (or it was replayed or purged already)."""
+
+
+class DeadLetterNotReplayable(JsworkerError):
+    """The dead letter cannot become a job again: its body was cut, or it would not fit."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One dead letter, as stored in the app's dead-letter stream.
+
+    ``seq`` is its sequence in that stream; ``subject`` is the job's original subject;
+    ``headers`` are the job's own headers (everything but ``Jsw-Dlq-*`` and the server's
+    ``Nats-*``); ``failed_at`` is unix seconds. ``body`` is the job's payload byte for byte,
+    or None when it was not loaded (:meth:`DeadLetters.list` reads headers only unless asked);
+    ``size`` is its length either way. ``original_size`` is None unless the worker had to cut
+    the body to fit the server's ``max_payload``: then ``body`` is only its start, and the dead
+    letter cannot be replayed. ``attempts`` is 0 when the worker did not record it.
+    """
+
+    seq: int
+    job_id: str
+    task: str
+    queue: str
+    attempts: int
+    reason: str
+    error_type: str | None
+    error: str | None
+    traceback: str | None
+    failed_at: float | None
+    subject: str
+    headers: Mapping[str, str]
+    body: bytes | None
+    size: int
+    original_size: int | None = None
+
+    @classmethod
+    def from_stored(cls, msg: StoredMessage) -> DeadLetter:
+        """Read a dead letter out of its stored message, tolerating missing headers."""
+        h = msg.headers
+        # Subject fallback: jsw.<app>.dlq.<queue>.<task>, for letters missing their headers.
+        parts = msg.subject.split(".")
+        queue = h.get(wire.QUEUE) or (parts[3] if len(parts) == 5 else "")
+        task = h.get(wire.TASK) or (parts[4] if len(parts) == 5 else "")
+        return cls(
+            seq=msg.seq,
+            job_id=_job_id(msg),
+            task=task,
+            queue=queue,
+            attempts=_int(h.get(wire.DLQ_ATTEMPTS)) or 0,
+            reason=h.get(wire.DLQ_REASON, ""),
+            error_type=h.get(wire.DLQ_ERROR_TYPE),
+            error=h.get(wire.DLQ_ERROR),
+            traceback=_traceback(h.get(wire.DLQ_TRACEBACK)),
+            failed_at=_failed_at(h.get(wire.DLQ_AT), msg.stored_at),
+            subject=h.get(wire.ORIGINAL_SUBJECT, ""),
+            headers={k: v for k, v in h.items() if not k.lower().startswith((_DLQ_PREFIX, _SERVER_PREFIX))},
+            body=msg.body,
+            size=msg.size,
+            original_size=_int(h.get(wire.BODY_TRUNCATED)),
+        )
+
+    def payload(self) -> Any:
+        """The body decoded as JSON; raises :class:`SerializationError` when it is not JSON."""
+        if self.body is None:
+            raise SerializationError(
+                f"the body of dead letter {self.seq} was not loaded; use DeadLetters.get({self.seq})"
+            )
+        try:
+            return json.loads(self.body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise SerializationError(f"the body of dead letter {self.seq} is not JSON: {exc}") from exc
+
+    def pretty_payload(self) -> str:
+        """The body for people: indented JSON when it is JSON, else the ``repr`` of the bytes."""
+        if self.body is None:
+            return "(not loaded)"
+        try:
+            return json.dumps(self.payload(), indent=2, ensure_ascii=False)
+        except SerializationError:
+            return repr(self.body)
+
+    @property
+    def failed_at_iso(self) -> str | None:
+        """``failed_at`` as ISO 8601 in UTC, to the second (``2025-01-31T12:00:00Z``)."""
+        if self.failed_at is None:
+            return None
+        return datetime.fromtimestamp(self.failed_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedJob(Job):
+    """Receipt of a replayed dead letter: a :class:`Job`, plus the dead letter's sequence."""
+
+    replayed_from: int = 0
+
+
+def _job_id(msg: StoredMessage) -> str:
+    """The job id of a stored dead letter; its dedup key is ``<job id>:<attempt>``."""
+    return (
+        msg.headers.get(wire.JOB_ID)
+        or msg.headers.get(wire.MSG_ID, "").rpartition(":")[0]
+        or f"dlq-{msg.seq}"
+    )
+
+
+def _int(raw: str | None) -> int | None:
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _traceback(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        text = json.loads(raw)
+    except ValueError:
+        return raw  # not what the worker writes, but still worth showing as it is
+    return text if isinstance(text, str) else raw
+
+
+def _failed_at(raw: str | None, stored_at: float | None) -> float | None:
+    ns = _int(raw)
+    return ns / 1e9 if ns is not None else stored_at
