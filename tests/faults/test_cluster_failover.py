@@ -116,7 +116,7 @@ def test_cluster_stream_leader_sigkill(
     # Per worker, the longest gap runs from the kill (or a completion after it) to the worker's
     # next completion; the probe jobs give a worker that got nothing more of the first batch one.
     per_worker = {
-        name: round(longest_gap((r.t for r in records.of("done") if r.pid == w.pid), after=killed_at), 3)
+        name: round(longest_gap((r.at for r in records.of("done") if r.pid == w.pid), after=killed_at), 3)
         for name, w in (("w1", w1), ("w2", w2))
     }
     summary = summarize(
@@ -129,7 +129,7 @@ def test_cluster_stream_leader_sigkill(
         consumer_leader_at_kill=consumer_leader,
         new_stream_leader=new_leader[0],
         new_leader_answered_s=round(election_s, 3),
-        stall_s=round(longest_gap((r.t for r in done), after=killed_at), 3),
+        stall_s=round(longest_gap((r.at for r in done), after=killed_at), 3),
         w1_on_killed_node_stall_s=per_worker["w1"],
         w2_on_other_node_stall_s=per_worker["w2"],
         w1_repull=repull["w1"],

@@ -47,7 +47,7 @@ def test_server_sigkill_restart_while_busy(
 
     wait_until(lambda: records.done_ids() >= enqueued, 90, "every job to complete")
     wait_stream_empty(url, 30)
-    done_after = [r.t for r in records.of("done") if r.t >= back_at]
+    done_after = [r.at for r in records.of("done") if r.at >= back_at]
     summary = summarize(
         "server_sigkill_restart_busy",
         enqueued,
@@ -56,7 +56,7 @@ def test_server_sigkill_restart_while_busy(
         outstanding_at_kill=outstanding_at_kill,
         downtime_s=round(back_at - killed_at, 3),
         first_completion_after_restart_s=round(min(done_after) - back_at, 3) if done_after else None,
-        stall_s=round(longest_gap((r.t for r in records.of("done")), after=killed_at), 3),
+        stall_s=round(longest_gap((r.at for r in records.of("done")), after=killed_at), 3),
     )
     assert a.alive() and b.alive(), (a.tail(), b.tail())
     assert summary["lost"] == 0
@@ -90,7 +90,7 @@ def test_server_sigkill_restart_while_idle(
     bound = 2 * WorkerSettings().idle_heartbeat
     wait_until(lambda: records.done_ids() >= after, bound + 30, "the jobs enqueued after the restart")
     wait_stream_empty(url, 30)
-    resumed_s = min(r.t for r in records.of("done") if r.job_id in after) - back_at
+    resumed_s = min(r.at for r in records.of("done") if r.job_id in after) - back_at
     summary = summarize(
         "server_sigkill_restart_idle",
         before | after,

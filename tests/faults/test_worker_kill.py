@@ -78,7 +78,7 @@ def test_sigkill_worker_mid_run_loses_nothing(
         done_by_a=len(a_done),
         redelivered_to_b=len(redelivered),
         a_exit=a.proc.returncode,
-        stall_s=round(longest_gap((r.t for r in records.of("done")), after=killed_at), 3),
+        stall_s=round(longest_gap((r.at for r in records.of("done")), after=killed_at), 3),
     )
     assert a.proc.returncode == -9
     assert in_flight_at_kill > 0, "worker A was not mid-run when it was killed"
@@ -157,7 +157,7 @@ def test_sigterm_rolling_restart_under_load(
         outstanding_at_sigterm=outstanding_at_sigterm,
         in_flight_at_sigterm=in_flight_at_sigterm,
         exit_codes=exits,
-        stall_s=round(longest_gap(r.t for r in records.of("done")), 3),
+        stall_s=round(longest_gap(r.at for r in records.of("done")), 3),
     )
     assert exits == [0, 0], (a.tail(), b.tail())
     assert all(n > 0 for n in outstanding_at_sigterm), "a restart happened with no work left"

@@ -31,7 +31,7 @@ from jsworker.deadletters import (
 from jsworker.jetstream.dlq import DlqStream
 from jsworker.naming import Namespace
 from jsworker.runtime.deadletter import dead_letter
-from jsworker.testing import NatsServer
+from jsworker.testing import NatsServer, parse_execution
 
 from .workers import APPS, start_worker, stop, stream_messages, wait_until, worker_env
 
@@ -91,7 +91,8 @@ def executions(record: Path) -> Counter[tuple[str, int]]:
     """How often each (job id, attempt) ran to completion."""
     if not record.exists():
         return Counter()
-    return Counter((p[1], int(p[4])) for p in (line.split() for line in record.read_text().splitlines()))
+    runs = (parse_execution(line) for line in record.read_text().splitlines())
+    return Counter((r.job_id, r.attempt) for r in runs if r is not None)
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:

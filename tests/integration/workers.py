@@ -14,6 +14,8 @@ from pathlib import Path
 
 import nats
 
+from jsworker.testing import parse_execution
+
 APPS = Path(__file__).parent / "apps"
 ROOT = Path(__file__).parents[2]
 
@@ -69,9 +71,9 @@ def records(path: Path, event: str = "done") -> list[tuple[str, str, int]]:
         return []
     out = []
     for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 5 and parts[0] == event:
-            out.append((parts[1], parts[2], int(parts[3])))
+        rec = parse_execution(line)
+        if rec is not None and rec.event == event:
+            out.append((rec.job_id, rec.task, rec.pid))
     return out
 
 

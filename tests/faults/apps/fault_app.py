@@ -14,24 +14,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 
-from jsworker import App, current_job
+from jsworker import App
+from jsworker.testing import record_execution as record
 
 # ack_wait=2 on every task: a queue's ack_wait is the largest of its tasks', and a short one
 # makes the server redeliver a dead worker's jobs within seconds instead of 30 s.
 app = App("flt", replicas=int(os.environ.get("JSW_FAULT_REPLICAS", "1")), ack_wait=2)
-
-
-def record(event: str) -> None:
-    """Append one line for the running job."""
-    job = current_job()
-    line = f"{event} {job.id} {job.task} {os.getpid()} {job.attempt} {time.monotonic():.6f}\n".encode()
-    fd = os.open(os.environ["JSW_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 @app.task

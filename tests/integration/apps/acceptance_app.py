@@ -8,22 +8,12 @@ share the file.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
-from jsworker import App, current_job
+from jsworker import App
+from jsworker.testing import record_execution as record
 
 app = App("acc")
-
-
-def record(event: str) -> None:
-    job = current_job()
-    line = f"{event} {job.id} {job.task} {os.getpid()} {job.attempt}\n".encode()
-    fd = os.open(os.environ["JSW_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 @app.task

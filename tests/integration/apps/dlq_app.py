@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-from jsworker import App, Reject, current_job
+from jsworker import App, Reject
+from jsworker.testing import record_execution as record
 
 app = App("dlq")
 
@@ -18,17 +19,6 @@ def broken() -> bool:
     """True while the bug is present."""
     path = os.environ.get("JSW_TEST_BROKEN")
     return bool(path) and os.path.exists(path)
-
-
-def record(event: str) -> None:
-    """Append one line for the running job; one short append is atomic across processes."""
-    job = current_job()
-    line = f"{event} {job.id} {job.task} {os.getpid()} {job.attempt}\n".encode()
-    fd = os.open(os.environ["JSW_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 @app.task
