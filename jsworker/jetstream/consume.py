@@ -339,7 +339,7 @@ class PullConsumer:
                     self._void_requests()
                     self._count(EngineEvent.MISSED_HEARTBEATS, f"{now - self._last_rx:.1f}s silent")
                     await self._refill_all()
-                elif outstanding <= 0 or self._pending < self.threshold:
+                else:
                     # Covers refills skipped while disconnected or backing off after a 503.
                     await self._refill()
             except Exception as exc:  # the watchdog must outlive any single failure
