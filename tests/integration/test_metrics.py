@@ -3,53 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import nats
 import pytest
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 import jsworker
 from jsworker.testing import NatsServer
 
-from .workers import APPS, stop, wait_until, worker_env
+from .workers import APPS, free_port, scrape, stop, value, wait_until, worker_env
 
 sys.path.insert(0, str(APPS))
 import metrics_app
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of the endpoint, keyed by (name, sorted labels)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
 @pytest.fixture
 def worker(nats_server: NatsServer, tmp_path: Path) -> Iterator[int]:
     """A worker of metrics_app serving metrics on a free port; yields the port."""
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below, after the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "jsworker", "run", "metrics_app", "-c", "7", "--metrics-port", str(port),

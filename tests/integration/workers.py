@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import nats
+from prometheus_client.parser import text_string_to_metric_families
 
 from jsworker.testing import parse_execution
 
@@ -100,3 +103,29 @@ async def stream_messages(url: str, stream: str) -> int:
         return int(info.state.messages)
     finally:
         await nc.close()
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def free_port() -> int:
+    """A loopback port free right now (a hint: whoever binds it first gets it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(port: int) -> Samples:
+    """Every sample of a /metrics endpoint on 127.0.0.1, keyed by (name, sorted labels)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value (0 when absent, as for a counter never incremented)."""
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)

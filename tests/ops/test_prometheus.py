@@ -16,24 +16,21 @@ from __future__ import annotations
 import functools
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from jsworker.testing import NatsServer
 
+from ..integration.workers import Samples, free_port, scrape, stop, value, wait_until
 from .opsfiles import (
     ALERTS,
     APPS,
@@ -93,54 +90,11 @@ def test_alert_rules_pass_their_unit_tests() -> None:
 # --- the live scenario ------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    """SIGTERM the process we started (by its pid), SIGKILL if it does not exit in time."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
-
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def _value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 @dataclass
@@ -192,7 +146,7 @@ def _settled(samples: Samples, n: int) -> bool:
     dead = "jsworker_jobs_dead_lettered_total"
     return (
         all(
-            _value(samples, succeeded, queue=q, task=t) == n
+            value(samples, succeeded, queue=q, task=t) == n
             for q, t in (
                 ("default", "ok"),
                 ("reports", "report"),
@@ -200,15 +154,15 @@ def _settled(samples: Samples, n: int) -> bool:
                 ("default", "blocker"),
             )
         )
-        and _value(samples, dead, queue="default", task="slow", outcome="timed_out") == n
-        and _value(samples, dead, queue="default", task="refuse", outcome="rejected") == n
-        and _value(samples, dead, queue="default", task="broken", outcome="failed") == n
-        and _value(samples, "jsworker_jobs_in_flight") == 0
+        and value(samples, dead, queue="default", task="slow", outcome="timed_out") == n
+        and value(samples, dead, queue="default", task="refuse", outcome="rejected") == n
+        and value(samples, dead, queue="default", task="broken", outcome="failed") == n
+        and value(samples, "jsworker_jobs_in_flight") == 0
     )
 
 
 def _settled_now(worker_port: int, n: int) -> bool:
-    return _settled(_scrape(worker_port), n)
+    return _settled(scrape(worker_port), n)
 
 
 def _scrapes_since(live: Live, seen: int, more: int) -> bool:
@@ -225,7 +179,7 @@ def _scrapes(live: Live) -> int:
 def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     prometheus = _binary(PROMETHEUS)
     tmp = tmp_path_factory.mktemp("ops-prometheus")
-    worker_port, prom_port = _free_port(), _free_port()
+    worker_port, prom_port = free_port(), free_port()
     env = dict(os.environ)
     env["JSWORKER_URL"] = nats_server_module.url
     env["PYTHONPATH"] = os.pathsep.join([str(APPS), str(ROOT), env.get("PYTHONPATH", "")])
@@ -249,11 +203,11 @@ def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactor
         def worker_ready() -> bool:
             assert worker.poll() is None, f"the worker exited:\n{_tail(worker_log)}"
             try:
-                return _value(_scrape(worker_port), "jsworker_concurrency_limit") == 8
+                return value(scrape(worker_port), "jsworker_concurrency_limit") == 8
             except OSError:
                 return False
 
-        _wait(worker_ready, 30, "the worker's metrics endpoint")
+        wait_until(worker_ready, 30, "the worker's metrics endpoint")
 
         config = tmp / "prometheus.yml"
         _prometheus_config(config, worker_port)
@@ -276,22 +230,22 @@ def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactor
             except OSError:
                 return False
 
-        _wait(prometheus_ready, 30, "prometheus to be ready")
+        wait_until(prometheus_ready, 30, "prometheus to be ready")
         # The process answering is ours (not a system service): it runs on our storage path.
         flags = state.api("status/flags")["data"]
         assert flags["storage.tsdb.path"] == str(tmp / "data"), flags
 
-        _wait(lambda: _scrapes(state) >= 2, 20, "prometheus to scrape the worker")
+        wait_until(lambda: _scrapes(state) >= 2, 20, "prometheus to scrape the worker")
         for n in (1, 2):
             # Round 1 creates every (queue, task) series; round 2 makes them grow while scraped.
             _round()
-            _wait(functools.partial(_settled_now, worker_port, n), 30, f"round {n} of jobs to settle")
-            _wait(functools.partial(_scrapes_since, state, _scrapes(state), 3), 20, "three more scrapes")
-        state.worker_samples = _scrape(worker_port)
+            wait_until(functools.partial(_settled_now, worker_port, n), 30, f"round {n} of jobs to settle")
+            wait_until(functools.partial(_scrapes_since, state, _scrapes(state), 3), 20, "three more scrapes")
+        state.worker_samples = scrape(worker_port)
         yield state
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop(proc)
         app.close()
 
 
@@ -345,7 +299,9 @@ def test_alert_rules_load_and_evaluate_without_errors(live: Live) -> None:
     rules = _rules(live)
     assert {r["name"] for r in rules} >= MUST_FIRE
     # A rule never evaluated shows the zero time.
-    _wait(lambda: not any(r["lastEvaluation"].startswith("0001") for r in _rules(live)), 10, "an evaluation")
+    wait_until(
+        lambda: not any(r["lastEvaluation"].startswith("0001") for r in _rules(live)), 10, "an evaluation"
+    )
     for rule in _rules(live):
         assert rule["health"] == "ok", f"{rule['name']}: {rule.get('lastError')}"
         answer = live.query(rule["query"])
@@ -357,7 +313,7 @@ def test_alerts_fire_for_what_the_jobs_did(live: Live) -> None:
         alerts = live.api("alerts")["data"]["alerts"]
         return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
 
-    _wait(lambda: firing() >= MUST_FIRE, 15, f"{MUST_FIRE} to fire")
+    wait_until(lambda: firing() >= MUST_FIRE, 15, f"{MUST_FIRE} to fire")
     alerts = live.api("alerts")["data"]["alerts"]
     dead = {
         (a["labels"]["task"], a["labels"]["outcome"])
@@ -373,7 +329,7 @@ def test_worker_reported_the_job_mix(live: Live) -> None:
     """The worker's own counts: the outcomes the queries above were run on."""
     s = live.worker_samples
     d = {"queue": "default"}
-    assert _value(s, "jsworker_jobs_failed_total", **d, task="flaky") == 2
-    assert _value(s, "jsworker_jobs_retried_total", **d, task="flaky") == 2
-    assert _value(s, "jsworker_jobs_timed_out_total", **d, task="slow") == 2
-    assert _value(s, "jsworker_event_loop_blocked_total") >= 2
+    assert value(s, "jsworker_jobs_failed_total", **d, task="flaky") == 2
+    assert value(s, "jsworker_jobs_retried_total", **d, task="flaky") == 2
+    assert value(s, "jsworker_jobs_timed_out_total", **d, task="slow") == 2
+    assert value(s, "jsworker_event_loop_blocked_total") >= 2
