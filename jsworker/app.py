@@ -40,6 +40,8 @@ class App:
     server restart or a leader election (same job id, so never twice) before raising
     :class:`~jsworker.EnqueueError`; ``connect_timeout`` bounds the first connection.
     Metrics go to ``metrics_registry`` (prometheus-client's default registry if None).
+    ``events=True`` makes producers and workers publish job events (see :mod:`jsworker.events`)
+    to ``JSW_<NAME>_EVENTS``, kept for ``events_max_age`` seconds.
     """
 
     def __init__(
@@ -59,6 +61,8 @@ class App:
         duplicate_window: float = 120.0,
         replicas: int = 1,
         dlq_max_age: float = 7 * _DAY,
+        events: bool = False,
+        events_max_age: float = 7 * _DAY,
         max_ack_pending: int = 20_000,
         publish_timeout: float = 15.0,
         connect_timeout: float = 5.0,
@@ -92,6 +96,8 @@ class App:
         self.duplicate_window = check_seconds("duplicate_window", duplicate_window)
         self.replicas = replicas
         self.dlq_max_age = check_seconds("dlq_max_age", dlq_max_age)
+        self.events = bool(events)
+        self.events_max_age = check_seconds("events_max_age", events_max_age)
         self.max_ack_pending = max_ack_pending
         self.publish_timeout = check_seconds("publish_timeout", publish_timeout)
         # Deployments keep secrets out of code: every credential falls back to JSWORKER_*.
@@ -233,6 +239,19 @@ class App:
             max_age=self.dlq_max_age,
         )
 
+    def events_spec(self) -> StreamSpec:
+        """The job-event stream (used when the app emits events)."""
+        ns = self.namespace
+        return StreamSpec(
+            name=ns.events_stream,
+            subjects=(ns.events_subjects,),
+            work_queue=False,
+            replicas=self.replicas,
+            # Events carry no Nats-Msg-Id; the window only has to be valid (<= max_age).
+            duplicate_window=min(1.0, self.events_max_age),
+            max_age=self.events_max_age,
+        )
+
     def queue_ack_wait(self, queue: str) -> float:
         """The consumer ``ack_wait`` of ``queue``: the largest of its tasks'."""
         waits = [t.options.ack_wait for t in self.tasks.values() if t.queue == queue]
@@ -249,9 +268,11 @@ class App:
         )
 
     async def provision_streams(self, conn: Connection) -> None:
-        """Create or update the job and dead-letter streams."""
+        """Create or update the job and dead-letter streams, and the events stream if used."""
         await ensure_stream(conn, self.stream_spec())
         await ensure_stream(conn, self.dlq_spec())
+        if self.events:
+            await ensure_stream(conn, self.events_spec())
 
     async def provision(self, conn: Connection | None = None, queues: Iterable[str] | None = None) -> None:
         """Create or update streams and queue consumers (idempotent; workers do it at start)."""

@@ -2,7 +2,8 @@
 
 One app is one namespace on the server: a job stream ``JSW_<APP>`` holding subjects
 ``jsw.<app>.q.<queue>.<task>``, a durable consumer per queue, and a dead-letter stream
-``JSW_<APP>_DLQ`` holding ``jsw.<app>.dlq.<queue>.<task>``.
+``JSW_<APP>_DLQ`` holding ``jsw.<app>.dlq.<queue>.<task>``, and (when the app emits job
+events) an events stream ``JSW_<APP>_EVENTS`` holding ``jsw.<app>.ev.<queue>.<task>.<event>``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class Namespace:
         return f"JSW_{self.app.upper()}_DLQ"
 
     @property
+    def events_stream(self) -> str:
+        """The job-event stream (Limits retention)."""
+        return f"JSW_{self.app.upper()}_EVENTS"
+
+    @property
     def job_subjects(self) -> str:
         """Wildcard covering every job subject of the app."""
         return f"jsw.{self.app}.q.>"
@@ -63,6 +69,15 @@ class Namespace:
     def dlq_subjects(self) -> str:
         """Wildcard covering every dead-letter subject of the app."""
         return f"jsw.{self.app}.dlq.>"
+
+    @property
+    def events_subjects(self) -> str:
+        """Wildcard covering every job-event subject of the app."""
+        return f"jsw.{self.app}.ev.>"
+
+    def event_subject(self, queue: str, task: str, event: str) -> str:
+        """Subject of a job event (``started``, ``succeeded``, ...) of ``task`` on ``queue``."""
+        return f"jsw.{self.app}.ev.{queue}.{task}.{event}"
 
     def queue_filter(self, queue: str) -> str:
         """Filter subject of a queue's durable consumer."""

@@ -1,0 +1,24 @@
+"""Job events: what happened to every job, as a stream other tools can read.
+
+An app created with ``App(events=True)`` publishes one small JSON message per lifecycle step
+to ``JSW_<APP>_EVENTS`` (Limits retention, ``events_max_age``), on subject
+``jsw.<app>.ev.<queue>.<task>.<event>``:
+
+| event           | who       | when                                                     |
+|-----------------|-----------|----------------------------------------------------------|
+| ``enqueued``    | producer  | the server stored a new job (not for duplicates)          |
+| ``started``     | worker    | a run begins                                              |
+| ``succeeded``   | worker    | the run returned (the job is done)                        |
+| ``failed``      | worker    | the run raised, timed out, asked to retry, was rejected or cancelled |
+| ``retried``     | worker    | the job goes back to the queue (after ``failed``)         |
+| ``dead_lettered``| worker   | the job ends in the dead-letter stream (after ``failed``, or alone for a job that never started) |
+
+Events are fire-and-forget publishes: no acknowledgement is awaited, and a failure to emit
+one never changes what happens to the job. They are observations, not a ledger.
+"""
+
+from __future__ import annotations
+
+from .schema import EVENT_KINDS, EventKind, JobEvent, decode_event, encode_event
+
+__all__ = ["EVENT_KINDS", "EventKind", "JobEvent", "decode_event", "encode_event"]
