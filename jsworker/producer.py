@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConnectError, EnqueueError, TopologyError
+from .events.emit import EventEmitter
 from .jetstream.connection import Connection
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored
 from .job import Job
@@ -102,6 +103,7 @@ class Producer:
         msg = self.message(task, call)
         stored = await self._with_topology(lambda p: p.publish(msg), [msg])
         self._count(task, stored, started)
+        await self._emit_enqueued(task, [msg], stored)
         return self._receipt(task, call, stored[0])
 
     async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
@@ -110,6 +112,7 @@ class Producer:
         msgs = [self.message(task, call) for call in calls]
         stored = await self._with_topology(lambda p: p.publish_many(msgs), msgs)
         self._count(task, stored, started)
+        await self._emit_enqueued(task, msgs, stored)
         return [self._receipt(task, call, s) for call, s in zip(calls, stored, strict=True)]
 
     def _count(self, task: Task[Any, Any], stored: list[Stored], started: float) -> None:
@@ -120,6 +123,19 @@ class Producer:
         if duplicates:
             metrics.duplicates.labels(*labels).inc(duplicates)
         metrics.enqueue_duration.labels(*labels).observe(time.perf_counter() - started)
+
+    async def _emit_enqueued(
+        self, task: Task[Any, Any], msgs: list[OutMessage], stored: list[Stored]
+    ) -> None:
+        app = self._app
+        if not app.events:
+            return
+        events = EventEmitter(await self.connection(), app.namespace, app.metrics)
+        for msg, receipt in zip(msgs, stored, strict=True):
+            if not receipt.duplicate:
+                headers = msg.headers
+                at = int(headers[ENQUEUED_AT]) / 1e9
+                await events.emit("enqueued", task.queue, task.name, headers[MSG_ID], ts=at, enqueued_at=at)
 
     async def _with_topology(
         self, op: Callable[[Publisher], Awaitable[Stored | list[Stored]]], msgs: list[OutMessage]

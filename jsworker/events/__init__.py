@@ -4,14 +4,13 @@ An app created with ``App(events=True)`` publishes one small JSON message per li
 to ``JSW_<APP>_EVENTS`` (Limits retention, ``events_max_age``), on subject
 ``jsw.<app>.ev.<queue>.<task>.<event>``:
 
-| event           | who       | when                                                     |
-|-----------------|-----------|----------------------------------------------------------|
-| ``enqueued``    | producer  | the server stored a new job (not for duplicates)          |
-| ``started``     | worker    | a run begins                                              |
-| ``succeeded``   | worker    | the run returned (the job is done)                        |
-| ``failed``      | worker    | the run raised, timed out, asked to retry, was rejected or cancelled |
-| ``retried``     | worker    | the job goes back to the queue (after ``failed``)         |
-| ``dead_lettered``| worker   | the job ends in the dead-letter stream (after ``failed``, or alone for a job that never started) |
+- ``enqueued`` (producer): the server stored a new job (not sent for duplicates);
+- ``started`` (worker): a run begins;
+- ``succeeded`` (worker): the run returned, the job is done;
+- ``failed`` (worker): the run raised, timed out, asked to retry, was rejected or cancelled;
+- ``retried`` (worker): after ``failed``, the job goes back to the queue;
+- ``dead_lettered`` (worker): the job ends in the dead-letter stream, after ``failed`` or,
+  for a job that never started (unknown task, bad body, too many deliveries), alone.
 
 Events are fire-and-forget publishes: no acknowledgement is awaited, and a failure to emit
 one never changes what happens to the job. They are observations, not a ledger.

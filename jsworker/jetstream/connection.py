@@ -214,6 +214,18 @@ class Connection:
         self._disconnect_listeners.append(listener)
         return lambda: self._disconnect_listeners.remove(listener)
 
+    async def publish_nowait(self, subject: str, body: bytes) -> bool:
+        """Publish without asking for an acknowledgement; False when it could not be sent.
+
+        For records that must never hold up or fail the caller (job events): a stream on the
+        subject stores the message, and nobody waits for it to say so.
+        """
+        try:
+            await self.nc.publish(subject, body)
+        except (nats.errors.Error, OSError):
+            return False
+        return True
+
     async def flush(self, timeout: float = 5.0) -> None:
         """Wait until everything published so far reached the server (best effort)."""
         if self.nc.is_connected:

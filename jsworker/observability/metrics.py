@@ -107,6 +107,9 @@ class Metrics:
             registry=r,
         )
         self.dead_letters = Gauge("jsworker_dead_letters", "Messages in the dead-letter stream.", registry=r)
+        self.events_dropped = Counter(
+            "jsworker_events_dropped", "Job events that could not be sent (connection down).", registry=r
+        )
         # Producers.
         self.enqueued = Counter("jsworker_jobs_enqueued", "Jobs stored by producers.", _QT, registry=r)
         self.duplicates = Counter(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -32,6 +32,8 @@ class JobRun:
     queue: str
     task: Task[Any, Any] | None = None
     context: JobContext | None = None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def attempt(self) -> int:
@@ -59,7 +61,12 @@ class Executor:
         self.thread_limiter = CapacityLimiter(threads)
 
     async def run(self, job: JobRun) -> Outcome:
-        """Run ``job`` and return its outcome; never raises except for cancellation."""
+        """Check and run ``job``; its outcome. Never raises except for cancellation."""
+        return self.check(job) or await self.call(job)
+
+    def check(self, job: JobRun) -> Outcome | None:
+        """Why ``job`` cannot run (unknown task, bad body or arguments, too many deliveries),
+        or None when it can: then its arguments and context are set for :meth:`call`."""
         task = job.task
         if task is None:
             return Outcome(OutcomeKind.BAD_INPUT, f"unknown task {job.task_name!r} on queue {job.queue!r}")
@@ -84,7 +91,7 @@ class Executor:
             task.check_arguments(args, kwargs)
         except TypeError as exc:
             return Outcome(OutcomeKind.BAD_INPUT, f"bad arguments: {exc}", error=exc)
-
+        job.args, job.kwargs = args, kwargs
         job.context = JobContext(
             id=job.job_id,
             task=task.name,
@@ -94,6 +101,12 @@ class Executor:
             enqueued_at=_enqueued_at(job.delivery.headers),
             headers=job.delivery.headers,
         )
+        return None
+
+    async def call(self, job: JobRun) -> Outcome:
+        """Run a job that passed :meth:`check`; its outcome. Raises only on cancellation."""
+        task, args, kwargs = job.task, job.args, job.kwargs
+        assert task is not None and job.context is not None
         token = _current.set(job.context)
         timeout = task.options.timeout
         try:

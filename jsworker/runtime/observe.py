@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from ..events.emit import EventEmitter
 from ..jetstream.consume import EngineEvent
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN, Metrics
@@ -50,6 +51,44 @@ def record_job(
         log.error(
             "job.dead_lettered", outcome=kind.value, reason=decision.reason, duration=round(duration, 6)
         )
+
+
+async def emit_job_end(
+    events: EventEmitter, job: JobRun, outcome: Outcome, decision: Decision, duration: float
+) -> None:
+    """Publish the events that close a run: ``succeeded``, or ``failed`` and then ``retried``
+    or ``dead_lettered`` (a job that never started gets ``dead_lettered`` alone)."""
+    queue, task, job_id, attempt = job.queue, _event_task(job), job.job_id, job.attempt
+    kind = outcome.kind
+    if kind is OutcomeKind.SUCCEEDED:
+        await events.emit("succeeded", queue, task, job_id, attempt=attempt, duration=duration)
+        return
+    if kind not in _NOT_STARTED:
+        await events.emit(
+            "failed", queue, task, job_id, attempt=attempt, duration=duration, outcome=kind.value,
+            reason=outcome.reason,
+        )  # fmt: skip
+    if decision.verb is Verb.NAK:
+        await events.emit("retried", queue, task, job_id, attempt=attempt, delay=decision.delay or 0.0)
+    else:
+        await events.emit(
+            "dead_lettered", queue, task, job_id, attempt=attempt, outcome=kind.value, reason=decision.reason
+        )
+
+
+async def emit_job_start(events: EventEmitter, job: JobRun) -> None:
+    """Publish ``started`` for a run that passed its checks."""
+    now = time.time()
+    enqueued_at = job.context.enqueued_at if job.context is not None else None
+    await events.emit(
+        "started", job.queue, _event_task(job), job.job_id, ts=now, attempt=job.attempt,
+        enqueued_at=enqueued_at, queue_wait=None if enqueued_at is None else max(0.0, now - enqueued_at),
+    )  # fmt: skip
+
+
+def _event_task(job: JobRun) -> str:
+    # The task name becomes a subject token: an undeclared (possibly hostile) one must not.
+    return job.task_name if job.task is not None else UNKNOWN
 
 
 class EngineObserver:

@@ -21,6 +21,7 @@ import structlog
 
 from .. import __version__
 from ..errors import ConfigurationError, EnqueueError, JsworkerError, TopologyError
+from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.publish import Publisher
@@ -29,7 +30,7 @@ from ..status import queue_status
 from .deadletter import dead_letter
 from .execution import Executor, JobRun, identify
 from .limiter import Limiter
-from .observe import EngineObserver, record_job
+from .observe import EngineObserver, emit_job_end, emit_job_start, record_job
 from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, settle
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ class Worker:
             self._limiter = Limiter(settings.concurrency)
             self._executor = Executor(app, settings.threads)
             self._dlq = Publisher(conn, retry_for=app.publish_timeout)
+            self._events = EventEmitter(conn, app.namespace, app.metrics) if app.events else None
             loops = [
                 asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues
             ]
@@ -278,7 +280,11 @@ class Worker:
         started = time.monotonic()
         log.debug("job.started")
         try:
-            outcome = await self._executor.run(job)
+            outcome = self._executor.check(job)
+            if outcome is None:
+                if self._events is not None:
+                    await emit_job_start(self._events, job)
+                outcome = await self._executor.call(job)
         except asyncio.CancelledError:
             if not self._cancelling:
                 raise
@@ -290,7 +296,10 @@ class Worker:
         policy = RetryPolicy(options.max_retries, options.retry_backoff, options.retry_backoff_max)
         decision = settle(outcome, job.attempt, policy)
         await self._apply(job, outcome, decision)
-        record_job(self.app.metrics, self.counts, job, outcome, decision, time.monotonic() - started)
+        duration = time.monotonic() - started
+        record_job(self.app.metrics, self.counts, job, outcome, decision, duration)
+        if self._events is not None:
+            await emit_job_end(self._events, job, outcome, decision, duration)
 
     async def _apply(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
         delivery = job.delivery

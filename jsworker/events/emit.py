@@ -1,0 +1,63 @@
+"""Publishing job events: one fire-and-forget message per event, never failing the caller."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from .schema import MAX_REASON, EventKind, JobEvent, encode_event
+
+if TYPE_CHECKING:
+    from ..jetstream.connection import Connection
+    from ..naming import Namespace
+    from ..observability.metrics import Metrics
+
+
+_name: tuple[int, str] = (0, "")
+
+
+def process_name() -> str:
+    """``host:pid``: which process an event came from (looked up again after a fork)."""
+    global _name
+    pid = os.getpid()
+    if _name[0] != pid:
+        _name = (pid, f"{socket.gethostname()}:{pid}")
+    return _name[1]
+
+
+class EventEmitter:
+    """Publishes :class:`JobEvent` records of one app over one connection.
+
+    Sending is a core publish with no acknowledgement: the cost on the job's path is one JSON
+    encoding and a write into the client's buffer. An event that cannot be sent (connection
+    down and the client's buffer full) is counted in ``jsworker_events_dropped_total`` and
+    otherwise ignored: events describe jobs, they never decide their fate.
+    """
+
+    def __init__(self, conn: Connection, namespace: Namespace, metrics: Metrics) -> None:
+        self._conn = conn
+        self._ns = namespace
+        self._dropped = metrics.events_dropped
+        self.source = process_name()
+
+    async def emit(
+        self, kind: EventKind, queue: str, task: str, job_id: str, *, ts: float | None = None, **fields: Any
+    ) -> None:
+        """Publish one event; ``fields`` are the optional :class:`JobEvent` fields."""
+        reason = fields.get("reason")
+        if reason is not None and len(reason) > MAX_REASON:
+            fields["reason"] = reason[: MAX_REASON - 1] + "…"
+        event = JobEvent(
+            event=kind,
+            job_id=job_id,
+            task=task,
+            queue=queue,
+            ts=time.time() if ts is None else ts,
+            worker=self.source,
+            **fields,
+        )
+        subject = self._ns.event_subject(queue, task, kind)
+        if not await self._conn.publish_nowait(subject, encode_event(event)):
+            self._dropped.inc()
