@@ -1,0 +1,1 @@
+"""Processes the benchmark runs: the jsworker bench app and the raw nats-py consumer."""

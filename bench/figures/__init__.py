@@ -1,0 +1,1 @@
+"""One module per figure family; each exposes ``run(ctx) -> list[Measurement]``."""

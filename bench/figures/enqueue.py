@@ -1,0 +1,133 @@
+"""Enqueue rate: jsworker's producers next to raw nats-py publishing the same messages.
+
+Every form starts from an empty stream, sends one warm-up message first (connection set-up
+is not timed), and is checked to have stored exactly N messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from apps import bench_app
+from lib import jetstream as jsh
+from lib.context import Context
+from lib.stats import Measurement
+
+WINDOW = 1000
+TASK = bench_app.noop_async
+
+
+async def _adelay(n: int) -> float:
+    for i in range(n):
+        await TASK.adelay(i)
+    return n
+
+
+async def _adelay_many(n: int) -> float:
+    await TASK.adelay_many([(i,) for i in range(n)])
+    return n
+
+
+async def _raw_publish(js, n: int) -> None:  # type: ignore[no-untyped-def]
+    subject = jsh.subject_of(TASK)
+    for i in range(n):
+        await js.publish(subject, jsh.raw_body(i), headers=jsh.raw_headers(TASK.name))
+
+
+async def _raw_publish_async(js, n: int) -> None:  # type: ignore[no-untyped-def]
+    subject = jsh.subject_of(TASK)
+    for start in range(0, n, WINDOW):
+        for i in range(start, min(n, start + WINDOW)):
+            await js.publish_async(subject, jsh.raw_body(i), headers=jsh.raw_headers(TASK.name))
+        await js.publish_async_completed()
+
+
+async def _timed_jsworker(ctx: Context, form, n: int) -> float:  # type: ignore[no-untyped-def]
+    bench_app.app.servers = [ctx.url]
+    try:
+        await TASK.adelay(-1)
+        await jsh.purge(ctx.url)
+        start = time.perf_counter()
+        await form(n)
+        return n / (time.perf_counter() - start)
+    finally:
+        await bench_app.app.aclose()
+
+
+async def _timed_raw(ctx: Context, form, n: int) -> float:  # type: ignore[no-untyped-def]
+    nc = await jsh.connect(ctx.url)
+    try:
+        js = nc.jetstream(publish_async_max_pending=WINDOW)
+        await js.publish(jsh.subject_of(TASK), jsh.raw_body(-1), headers=jsh.raw_headers(TASK.name))
+        await jsh.purge(ctx.url)
+        start = time.perf_counter()
+        await form(js, n)
+        return n / (time.perf_counter() - start)
+    finally:
+        await nc.close()
+
+
+def _timed_sync_delay(ctx: Context, n: int) -> float:
+    """``task.delay`` from a plain thread that has no event loop, as sync apps call it."""
+    bench_app.app.servers = [ctx.url]
+    result: list[float] = []
+
+    def produce() -> None:
+        TASK.delay(-1)
+        asyncio.run(jsh.purge(ctx.url))
+        start = time.perf_counter()
+        for i in range(n):
+            TASK.delay(i)
+        result.append(n / (time.perf_counter() - start))
+
+    thread = threading.Thread(target=produce, name="bench-sync-producer", daemon=True)
+    thread.start()
+    thread.join(600)
+    bench_app.app.close()
+    if not result:
+        raise RuntimeError("sync enqueue did not finish within 600 s")
+    return result[0]
+
+
+def _checked(ctx: Context, rate: float, n: int, what: str) -> float:
+    stored = asyncio.run(jsh.message_count(ctx.url))
+    asyncio.run(jsh.purge(ctx.url))
+    if stored != n:
+        raise RuntimeError(f"{what}: the stream holds {stored} messages, expected {n}")
+    return rate
+
+
+def run(ctx: Context) -> list[Measurement]:
+    """All enqueue figures of one run."""
+    n = ctx.sizes.enqueue_jobs
+    asyncio.run(jsh.purge(ctx.url))
+    forms = [
+        (
+            "enqueue.raw_publish",
+            "raw js.publish, sequential",
+            lambda: asyncio.run(_timed_raw(ctx, _raw_publish, n)),
+        ),
+        (
+            "enqueue.raw_publish_async",
+            f"raw js.publish_async, windows of {WINDOW}",
+            lambda: asyncio.run(_timed_raw(ctx, _raw_publish_async, n)),
+        ),
+        (
+            "enqueue.adelay",
+            "await task.adelay(), sequential",
+            lambda: asyncio.run(_timed_jsworker(ctx, _adelay, n)),
+        ),
+        ("enqueue.delay_sync", "task.delay() from a plain thread", lambda: _timed_sync_delay(ctx, n)),
+        (
+            "enqueue.adelay_many",
+            "await task.adelay_many(N items)",
+            lambda: asyncio.run(_timed_jsworker(ctx, _adelay_many, n)),
+        ),
+    ]
+    out = []
+    for figure, label, measure in forms:
+        rate = _checked(ctx, measure(), n, figure)
+        out.append(Measurement(figure, rate, "jobs/s", label, {"jobs": n}))
+    return out

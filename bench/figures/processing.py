@@ -1,0 +1,128 @@
+"""Processing rate: pre-enqueued no-op jobs drained by worker processes.
+
+Every figure pre-enqueues N jobs into an empty stream (not timed), starts its consumer
+process(es), and takes the rate between the first and the last job record, so process
+start-up is paid by every contender but not measured. Afterwards the stream must be empty
+(every job acked) and every job recorded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from apps import bench_app
+from lib import jetstream as jsh
+from lib import records
+from lib.context import Context
+from lib.procs import Child, start_raw_consumer, start_worker
+from lib.stats import Measurement
+
+CONCURRENCY = 100
+TIMEOUT = 600.0
+
+
+async def _enqueue_jobs(url: str, task, n: int) -> None:  # type: ignore[no-untyped-def]
+    bench_app.app.servers = [url]
+    try:
+        for start in range(0, n, 10_000):
+            await task.adelay_many([(i,) for i in range(start, min(n, start + 10_000))])
+    finally:
+        await bench_app.app.aclose()
+
+
+def enqueue(url: str, task, n: int) -> None:  # type: ignore[no-untyped-def]
+    """Put ``n`` jobs of ``task`` into the stream (not timed)."""
+    asyncio.run(_enqueue_jobs(url, task, n))
+
+
+def drain(ctx: Context, name: str, n: int, start: Callable[[str], list[Child]]) -> float:
+    """Start the consumers, wait for ``n`` records, check the stream emptied; jobs/s."""
+    rec = ctx.record_file(name)
+    children = start(rec)
+    try:
+        got = records.wait_for(rec, n, TIMEOUT, alive=lambda: any(c.alive() for c in children))
+        if got < n:
+            tails = "\n".join(f"--- {c.name}\n{c.log_tail()}" for c in children)
+            raise RuntimeError(f"{name}: {got} of {n} jobs done\n{tails}")
+        left = asyncio.run(jsh.wait_empty(ctx.url, 30))
+        if left:
+            raise RuntimeError(f"{name}: {left} jobs still in the stream after all ran (acks lost?)")
+    finally:
+        for c in children:
+            c.stop()
+    rows = records.read(rec)
+    if len(rows) != n:
+        raise RuntimeError(f"{name}: {len(rows)} records for {n} jobs (some ran twice)")
+    return records.span_rate(rows)
+
+
+def _jsworker(ctx: Context, name: str, task, workers: int, n: int) -> float:  # type: ignore[no-untyped-def]
+    asyncio.run(jsh.purge(ctx.url))
+    enqueue(ctx.url, task, n)
+    return drain(
+        ctx,
+        name,
+        n,
+        lambda rec: [
+            start_worker(
+                ctx.url, rec, ctx.log_dir, queues=task.queue, concurrency=CONCURRENCY, name=f"{name}-{w}"
+            )
+            for w in range(workers)
+        ],
+    )
+
+
+def _raw(ctx: Context, name: str, mode: str, n: int) -> float:
+    asyncio.run(jsh.purge(ctx.url))
+    asyncio.run(jsh.publish_raw(ctx.url, n))
+    return drain(
+        ctx,
+        name,
+        n,
+        lambda rec: [start_raw_consumer(ctx.url, rec, ctx.log_dir, count=n, mode=mode, queue=jsh.RAW_QUEUE)],
+    )
+
+
+def run(ctx: Context) -> list[Measurement]:
+    """All processing figures of one run."""
+    n = ctx.sizes.process_jobs
+    info = {"jobs": n, "concurrency": CONCURRENCY}
+    out = [
+        Measurement(
+            "processing.raw_continuous",
+            _raw(ctx, "raw-continuous", "continuous", n),
+            "jobs/s",
+            "raw continuous pull + fire-and-forget ack",
+            info,
+        ),
+        Measurement(
+            "processing.raw_fetch",
+            _raw(ctx, "raw-fetch", "fetch", n),
+            "jobs/s",
+            "raw fetch(100) + ack()",
+            info,
+        ),
+        Measurement(
+            "processing.async",
+            _jsworker(ctx, "async", bench_app.noop_async, 1, n),
+            "jobs/s",
+            "jsworker async no-op, 1 worker",
+            info,
+        ),
+        Measurement(
+            "processing.async_2workers",
+            _jsworker(ctx, "async2", bench_app.noop_async, 2, n),
+            "jobs/s",
+            "jsworker async no-op, 2 workers",
+            info,
+        ),
+        Measurement(
+            "processing.sync",
+            _jsworker(ctx, "sync", bench_app.noop_sync, 1, n),
+            "jobs/s",
+            "jsworker sync no-op, 1 worker",
+            info,
+        ),
+    ]
+    return out

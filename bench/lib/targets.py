@@ -1,0 +1,115 @@
+"""How figures compare: each jsworker figure's baseline from the same run, and the targets."""
+
+from __future__ import annotations
+
+import operator
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .stats import Measurement, Summary
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``figure`` set against ``baseline`` (by ratio or difference) or against a fixed bound.
+
+    ``kind`` is ``"ratio"`` (figure / baseline), ``"diff"`` (figure - baseline) or
+    ``"value"`` (the figure itself). ``target`` is checked on the median over runs.
+    """
+
+    figure: str
+    baseline: str | None
+    kind: str
+    op: str | None = None
+    target: float | None = None
+
+    def check(self, value: float) -> bool | None:
+        """True/False against the target, None when there is none."""
+        if self.op is None or self.target is None:
+            return None
+        return _OPS[self.op](value, self.target)
+
+    @property
+    def target_text(self) -> str:
+        """The target as shown in the table, e.g. ``>= 0.85x``."""
+        if self.op is None or self.target is None:
+            return ""
+        suffix = {"ratio": "x", "diff": " ms vs raw"}.get(self.kind, "")
+        return f"{self.op} {self.target:g}{suffix}"
+
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    "<": operator.lt,
+}
+
+COMPARISONS = [
+    Comparison("enqueue.adelay", "enqueue.raw_publish", "ratio", ">=", 0.85),
+    Comparison("enqueue.delay_sync", "enqueue.raw_publish", "ratio"),
+    Comparison("enqueue.adelay_many", "enqueue.raw_publish_async", "ratio", ">=", 0.80),
+    Comparison("processing.raw_fetch", "processing.raw_continuous", "ratio"),
+    Comparison("processing.async", "processing.raw_continuous", "ratio", ">=", 0.60),
+    Comparison("processing.async_2workers", "processing.raw_continuous", "ratio"),
+    Comparison("processing.sync", "processing.raw_continuous", "ratio"),
+    Comparison("latency.jsworker_200.p50", "latency.raw_200.p50", "diff", "<=", 0.5),
+    Comparison("latency.jsworker_200.p99", None, "value", "<=", 5.0),
+    Comparison("mixed.efficiency", None, "value", ">=", 0.90),
+    Comparison("memory.growth_mb", None, "value", "<", 10.0),
+    Comparison("peers.taskiq_processing", "processing.async", "ratio"),
+    Comparison("peers.taskiq_tuned_processing", "processing.async", "ratio"),
+    Comparison("peers.dramatiq_processing", "processing.async", "ratio"),
+    Comparison("peers.taskiq_enqueue", "enqueue.adelay", "ratio"),
+    Comparison("peers.dramatiq_enqueue", "enqueue.delay_sync", "ratio"),
+]
+# jsworker's processing rate as a multiple of taskiq-nats's (the issue's ">= 4x" target).
+PEER_TARGETS = [
+    Comparison("processing.async", "peers.taskiq_processing", "ratio", ">=", 4.0),
+]
+for _rate in (200, 2000):
+    for _p in ("p50", "p95", "p99"):
+        _fig = f"latency.jsworker_{_rate}.{_p}"
+        if not any(c.figure == _fig for c in COMPARISONS):
+            COMPARISONS.append(Comparison(_fig, f"latency.raw_{_rate}.{_p}", "diff"))
+
+
+@dataclass
+class Verdict:
+    """A figure's comparison over all runs."""
+
+    comparison: Comparison
+    values: list[float]  # per run: ratio, difference or value
+
+    @property
+    def median(self) -> float:
+        """Median over runs."""
+        return statistics.median(self.values)
+
+    @property
+    def passed(self) -> bool | None:
+        """Whether the median meets the target (None: no target)."""
+        return self.comparison.check(self.median)
+
+
+def compare(runs: list[list[Measurement]], summaries: dict[str, Summary]) -> dict[str, list[Verdict]]:
+    """Every applicable comparison, computed per run (same run, same server), by figure."""
+    out: dict[str, list[Verdict]] = {}
+    for comp in COMPARISONS + PEER_TARGETS:
+        if comp.figure not in summaries or (comp.baseline and comp.baseline not in summaries):
+            continue
+        values = []
+        for run in runs:
+            by_name = {m.figure: m.value for m in run}
+            if comp.figure not in by_name or (comp.baseline and comp.baseline not in by_name):
+                continue
+            value = by_name[comp.figure]
+            if comp.kind == "ratio" and comp.baseline:
+                values.append(value / by_name[comp.baseline] if by_name[comp.baseline] else float("nan"))
+            elif comp.kind == "diff" and comp.baseline:
+                values.append(value - by_name[comp.baseline])
+            else:
+                values.append(value)
+        if values:
+            out.setdefault(comp.figure, []).append(Verdict(comp, values))
+    return out

@@ -1,0 +1,1 @@
+"""The same workloads through other task queues, run from a separate virtualenv."""
