@@ -199,7 +199,10 @@ class PullConsumer:
                 return False
             self._waiter = asyncio.get_running_loop().create_future()
             try:
-                await asyncio.wait_for(self._waiter, remaining)
+                if remaining is None:
+                    await self._waiter  # the common case: no wait_for wrapper task per wait
+                else:
+                    await asyncio.wait_for(self._waiter, remaining)
             except TimeoutError:
                 return False
             finally:

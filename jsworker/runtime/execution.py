@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-import anyio.to_thread
-from anyio import CapacityLimiter
 
 from ..errors import Reject, Retry, SerializationError
 from ..job import JobContext, _current
 from ..serializers import decode_call
 from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, TASK
 from .settlement import Outcome, OutcomeKind, exceeds_attempts
+from .threads import ThreadRunner
 
 if TYPE_CHECKING:
     from ..app import App
@@ -58,7 +55,7 @@ class Executor:
 
     def __init__(self, app: App, threads: int) -> None:
         self.app = app
-        self.thread_limiter = CapacityLimiter(threads)
+        self.threads = ThreadRunner(threads)
 
     async def run(self, job: JobRun) -> Outcome:
         """Check and run ``job``; its outcome. Never raises except for cancellation."""
@@ -109,24 +106,20 @@ class Executor:
         assert task is not None and job.context is not None
         token = _current.set(job.context)
         timeout = task.options.timeout
+        scope: asyncio.Timeout | None = None
         try:
-            async with asyncio.timeout(timeout) as scope:
-                if task.is_async:
-                    await task.fn(*args, **kwargs)
-                else:
-                    # abandon_on_cancel: a timed-out sync call cannot be stopped; let its thread
-                    # finish on its own instead of blocking the worker until it does.
-                    await anyio.to_thread.run_sync(
-                        functools.partial(task.fn, *args, **kwargs),
-                        abandon_on_cancel=True,
-                        limiter=self.thread_limiter,
-                    )
+            if timeout is None:
+                # Most tasks have no timeout; a timeout scope per job is measurable overhead.
+                await self._invoke(task, args, kwargs)
+            else:
+                async with asyncio.timeout(timeout) as scope:
+                    await self._invoke(task, args, kwargs)
         except Retry as exc:
             return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
         except Reject as exc:
             return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
         except TimeoutError as exc:
-            if scope.expired():
+            if scope is not None and scope.expired():
                 return Outcome(OutcomeKind.TIMED_OUT, f"timed out after {timeout}s", error=exc)
             return _failed(exc, task.options.is_retryable(exc))
         except (Exception, SystemExit) as exc:  # a sync task calling sys.exit() must not end the worker
@@ -134,6 +127,18 @@ class Executor:
         finally:
             _current.reset(token)
         return Outcome(OutcomeKind.SUCCEEDED)
+
+    async def _invoke(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
+        if task.is_async:
+            await task.fn(*args, **kwargs)
+        else:
+            # A timed-out sync call cannot be stopped: its thread finishes on its own while the
+            # worker settles the job (see ThreadRunner).
+            await self.threads.run(task.fn, *args, **kwargs)
+
+    def close(self) -> None:
+        """Release the thread pool (calls still running finish on their own)."""
+        self.threads.close()
 
 
 def _failed(exc: BaseException, retryable: bool) -> Outcome:

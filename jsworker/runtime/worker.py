@@ -356,5 +356,6 @@ class Worker:
         await asyncio.gather(*loops, return_exceptions=True)
         for consumer in list(self._consumers.values()):
             await consumer.close()
+        self._executor.close()
         if self.conn is not None:
             await self.conn.flush()
