@@ -10,6 +10,7 @@ import click
 from .. import __version__
 from .dev import dev
 from .dlq import dlq
+from .events import events
 from .run import run
 from .status import status
 
@@ -24,6 +25,7 @@ cli.add_command(run)
 cli.add_command(dev)
 cli.add_command(status)
 cli.add_command(dlq)
+cli.add_command(events)
 
 
 def main() -> None:
