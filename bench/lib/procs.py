@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,12 +18,22 @@ STOP_GRACE = 15.0
 class Child:
     """A process started by the benchmark, with its output in a log file."""
 
-    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str], log_dir: Path, *, group: bool = False
+    ) -> None:
         self.name = name
+        # group: the child forks workers of its own (a supervisor); it then leads a new process
+        # group so that whatever it leaves behind can still be found through its own pid.
+        self.group = group
         self.log_path = log_dir / f"{name}-{time.monotonic_ns()}.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                list(argv), env=dict(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                list(argv),
+                env=dict(env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=group,
             )
 
     @property
@@ -43,14 +54,23 @@ class Child:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, grace: float = STOP_GRACE) -> int | None:
-        """SIGTERM, then SIGKILL after ``grace`` seconds; the exit code."""
+        """SIGTERM, then SIGKILL after ``grace`` seconds; the exit code.
+
+        A group child's leftover processes (its group is led by our child's pid) get SIGKILL.
+        """
+        code: int | None = None
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
             try:
-                return self.proc.wait(grace)
+                code = self.proc.wait(grace)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        return self.proc.wait(10)
+        if code is None:
+            code = self.proc.wait(10)
+        if self.group:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        return code
 
     def __enter__(self) -> Child:
         return self

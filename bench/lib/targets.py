@@ -61,6 +61,7 @@ COMPARISONS = [
     Comparison("peers.taskiq_tuned_processing", "processing.async", "ratio"),
     Comparison("peers.dramatiq_processing", "processing.async", "ratio"),
     Comparison("peers.taskiq_enqueue", "enqueue.adelay", "ratio"),
+    Comparison("peers.taskiq_enqueue_gather", "enqueue.adelay_many", "ratio"),
     Comparison("peers.dramatiq_enqueue", "enqueue.delay_sync", "ratio"),
 ]
 # jsworker's processing rate as a multiple of taskiq-nats's (the ">= 4x" target).

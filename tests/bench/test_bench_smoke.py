@@ -1,0 +1,97 @@
+"""The benchmark suite runs end to end in quick mode and reports every figure.
+
+Speed is never asserted: only that each expected figure comes out, once, with a usable value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILIES = "enqueue,processing,latency,mixed,memory"
+
+EXPECTED = [
+    "enqueue.raw_publish",
+    "enqueue.raw_publish_async",
+    "enqueue.adelay",
+    "enqueue.delay_sync",
+    "enqueue.adelay_many",
+    "processing.raw_continuous",
+    "processing.raw_fetch",
+    "processing.async",
+    "processing.async_2workers",
+    "processing.sync",
+    *(
+        f"latency.{who}_{rate}.{p}"
+        for who in ("raw", "jsworker")
+        for rate in (200, 2000)
+        for p in ("p50", "p95", "p99")
+    ),
+    "mixed.seconds",
+    "mixed.efficiency",
+    "memory.rss_small_mb",
+    "memory.rss_large_mb",
+    "memory.growth_mb",
+]
+# Growth can be zero (or slightly negative) on a healthy worker; it only has to be a number.
+MAY_BE_ZERO = {"memory.growth_mb"}
+# Figures measured against a baseline of the same run must carry that comparison.
+COMPARED = {"enqueue.adelay", "enqueue.adelay_many", "processing.async", "latency.jsworker_200.p50"}
+
+
+def parse_figures(stdout: str) -> dict[str, dict]:
+    """The JSON figure lines of the suite's output, by figure name."""
+    figures: dict[str, dict] = {}
+    for line in stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        item = json.loads(line)
+        assert item["figure"] not in figures, f"figure {item['figure']} reported twice"
+        figures[item["figure"]] = item
+    return figures
+
+
+def check_figures(figures: dict[str, dict]) -> None:
+    """Every expected figure is there with a finite (and, mostly, positive) value."""
+    missing = [name for name in EXPECTED if name not in figures]
+    assert not missing, f"figures missing from the output: {missing}"
+    for name in EXPECTED:
+        value = figures[name]["value"]
+        assert isinstance(value, int | float) and math.isfinite(value), (name, value)
+        if name not in MAY_BE_ZERO:
+            assert value > 0, (name, value)
+    for name in COMPARED:
+        assert figures[name].get("compare"), f"{name} has no comparison with its baseline"
+
+
+def test_check_figures_fails_on_a_missing_figure() -> None:
+    line = json.dumps({"figure": "enqueue.adelay", "value": 1.0, "compare": [{}]})
+    with pytest.raises(AssertionError, match="missing"):
+        check_figures(parse_figures(line))
+
+
+@pytest.mark.slow
+def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
+    out_file = tmp_path / "figures.jsonl"
+    cmd = [
+        sys.executable,
+        "bench/run.py",
+        "--quick",
+        "--runs",
+        "1",
+        "--only",
+        FAMILIES,
+        "--json-out",
+        str(out_file),
+    ]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    figures = parse_figures(done.stdout)
+    check_figures(figures)
+    assert parse_figures(out_file.read_text()) == figures
