@@ -41,7 +41,9 @@ def record_job(
     elif kind is OutcomeKind.TIMED_OUT:
         m.timed_out.inc()
     if decision.verb is Verb.ACK:
-        log.info("job.succeeded", outcome=kind.value, duration=round(duration, 6))
+        # Debug, not info: a line per successful job is most of a busy worker's cost and of its
+        # log volume; metrics and job events count successes.
+        log.debug("job.succeeded", outcome=kind.value, duration=round(duration, 6))
     elif decision.verb is Verb.NAK:
         if kind is not OutcomeKind.CANCELLED:
             m.retried.inc()

@@ -22,7 +22,7 @@ def test_json_logs_carry_the_job_context(nats_server: NatsServer, tmp_path: Path
     log_file = tmp_path / "worker.log"
     with open(log_file, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jsworker", "run", "logging_app", "--log-format", "json"],
+            [sys.executable, "-m", "jsworker", "run", "logging_app", "--log-format", "json", "--log-level", "debug"],
             env=worker_env(nats_server.url),
             stdout=out,
             stderr=subprocess.STDOUT,
