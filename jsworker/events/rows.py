@@ -39,10 +39,17 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("delay", "double"),
 )
 
-#: The same columns as a Spark DDL schema string.
+_SPARK_TYPES = {
+    "int64": "long",
+    "int32": "int",
+    "string": "string",
+    "timestamp": "timestamp",
+    "double": "double",
+}
+
+#: The same columns as a Spark DDL schema string (``seq`` is never null, as in Arrow).
 SPARK_SCHEMA = ", ".join(
-    f"{name} {dict(int64='long', int32='int', string='string', timestamp='timestamp', double='double')[kind]}"
-    for name, kind in COLUMNS
+    f"{name} {_SPARK_TYPES[kind]}{' NOT NULL' if name == 'seq' else ''}" for name, kind in COLUMNS
 )
 
 #: A row: the column values in order; timestamps as integer microseconds since the epoch.

@@ -92,7 +92,19 @@ async def seq_at_time(conn: Connection, stream: str, when: float) -> int | None:
         if error.get("code") == _NOT_FOUND:
             return None  # no such stream, or nothing stored since then
         raise HistoryError(f"cannot read {stream}: {error.get('description', error)}")
-    return int(body["message"]["seq"])
+    message = body["message"]
+    # Times past 2262 overflow the server's nanoseconds and find the first message instead:
+    # only an answer stored at or after the time asked for is one.
+    if _parse_time(message["time"]) < when:
+        return None
+    return int(message["seq"])
+
+
+def _parse_time(text: str) -> float:
+    """Unix seconds of the server's RFC 3339 time (nanoseconds cut to what datetime holds)."""
+    head, _, fraction = text.rstrip("Z").partition(".")
+    seconds = datetime.fromisoformat(head).replace(tzinfo=UTC).timestamp()
+    return seconds + (float(f"0.{fraction}") if fraction else 0.0)
 
 
 async def read_history(
@@ -135,6 +147,8 @@ async def read_history(
         seq = int(meta.sequence.stream)
         stored_at = meta.timestamp.timestamp()
         state.last_activity = time.monotonic()
+        if start_time is not None and stored_at < start_time:
+            return  # only when the server could not seek that far ahead (past year 2262)
         if seq > stop_seq or (stop_time is not None and stored_at > stop_time):
             await state.finish(batches)
             return

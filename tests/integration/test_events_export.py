@@ -148,6 +148,7 @@ def test_since_and_until_select_by_storage_time(app: App, tmp_path: Path) -> Non
     export_events(app, tmp_path / "from", since=iso)
     assert [r["seq"] for r in _read(tmp_path / "from")] == [*middle, 8, 9]
     assert export_events(app, tmp_path / "future", since=time.time() + 60).events == 0
+    assert export_events(app, tmp_path / "future", since="2999-01-01").events == 0
     assert not (tmp_path / "future").exists()
 
 

@@ -137,7 +137,11 @@ def test_rows_to_arrow_batch() -> None:
 
 def test_spark_schema_names_every_column_in_order() -> None:
     assert [part.split()[0] for part in SPARK_SCHEMA.split(", ")] == [name for name, _ in COLUMNS]
-    assert "ts timestamp" in SPARK_SCHEMA and "attempt int" in SPARK_SCHEMA and "seq long" in SPARK_SCHEMA
+    assert (
+        "ts timestamp" in SPARK_SCHEMA
+        and "attempt int" in SPARK_SCHEMA
+        and "seq long NOT NULL" in SPARK_SCHEMA
+    )
 
 
 def test_missing_pyarrow_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
