@@ -119,7 +119,8 @@ class PipelinedPublisher:
         elif b'"error"' in data:
             error = json.loads(data).get("error", {})
             self._fail(EnqueueError(f"server rejected job {headers[MSG_ID]}: {error.get('description')}"))
-        elif b'"duplicate":true' in data:
+        elif b'"duplicate"' in data and json.loads(data).get("duplicate") is True:
+            # The key only appears on duplicates, but its spacing is the server's to choose.
             self.duplicates += 1
         else:
             self.created += 1
