@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from lib.records import record
+from lib.records import record, record_pid
 
 from jsworker import App, current_job
 
@@ -22,8 +22,8 @@ RAW_QUEUE = "rawq"
 
 @app.task
 async def noop_async(i: int) -> None:
-    """Records that it ran."""
-    record(i)
+    """Records that it ran, and in which worker process."""
+    record_pid(i)
 
 
 @app.task(queue="sync")

@@ -2,7 +2,9 @@
 
 Every figure pre-enqueues N jobs into an empty stream (not timed), starts its consumer
 process(es), and takes the rate between the first and the last job record, so process
-start-up is paid by every contender but not measured. Afterwards the stream must be empty
+start-up is paid by every contender but not measured. With two workers the rate is taken
+while both were working (``records.overlap_rate``), so one starting later does not count as
+slowness. Afterwards the stream must be empty
 (every job acked) and every job recorded once.
 """
 
@@ -15,7 +17,7 @@ from apps import bench_app
 from lib import jetstream as jsh
 from lib import records
 from lib.context import Context
-from lib.procs import Child, start_raw_consumer, start_worker
+from lib.procs import Child, start_raw_consumer, start_worker, wait_exit
 from lib.stats import Measurement
 
 CONCURRENCY = 100
@@ -36,7 +38,14 @@ def enqueue(url: str, task, n: int) -> None:  # type: ignore[no-untyped-def]
     asyncio.run(_enqueue_jobs(url, task, n))
 
 
-def drain(ctx: Context, name: str, n: int, start: Callable[[str], list[Child]]) -> float:
+def drain(
+    ctx: Context,
+    name: str,
+    n: int,
+    start: Callable[[str], list[Child]],
+    rate: Callable[[list[tuple[int, int, int]]], float] = records.span_rate,
+    exits: bool = False,
+) -> float:
     """Start the consumers, wait for ``n`` records, check the stream emptied; jobs/s."""
     rec = ctx.record_file(name)
     children = start(rec)
@@ -48,13 +57,17 @@ def drain(ctx: Context, name: str, n: int, start: Callable[[str], list[Child]]) 
         left = asyncio.run(jsh.wait_empty(ctx.url, 30))
         if left:
             raise RuntimeError(f"{name}: {left} jobs still in the stream after all ran (acks lost?)")
+        if exits:
+            codes = [wait_exit(c, 10) for c in children]
+            if any(code != 0 for code in codes):
+                raise RuntimeError(f"{name}: consumer exit codes {codes}\n{children[0].log_tail()}")
     finally:
         for c in children:
             c.stop()
     rows = records.read(rec)
     if len(rows) != n:
         raise RuntimeError(f"{name}: {len(rows)} records for {n} jobs (some ran twice)")
-    return records.span_rate(rows)
+    return rate(rows)
 
 
 def _jsworker(ctx: Context, name: str, task, workers: int, n: int) -> float:  # type: ignore[no-untyped-def]
@@ -70,6 +83,8 @@ def _jsworker(ctx: Context, name: str, task, workers: int, n: int) -> float:  # 
             )
             for w in range(workers)
         ],
+        # noop_async records its worker's pid, which the overlap window needs.
+        records.overlap_rate if workers > 1 else records.span_rate,
     )
 
 
@@ -81,6 +96,7 @@ def _raw(ctx: Context, name: str, mode: str, n: int) -> float:
         name,
         n,
         lambda rec: [start_raw_consumer(ctx.url, rec, ctx.log_dir, count=n, mode=mode, queue=jsh.RAW_QUEUE)],
+        exits=True,
     )
 
 

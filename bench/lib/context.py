@@ -31,7 +31,7 @@ NORMAL = Sizes(
 )
 QUICK = Sizes(
     enqueue_jobs=500,
-    process_jobs=1_000,
+    process_jobs=2_000,
     latency=((200, 200), (2_000, 1_000)),
     mixed_jobs=2_000,
     mixed_concurrency=500,

@@ -72,3 +72,29 @@ def span_rate(rows: list[tuple[int, int, int]]) -> float:
     stamps = [r[2] for r in rows]
     elapsed = (max(stamps) - min(stamps)) / 1e9
     return (len(rows) - 1) / max(elapsed, 1e-9)
+
+
+def overlap_rate(rows: list[tuple[int, int, int]]) -> float:
+    """Jobs per second while every process was working, for records whose middle field is the
+    writer's pid (see :func:`record_pid`).
+
+    The window runs from the latest first record of any process to the earliest last one, so
+    a process that started late (or ran out of jobs early) does not count as a slow one. With
+    one process this is :func:`span_rate`.
+    """
+    by_pid: dict[int, list[int]] = {}
+    for _, pid, at in rows:
+        by_pid.setdefault(pid, []).append(at)
+    if len(by_pid) < 2:
+        return span_rate(rows)
+    start = max(min(stamps) for stamps in by_pid.values())
+    end = min(max(stamps) for stamps in by_pid.values())
+    inside = sum(1 for _, _, at in rows if start <= at <= end)
+    if end <= start or inside < 2:
+        raise ValueError("the processes did not work at the same time; no overlap to measure")
+    return (inside - 1) / ((end - start) / 1e9)
+
+
+def record_pid(key: int) -> None:
+    """:func:`record` with the writing process's pid in place of the enqueue time."""
+    record(key, os.getpid())
