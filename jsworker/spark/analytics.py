@@ -142,6 +142,8 @@ def _number(value: float | None) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1_000_000:.0f}us"
     if seconds < 1:
         return f"{seconds * 1000:.3g}ms"
     if seconds < 60:
