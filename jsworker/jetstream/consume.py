@@ -33,7 +33,7 @@ from nats.aio.msg import Msg
 
 from ..errors import JsworkerError
 from .connection import Connection
-from .delivery import Delivery
+from .delivery import Delivery, VerbBatcher
 
 _NS = 1_000_000_000
 # 409 descriptions that a new request cannot fix.
@@ -100,6 +100,7 @@ class PullConsumer:
         self.on_event = on_event or _ignore
         self.stats: dict[str, int] = {e.value: 0 for e in EngineEvent}
 
+        self._verbs = VerbBatcher(conn.nc)
         self._subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._inbox = ""
         self._sub: Any = None
@@ -160,6 +161,7 @@ class PullConsumer:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
+        await self._verbs.flush()
         if self._sub is not None and not self.conn.is_closed:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
@@ -270,10 +272,11 @@ class PullConsumer:
             await self._on_status(headers)
             return
         self._unanswered_since = None
-        delivery = Delivery(self.conn.nc, msg.subject, msg.reply, msg.data, headers)
+        delivery = Delivery(self._verbs, msg.subject, msg.reply, msg.data, headers)
         if not self._pulling:
             # Answer to a request sent before drain(): give it straight back.
             await delivery.nak()
+            await self._verbs.flush()
             return
         self._buffer.append(delivery)
         self._wake()

@@ -10,6 +10,8 @@ by what the code declares.
 from __future__ import annotations
 
 import threading
+import weakref
+from typing import Protocol
 
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -21,6 +23,15 @@ DURATION_BUCKETS = (
 )  # fmt: skip
 UNKNOWN = "_unknown"
 _QT = ("queue", "task")
+
+
+class RunsJobs(Protocol):
+    """Anything that can say how many jobs it is running (a worker)."""
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs running right now."""
+        ...
 
 
 class Metrics:
@@ -56,6 +67,9 @@ class Metrics:
             registry=r,
         )
         self.in_flight = Gauge("jsworker_jobs_in_flight", "Jobs running in this worker.", registry=r)
+        # Read when scraped, not kept up to date per job: two locked updates per job saved.
+        self._workers: weakref.WeakSet[RunsJobs] = weakref.WeakSet()
+        self.in_flight.set_function(lambda: sum(w.in_flight for w in list(self._workers)))
         self.concurrency = Gauge(
             "jsworker_concurrency_limit", "Jobs this worker runs at most at once.", registry=r
         )
@@ -123,6 +137,11 @@ class Metrics:
             registry=r,
         )
         self._tasks: dict[tuple[str, str], TaskMetrics] = {}
+
+    def count_in_flight(self, worker: RunsJobs) -> None:
+        """Report ``worker.in_flight`` in ``jsworker_jobs_in_flight`` for as long as the worker
+        exists; several workers in one process add up."""
+        self._workers.add(worker)
 
     def task(self, queue: str, task: str) -> TaskMetrics:
         """The bound children for ``task`` on ``queue`` (pass UNKNOWN for names not declared)."""

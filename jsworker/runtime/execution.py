@@ -126,7 +126,7 @@ class Executor:
             return _failed(exc, task.options.is_retryable(exc))
         finally:
             _current.reset(token)
-        return Outcome(OutcomeKind.SUCCEEDED)
+        return _SUCCEEDED
 
     async def _invoke(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
         if task.is_async:
@@ -139,6 +139,9 @@ class Executor:
     def close(self) -> None:
         """Release the thread pool (calls still running finish on their own)."""
         self.threads.close()
+
+
+_SUCCEEDED = Outcome(OutcomeKind.SUCCEEDED)
 
 
 def _failed(exc: BaseException, retryable: bool) -> Outcome:

@@ -69,6 +69,8 @@ class RetryPolicy:
     backoff_max: float
 
 
+_ACK = Decision(Verb.ACK)
+_NAK_NOW = Decision(Verb.NAK)
 _RETRYABLE = (OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT)
 _FINAL = (OutcomeKind.REJECTED, OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
 
@@ -95,9 +97,9 @@ def settle(
     """Decide the verb for ``outcome`` of delivery number ``attempt`` under ``policy``."""
     kind = outcome.kind
     if kind is OutcomeKind.SUCCEEDED:
-        return Decision(Verb.ACK)
+        return _ACK
     if kind is OutcomeKind.CANCELLED:
-        return Decision(Verb.NAK)
+        return _NAK_NOW
     if kind in _FINAL:
         return Decision(Verb.DEAD_LETTER, reason=outcome.reason or kind.value)
     if not outcome.retryable:

@@ -80,7 +80,7 @@ class Worker:
         self._jobs: dict[asyncio.Task[None], JobRun] = {}
         self._crash: BaseException | None = None
         self._cancelling = False
-        self._in_flight = app.metrics.in_flight
+        self._policies: dict[str, RetryPolicy] = {}
 
     # -- control --------------------------------------------------------------------------
 
@@ -136,6 +136,7 @@ class Worker:
 
     def _announce(self, conn: Connection) -> None:
         metrics = self.app.metrics
+        metrics.count_in_flight(self)
         metrics.concurrency.set(self.settings.concurrency)
         metrics.worker_info.labels(__version__, self.app.name, ",".join(self.queues)).set(1)
 
@@ -263,12 +264,10 @@ class Worker:
     def _spawn(self, job: JobRun) -> None:
         task = asyncio.create_task(self._process(job))
         self._jobs[task] = job
-        self._in_flight.inc()
         task.add_done_callback(self._job_done)
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         self._jobs.pop(task, None)
-        self._in_flight.dec()
         self._limiter.release()
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("job.internal_error", error=repr(exc))
@@ -292,14 +291,21 @@ class Worker:
             if current is not None:
                 current.uncancel()
             outcome = Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
-        options = job.task.options if job.task else self.app.defaults
-        policy = RetryPolicy(options.max_retries, options.retry_backoff, options.retry_backoff_max)
-        decision = settle(outcome, job.attempt, policy)
+        decision = settle(outcome, job.attempt, self._policy(job))
         await self._apply(job, outcome, decision)
         duration = time.monotonic() - started
         record_job(self.app.metrics, self.counts, job, outcome, decision, duration)
         if self._events is not None:
             await emit_job_end(self._events, job, outcome, decision, duration)
+
+    def _policy(self, job: JobRun) -> RetryPolicy:
+        policy = self._policies.get(job.task_name)
+        if policy is None:
+            options = job.task.options if job.task else self.app.defaults
+            policy = RetryPolicy(options.max_retries, options.retry_backoff, options.retry_backoff_max)
+            if job.task is not None:  # names of undeclared tasks are not remembered
+                self._policies[job.task_name] = policy
+        return policy
 
     async def _apply(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
         delivery = job.delivery

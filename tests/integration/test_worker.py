@@ -24,6 +24,7 @@ from .workers import (
     stop,
     stream_messages,
     wait_until,
+    waiting_pulls,
 )
 
 sys.path.insert(0, str(APPS))
@@ -92,7 +93,10 @@ def test_two_workers_share_a_queue(nats_server: NatsServer, app: Any, record: Pa
         running_worker(nats_server.url, record, tmp_path / "w1.log", "--max-messages", "8") as w1,
         running_worker(nats_server.url, record, tmp_path / "w2.log", "--max-messages", "8") as w2,
     ):
-        time.sleep(1.0)  # both pulling before the jobs arrive
+        # Both pulling before the jobs arrive: a worker still starting would find none left.
+        wait_until(
+            lambda: asyncio.run(waiting_pulls(nats_server.url, "JSW_ACC", "default")) >= 2, 30, "two pulls"
+        )
         jobs = app.record_async.delay_many([(i,) for i in range(2000)])
         wait_until(lambda: len(records(record)) >= 2000, 60, "2,000 executions")
         time.sleep(0.5)

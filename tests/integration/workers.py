@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import nats
+import nats.js.errors
 from prometheus_client.parser import text_string_to_metric_families
 
 from jsworker.testing import parse_execution
@@ -101,6 +102,17 @@ async def stream_messages(url: str, stream: str) -> int:
     try:
         info = await nc.jetstream().stream_info(stream)
         return int(info.state.messages)
+    finally:
+        await nc.close()
+
+
+async def waiting_pulls(url: str, stream: str, consumer: str) -> int:
+    """Pull requests waiting on ``consumer`` right now: one per idle worker pull loop."""
+    nc = await nats.connect(url)
+    try:
+        return int((await nc.jetstream().consumer_info(stream, consumer)).num_waiting)
+    except nats.js.errors.NotFoundError:
+        return 0
     finally:
         await nc.close()
 
