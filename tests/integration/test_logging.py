@@ -22,11 +22,12 @@ def test_json_logs_carry_the_job_context(nats_server: NatsServer, tmp_path: Path
     log_file = tmp_path / "worker.log"
     with open(log_file, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jsworker", "run", "logging_app", "--log-format", "json", "--log-level", "debug"],
+            [sys.executable, "-m", "jsworker", "run", "logging_app", "--log-format", "json",
+             "--log-level", "debug"],
             env=worker_env(nats_server.url),
             stdout=out,
             stderr=subprocess.STDOUT,
-        )
+        )  # fmt: skip
     try:
         job = logging_app.greet.delay("secret-argument-value")
         wait_until(lambda: "job.succeeded" in log_file.read_text(), 20, "the job to finish")
