@@ -16,11 +16,8 @@ from typing import Protocol
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-# From a 1 ms no-op to a 30 min batch job: one set that fits both ends.
-DURATION_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    120.0, 300.0, 600.0, 1800.0,
-)  # fmt: skip
+from .jobmetrics import DURATION_BUCKETS, JobMetrics, TaskMetrics
+
 UNKNOWN = "_unknown"
 _QT = ("queue", "task")
 
@@ -40,32 +37,9 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or DEFAULT_REGISTRY
         r = self.registry
-        # Worker: one count per job outcome.
-        self.started = Counter("jsworker_jobs_started", "Jobs a worker started running.", _QT, registry=r)
-        self.succeeded = Counter("jsworker_jobs_succeeded", "Jobs that returned.", _QT, registry=r)
-        self.failed = Counter(
-            "jsworker_jobs_failed", "Job runs that raised (retried or not).", _QT, registry=r
-        )
-        self.retried = Counter("jsworker_jobs_retried", "Job runs given back for a retry.", _QT, registry=r)
-        self.timed_out = Counter(
-            "jsworker_jobs_timed_out", "Job runs cancelled by their timeout.", _QT, registry=r
-        )
-        self.dead_lettered = Counter(
-            "jsworker_jobs_dead_lettered",
-            "Jobs moved to the dead-letter stream, by outcome.",
-            (*_QT, "outcome"),
-            registry=r,
-        )
-        self.duration = Histogram(
-            "jsworker_job_duration_seconds", "Time a job ran.", _QT, buckets=DURATION_BUCKETS, registry=r
-        )
-        self.queue_wait = Histogram(
-            "jsworker_job_queue_wait_seconds",
-            "Time from enqueue to start (first attempts only).",
-            _QT,
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
+        # Worker: per-task job outcomes and times, kept off prometheus-client's hot path.
+        self.jobs = JobMetrics()
+        r.register(self.jobs)
         self.in_flight = Gauge("jsworker_jobs_in_flight", "Jobs running in this worker.", registry=r)
         # Read when scraped, not kept up to date per job: two locked updates per job saved.
         self._workers: weakref.WeakSet[RunsJobs] = weakref.WeakSet()
@@ -136,7 +110,6 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
-        self._tasks: dict[tuple[str, str], TaskMetrics] = {}
 
     def count_in_flight(self, worker: RunsJobs) -> None:
         """Report ``worker.in_flight`` in ``jsworker_jobs_in_flight`` for as long as the worker
@@ -144,12 +117,8 @@ class Metrics:
         self._workers.add(worker)
 
     def task(self, queue: str, task: str) -> TaskMetrics:
-        """The bound children for ``task`` on ``queue`` (pass UNKNOWN for names not declared)."""
-        key = (queue, task)
-        found = self._tasks.get(key)
-        if found is None:
-            found = self._tasks[key] = TaskMetrics(self, queue, task)
-        return found
+        """The job numbers of ``task`` on ``queue`` (pass UNKNOWN for names not declared)."""
+        return self.jobs.task(queue, task)
 
 
 _lock = threading.Lock()
@@ -168,31 +137,3 @@ def metrics_for(registry: CollectorRegistry | None = None) -> Metrics:
         if found is None:
             found = _by_registry[id(registry)] = Metrics(registry)
         return found
-
-
-class TaskMetrics:
-    """The children of one (queue, task) pair, bound once: label lookups stay off the hot path."""
-
-    __slots__ = (
-        "dead_lettered",
-        "duration",
-        "failed",
-        "queue_wait",
-        "retried",
-        "started",
-        "succeeded",
-        "timed_out",
-    )
-
-    def __init__(self, metrics: Metrics, queue: str, task: str) -> None:
-        self.started = metrics.started.labels(queue, task)
-        self.succeeded = metrics.succeeded.labels(queue, task)
-        self.failed = metrics.failed.labels(queue, task)
-        self.retried = metrics.retried.labels(queue, task)
-        self.timed_out = metrics.timed_out.labels(queue, task)
-        self.duration = metrics.duration.labels(queue, task)
-        self.queue_wait = metrics.queue_wait.labels(queue, task)
-        self.dead_lettered = {
-            outcome: metrics.dead_lettered.labels(queue, task, outcome)
-            for outcome in ("failed", "retry", "timed_out", "rejected", "bad_input", "poison")
-        }

@@ -29,27 +29,27 @@ def record_job(
     counts[kind.value] += 1
     m = metrics.task(job.queue, job.task_name if job.task is not None else UNKNOWN)
     if kind not in _NOT_STARTED:
-        m.started.inc()
+        m.started += 1
         m.duration.observe(duration)
         context = job.context
         if context is not None and context.enqueued_at is not None and job.attempt == 1:
             m.queue_wait.observe(max(0.0, time.time() - context.enqueued_at - duration))
     if kind is OutcomeKind.SUCCEEDED:
-        m.succeeded.inc()
+        m.succeeded += 1
     elif kind is OutcomeKind.FAILED:
-        m.failed.inc()
+        m.failed += 1
     elif kind is OutcomeKind.TIMED_OUT:
-        m.timed_out.inc()
+        m.timed_out += 1
     if decision.verb is Verb.ACK:
         # Debug, not info: a line per successful job is most of a busy worker's cost and of its
         # log volume; metrics and job events count successes.
         log.debug("job.succeeded", outcome=kind.value, duration=round(duration, 6))
     elif decision.verb is Verb.NAK:
         if kind is not OutcomeKind.CANCELLED:
-            m.retried.inc()
+            m.retried += 1
         log.warning("job.retry", outcome=kind.value, reason=outcome.reason, delay=decision.delay)
     else:
-        m.dead_lettered[kind.value].inc()
+        m.dead_lettered[kind.value] += 1
         log.error(
             "job.dead_lettered", outcome=kind.value, reason=decision.reason, duration=round(duration, 6)
         )

@@ -102,8 +102,10 @@ def metric_families() -> dict[str, tuple[str, tuple[str, ...]]]:
         if describe is None:
             continue
         for family in describe():
-            # describe() gives names and types but not label names; the wrapper keeps them.
-            families[family.name] = (family.type, tuple(attr._labelnames))
+            # describe() gives names and types but not label names: a metric object keeps
+            # them, the per-task job collector lists them.
+            labels = attr.LABELS[family.name] if hasattr(attr, "LABELS") else attr._labelnames
+            families[family.name] = (family.type, tuple(labels))
     return families
 
 
