@@ -40,7 +40,6 @@ from pyspark.sql.types import (
     StructType,
     TimestampNTZType,
     TimestampType,
-    TimeType,
     VarcharType,
 )
 
@@ -100,7 +99,7 @@ def converter(dtype: DataType, column: str) -> Converter | None:
         return _nullable(_decimal)
     if isinstance(dtype, TimestampType):
         return _nullable(_instant)
-    if isinstance(dtype, DateType | TimeType | TimestampNTZType):
+    if isinstance(dtype, DateType | TimestampNTZType) or dtype.typeName() == "time":  # TimeType: Spark 4.1+
         return _nullable(_iso)
     if isinstance(dtype, ArrayType):
         inner = converter(dtype.elementType, f"{column}[]")

@@ -283,3 +283,18 @@ def test_enqueued_events_are_emitted_for_new_jobs_only(session: Any, nats_server
     while _stream_messages(url, "JSW_SPARKEVENTS_EVENTS") < 200 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _stream_messages(url, "JSW_SPARKEVENTS_EVENTS") == 200
+
+
+def test_overwrite_and_missing_options_are_refused(session: Any, nats_server_module: NatsServer) -> None:
+    """A queue cannot be overwritten, and a write without a key says which option is missing."""
+    df = session.range(3).withColumnRenamed("id", "order_id")
+
+    def write(mode: str, **options: str) -> None:
+        out = df.write.format("jsworker").mode(mode).option("servers", nats_server_module.url)
+        out.option("app", "sparkmodes").option("task", "take").options(**options).save()
+
+    with pytest.raises(Exception, match="only appends jobs"):
+        write("overwrite", key="order_id")
+    with pytest.raises(Exception, match="needs the 'key' option"):
+        write("append")
+    assert not _stream_exists(nats_server_module.url, "JSW_SPARKMODES")

@@ -150,6 +150,9 @@ def test_values_are_converted_to_json_forms() -> None:
     assert instant(dt.datetime(2024, 5, 1, 15, 45, tzinfo=berlin)) == "2024-05-01T13:45:00+00:00"
     small = converter(T.DecimalType(10, 8), "d")
     assert small is not None and small(Decimal("0.00000010")) == "0.00000010"
+    if hasattr(T, "TimeType"):  # Spark 4.1+
+        time_of_day = converter(T.TimeType(), "t")
+        assert time_of_day is not None and time_of_day(dt.time(13, 45)) == "13:45:00"
     assert converter(T.StringType(), "s") is None
     assert converter(T.ArrayType(T.LongType()), "a") is None
 
