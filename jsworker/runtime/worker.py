@@ -125,6 +125,7 @@ class Worker:
                 concurrency=settings.concurrency,
                 prefetch=settings.prefetch,
                 server=".".join(map(str, conn.server_version)),
+                loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
             )
             await self._stop.wait()
             await self._shutdown(loops)

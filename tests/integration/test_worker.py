@@ -213,3 +213,17 @@ def test_sigterm_with_jobs_in_flight_loses_nothing(
     done = counts(record)
     assert max(done.values()) == 1
     assert asyncio.run(stream_messages(nats_server.url, "JSW_ACC")) == 0
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_worker_runs_on_the_chosen_event_loop(
+    nats_server: NatsServer, app: Any, record: Path, tmp_path: Path, loop: str
+) -> None:
+    """--loop picks the event loop (the start event names it) and jobs run on either."""
+    log = tmp_path / "w.log"
+    with running_worker(nats_server.url, record, log, "--loop", loop, "--log-level", "info"):
+        jobs = [app.record_async.delay(i) for i in range(50)] + [app.record_sync.delay(i) for i in range(50)]
+        wait_until(lambda: len(records(record)) >= 100, 30, "100 executions")
+    assert set(counts(record)) == {j.id for j in jobs}
+    started = [line for line in log.read_text().splitlines() if "worker.started" in line]
+    assert len(started) == 1 and f"loop={loop}" in started[0]
