@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.js.errors
 import pytest
 
 from jsworker import App, ConfigurationError
@@ -53,20 +54,20 @@ def _orders(spark: Any, rows: int = ROWS, partitions: int = 4) -> Any:
     )
 
 
-def _shop(url: str) -> tuple[App, Any]:
+def _charge(url: str) -> Any:
     app = App("sparkshop", url)
 
     @app.task(queue="billing")
     def charge(order_id: int, amount: str, customer: str) -> None: ...
 
-    return app, charge
+    return charge
 
 
 def test_rows_become_jobs_exactly_once(session: Any, nats_server_module: NatsServer) -> None:
     """50,000 rows: 50,000 created; written again: 0 created, 50,000 duplicates; a new run id:
     50,000 more. The stream holds what the reports say."""
     url = nats_server_module.url
-    _, charge = _shop(url)
+    charge = _charge(url)
     orders = _orders(session)
 
     first = enqueue_dataframe(orders, charge, key="order_id")
@@ -198,13 +199,13 @@ async def _work_until(app: App, done: Callable[[], bool], timeout: float) -> Non
         await app.aclose()
 
 
-def _bad_app(url: str, name: str) -> tuple[App, Any]:
-    app = App(name, url)
+def _take(url: str, app_name: str) -> Any:
+    app = App(app_name, url)
 
     @app.task
     def take(order_id: int, payload: Any) -> None: ...
 
-    return app, take
+    return take
 
 
 def test_an_unsupported_column_fails_before_anything_is_sent(
@@ -213,7 +214,7 @@ def test_an_unsupported_column_fails_before_anything_is_sent(
     """A binary column is refused by name on the driver, and by the data source's planning when
     written directly: no partition runs, no stream is even created."""
     url = nats_server_module.url
-    _, take = _bad_app(url, "sparkbad")
+    take = _take(url, "sparkbad")
     df = session.sql("SELECT id AS order_id, CAST('x' AS BINARY) AS payload FROM range(10)")
     with pytest.raises(UnsupportedColumnError, match="column 'payload' has type binary"):
         enqueue_dataframe(df, take, key="order_id")
@@ -239,7 +240,7 @@ def test_a_null_key_fails_the_write_naming_the_column_and_row(
     """Row 6 of the only partition has no order id: the write raises naming the key column and
     the row; no report says it succeeded."""
     url = nats_server_module.url
-    _, take = _bad_app(url, "sparknull")
+    take = _take(url, "sparknull")
     df = session.sql(
         "SELECT IF(id = 6, NULL, id) AS order_id, concat('p', id) AS payload FROM range(0, 10, 1, 1)"
     )
