@@ -116,13 +116,12 @@ class Producer:
         return [self._receipt(task, call, s) for call, s in zip(calls, stored, strict=True)]
 
     def _count(self, task: Task[Any, Any], stored: list[Stored], started: float) -> None:
-        metrics = self._app.metrics
-        duplicates = sum(s.duplicate for s in stored)
-        labels = (task.queue, task.name)
-        metrics.enqueued.labels(*labels).inc(len(stored) - duplicates)
-        if duplicates:
-            metrics.duplicates.labels(*labels).inc(duplicates)
-        metrics.enqueue_duration.labels(*labels).observe(time.perf_counter() - started)
+        enqueued, duplicates, duration = self._app.metrics.producer(task.queue, task.name)
+        dups = sum(s.duplicate for s in stored)
+        enqueued.inc(len(stored) - dups)
+        if dups:
+            duplicates.inc(dups)
+        duration.observe(time.perf_counter() - started)
 
     async def _emit_enqueued(
         self, task: Task[Any, Any], msgs: list[OutMessage], stored: list[Stored]

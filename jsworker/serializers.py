@@ -32,10 +32,12 @@ class JSONSerializer:
     """Compact UTF-8 JSON; rejects NaN and values JSON cannot represent."""
 
     content_type = "application/json"
+    # json.dumps builds a new encoder per call whenever an option differs from the defaults.
+    _encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
     def dumps(self, obj: Any) -> bytes:
         """Encode ``obj`` as compact JSON."""
-        return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+        return self._encoder.encode(obj).encode()
 
     def loads(self, data: bytes) -> Any:
         """Decode JSON bytes."""

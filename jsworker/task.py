@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from .errors import ConfigurationError
 from .job import Job
@@ -83,8 +83,7 @@ def check_seconds(what: str, value: object, *, positive: bool = True) -> float:
     return float(value)
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """One job to enqueue: its arguments and its id."""
 
     args: tuple[Any, ...]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import nats.errors
 import nats.js.errors
@@ -29,9 +29,12 @@ class PayloadTooLargeError(EnqueueError):
     """Body and headers together exceed the server's ``max_payload``; nothing was sent."""
 
 
-@dataclass(frozen=True, slots=True)
-class OutMessage:
-    """A message to store: subject, body and headers (which must include ``Nats-Msg-Id``)."""
+class OutMessage(NamedTuple):
+    """A message to store: subject, body and headers (which must include ``Nats-Msg-Id``).
+
+    A named tuple rather than a frozen dataclass: one is built per job, and tuples are built
+    several times faster.
+    """
 
     subject: str
     body: bytes
@@ -52,15 +55,17 @@ def check_size(msg: OutMessage, max_payload: int) -> None:
     The client checks only the body; an oversized header block gets the connection closed by
     the server for good, so it must never be sent.
     """
-    if msg.size > max_payload:
+    # A character is at most 4 bytes in UTF-8 (plus 4 bytes of ": " and CRLF per header, 14 of
+    # framing): a bound without encoding anything, enough for all but messages near the limit.
+    bound = len(msg.body) + 14 + sum(4 * (len(k) + len(v)) + 4 for k, v in msg.headers.items())
+    if bound > max_payload and msg.size > max_payload:
         raise PayloadTooLargeError(
             f"job {msg.headers.get(MSG_ID)} is {msg.size} bytes with its headers; the server accepts "
             f"at most {max_payload} bytes per message (max_payload)"
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
+class Stored(NamedTuple):
     """What the server said about a stored message."""
 
     seq: int
@@ -68,7 +73,7 @@ class Stored:
 
 
 def _stored(ack: PubAck) -> Stored:
-    return Stored(seq=int(ack.seq), duplicate=bool(ack.duplicate))
+    return Stored(int(ack.seq), bool(ack.duplicate))
 
 
 class Publisher:
@@ -111,7 +116,7 @@ class Publisher:
                     msg.subject,
                     msg.body,
                     timeout=max(0.001, min(self.timeout, remaining)),
-                    headers=dict(msg.headers),
+                    headers=_headers(msg),
                 )
                 return _stored(ack)
             except (TimeoutError, nats.errors.Error, OSError) as exc:
@@ -140,26 +145,38 @@ class Publisher:
             for i in chunk:
                 msg = msgs[i]
                 try:
-                    fut = await self.conn.js.publish_async(msg.subject, msg.body, headers=dict(msg.headers))
+                    fut = await self.conn.js.publish_async(msg.subject, msg.body, headers=_headers(msg))
                 except (nats.errors.Error, OSError):
                     fut = None  # retried below, one by one
                 futures.append(fut)
-            # Collect every outcome of the chunk before raising, so no future is left with an
-            # exception nobody retrieved.
+            # One wait for the whole chunk (a wait_for per future costs more than the publish).
+            # Every outcome is collected before raising, so no exception goes unretrieved.
+            sent = [f for f in futures if f is not None]
+            if sent:
+                await asyncio.wait(sent, timeout=self.timeout)
             failures: list[tuple[int, BaseException]] = []
             for i, fut in zip(chunk, futures, strict=True):
                 if fut is None:
                     continue
-                try:
-                    results[i] = _stored(await asyncio.wait_for(fut, self.timeout))
-                except (TimeoutError, nats.errors.Error) as exc:
+                if not fut.done():
+                    fut.cancel()  # no acknowledgement in time: published once more below
+                    failures.append((i, TimeoutError()))
+                elif (exc := fut.exception()) is not None:
                     failures.append((i, exc))
+                else:
+                    results[i] = _stored(fut.result())
             for i, failure in failures:
                 _raise_final(failure, msgs[i], self.conn.max_payload, self.retry_no_stream)
         for i, result in enumerate(results):
             if result is None:
                 results[i] = await self.publish(msgs[i])
         return [r for r in results if r is not None]
+
+
+def _headers(msg: OutMessage) -> dict[str, str]:
+    # The client takes a dict and does not change it: no copy when it already is one.
+    headers = msg.headers
+    return headers if isinstance(headers, dict) else dict(headers)
 
 
 def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int, retry_no_stream: bool) -> None:

@@ -110,11 +110,24 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        self._producer: dict[tuple[str, str], tuple[Counter, Counter, Histogram]] = {}
 
     def count_in_flight(self, worker: RunsJobs) -> None:
         """Report ``worker.in_flight`` in ``jsworker_jobs_in_flight`` for as long as the worker
         exists; several workers in one process add up."""
         self._workers.add(worker)
+
+    def producer(self, queue: str, task: str) -> tuple[Counter, Counter, Histogram]:
+        """The enqueued, duplicates and enqueue-duration children of ``task``, looked up once."""
+        key = (queue, task)
+        found = self._producer.get(key)
+        if found is None:
+            found = self._producer[key] = (
+                self.enqueued.labels(queue, task),
+                self.duplicates.labels(queue, task),
+                self.enqueue_duration.labels(queue, task),
+            )
+        return found
 
     def task(self, queue: str, task: str) -> TaskMetrics:
         """The job numbers of ``task`` on ``queue`` (pass UNKNOWN for names not declared)."""
