@@ -21,10 +21,9 @@ def _vs(v: Verdict) -> str:
     comp = v.comparison
     lo, hi = min(v.values), max(v.values)
     if comp.kind == "ratio":
-        text = f"{v.median:.2f}x ({lo:.2f}-{hi:.2f})"
-        return f"{text} vs {comp.baseline}"
+        return f"{v.median:.2f}x [{lo:.2f}, {hi:.2f}] vs {comp.baseline}"
     if comp.kind == "diff":
-        return f"{v.median:+.2f} ms ({lo:+.2f}-{hi:+.2f}) vs {comp.baseline}"
+        return f"{v.median:+.2f} ms [{lo:+.2f}, {hi:+.2f}] vs {comp.baseline}"
     return ""
 
 
