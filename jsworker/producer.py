@@ -132,9 +132,7 @@ class Producer:
         events = EventEmitter(await self.connection(), app.namespace, app.metrics)
         for msg, receipt in zip(msgs, stored, strict=True):
             if not receipt.duplicate:
-                headers = msg.headers
-                at = int(headers[ENQUEUED_AT]) / 1e9
-                await events.emit("enqueued", task.queue, task.name, headers[MSG_ID], ts=at, enqueued_at=at)
+                await events.enqueued(task.queue, msg.headers)
 
     async def _with_topology(
         self, op: Callable[[Publisher], Awaitable[Stored | list[Stored]]], msgs: list[OutMessage]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..wire import ENQUEUED_AT, MSG_ID, TASK
 from .schema import MAX_REASON, EventKind, JobEvent, encode_event
 
 if TYPE_CHECKING:
@@ -61,3 +63,8 @@ class EventEmitter:
         subject = self._ns.event_subject(queue, task, kind)
         if not await self._conn.publish_nowait(subject, encode_event(event)):
             self._dropped.inc()
+
+    async def enqueued(self, queue: str, headers: Mapping[str, str]) -> None:
+        """Publish ``enqueued`` for the job a producer stored with ``headers``."""
+        at = int(headers[ENQUEUED_AT]) / 1e9
+        await self.emit("enqueued", queue, headers[TASK], headers[MSG_ID], ts=at, enqueued_at=at)

@@ -28,9 +28,10 @@ from ..app import App
 from ..errors import ConfigurationError, JsworkerError, TopologyError
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection
+from ..jetstream.message import OutMessage, Stored
+from ..jetstream.pipeline import AckPipeline, StoredHook
 from ..naming import validate_name
 from .jobs import RowEncoder
-from .publisher import PipelinedPublisher
 from .schema import plan_columns
 
 NAME = "jsworker"
@@ -274,22 +275,38 @@ async def write_partition(
     app = settings.make_app()
     conn = await Connection.open(app.connect_options("spark"))
     try:
-        events = EventEmitter(conn, app.namespace, app.metrics) if app.events else None
-        publisher = PipelinedPublisher(
-            conn, queue=settings.queue, window=settings.window, timeout=settings.timeout, events=events
+        on_stored = _enqueued_events(EventEmitter(conn, app.namespace, app.metrics), settings.queue)
+        pipe = AckPipeline(
+            conn,
+            window=settings.window,
+            timeout=settings.timeout,
+            stop_on_refusal=True,
+            on_stored=on_stored if app.events else None,
         )
-        await publisher.start()
-        subject = encoder.subject
-        rows = 0
-        for batch in batches:
-            for row in zip(*encoder.convert([column.to_pylist() for column in batch.columns]), strict=True):
+        async with pipe:
+            rows = 0
+            for row in _rows(batches, encoder):
                 if rows == fail_after:
-                    await publisher.wait_all()
+                    await pipe.wait()
                     raise InjectedFailure(f"partition {partition} fails its first attempt after {rows} rows")
                 body, headers = encoder.encode(row, rows)
-                await publisher.publish(subject, body, headers)
+                await pipe.publish(OutMessage(encoder.subject, body, headers))
                 rows += 1
-        await publisher.wait_all()
-        return PartitionResult(partition, rows, publisher.created, publisher.duplicates)
+            await pipe.wait()
+        return PartitionResult(partition, rows, pipe.created, pipe.duplicates)
     finally:
         await conn.close()
+
+
+def _rows(batches: Iterator[Any], encoder: RowEncoder) -> Iterator[tuple[Any, ...]]:
+    for batch in batches:
+        yield from zip(*encoder.convert([column.to_pylist() for column in batch.columns]), strict=True)
+
+
+def _enqueued_events(events: EventEmitter, queue: str) -> StoredHook:
+    # Producers emit "enqueued" for every new job; jobs written from Spark are no different.
+    async def emit(msg: OutMessage, stored: Stored) -> None:
+        if not stored.duplicate:
+            await events.enqueued(queue, msg.headers)
+
+    return emit

@@ -1,0 +1,169 @@
+"""Storing many messages with a bounded number of acknowledgements outstanding.
+
+Each message is a core publish whose reply subject is ``<inbox>.<n>``, and one wildcard
+subscription on the inbox takes the server's acknowledgements. The client's own JetStream
+publish costs a future, a timer and a task per message, which is where a bulk enqueue's CPU
+otherwise goes; this pipeline stores about twice as many messages per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats.errors
+from nats.aio.msg import Msg
+
+from ..errors import EnqueueError
+from ..wire import MSG_ID
+from .connection import Connection
+from .message import OutMessage, Stored, check_size, headers_of
+
+StoredHook = Callable[[OutMessage, Stored], Awaitable[None]]
+
+
+class StalledError(EnqueueError):
+    """No acknowledgement arrived for the pipeline's ``timeout``; the messages without one may
+    or may not be stored (publishing them again with the same ids cannot duplicate them)."""
+
+
+class RefusedError(EnqueueError):
+    """The server refused a message (``no_stream``: no stream holds its subject)."""
+
+    def __init__(self, message: str, *, no_stream: bool = False) -> None:
+        super().__init__(message)
+        self.no_stream = no_stream
+
+
+class AckPipeline:
+    """Publishes messages with up to ``window`` acknowledgements outstanding.
+
+    :meth:`publish` returns the message's number (0, 1, ...) once there is room in the window;
+    :meth:`wait` waits for every acknowledgement. ``results`` maps numbers to what the server
+    said (:class:`Stored`) or why it refused (:class:`RefusedError`); ``on_stored`` is awaited
+    for every message stored. When nothing is acknowledged for ``timeout`` seconds, both
+    methods raise :class:`StalledError`; with ``stop_on_refusal`` they raise the first
+    refusal too. Use as ``async with AckPipeline(conn) as pipe:``.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        window: int = 1000,
+        timeout: float = 5.0,
+        stop_on_refusal: bool = False,
+        on_stored: StoredHook | None = None,
+    ) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        self.conn = conn
+        self.window = window
+        self.timeout = timeout
+        self.stop_on_refusal = stop_on_refusal
+        self.on_stored = on_stored
+        self.results: dict[int, Stored | RefusedError] = {}
+        self.created = 0
+        self.duplicates = 0
+        self._prefix = ""
+        self._sub: Any = None
+        self._next = 0
+        self._pending: dict[str, tuple[int, OutMessage]] = {}
+        self._room = asyncio.Event()
+        self._wake_at = -1
+        self._refusal: RefusedError | None = None
+
+    async def __aenter__(self) -> AckPipeline:
+        inbox = self.conn.nc.new_inbox()
+        self._prefix = f"{inbox}."
+        self._sub = await self.conn.nc.subscribe(f"{inbox}.*", cb=self._on_ack)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._sub is not None and not self.conn.is_closed:
+            # A connection closed meanwhile has no subscription left to remove.
+            with contextlib.suppress(nats.errors.Error):
+                await self._sub.unsubscribe()
+
+    @property
+    def outstanding(self) -> int:
+        """Messages published and not acknowledged yet."""
+        return len(self._pending)
+
+    def unacknowledged(self) -> list[tuple[int, OutMessage]]:
+        """Messages still without an acknowledgement (after a stall), by number."""
+        return list(self._pending.values())
+
+    async def publish(self, msg: OutMessage) -> int:
+        """Send ``msg`` once the window has room; its number."""
+        if len(self._pending) >= self.window:
+            await self._wait_until(self.window // 2)
+        check_size(msg, self.conn.max_payload)
+        number = self._next
+        self._next += 1
+        token = str(number)
+        self._pending[token] = (number, msg)
+        await self.conn.nc.publish(msg.subject, msg.body, reply=self._prefix + token, headers=headers_of(msg))
+        return number
+
+    async def wait(self) -> None:
+        """Wait until every message published so far is acknowledged (or refused)."""
+        await self._wait_until(0)
+
+    async def _wait_until(self, outstanding: int) -> None:
+        while len(self._pending) > outstanding:
+            self._raise_refusal()
+            self._wake_at = outstanding
+            self._room.clear()
+            try:
+                await asyncio.wait_for(self._room.wait(), self.timeout)
+            except TimeoutError:
+                first = next(iter(self._pending.values()))[1]
+                raise StalledError(
+                    f"{len(self._pending)} messages not acknowledged within {self.timeout:g}s (the first "
+                    f"is job {first.headers.get(MSG_ID)}); they may be stored, and publishing them "
+                    "again with the same ids cannot duplicate them"
+                ) from None
+            finally:
+                self._wake_at = -1
+        self._raise_refusal()
+
+    def _raise_refusal(self) -> None:
+        if self.stop_on_refusal and self._refusal is not None:
+            raise self._refusal
+
+    async def _on_ack(self, ack: Msg) -> None:
+        found = self._pending.pop(ack.subject[len(self._prefix) :], None)
+        if found is None:
+            return  # not ours, or answered twice
+        number, msg = found
+        result = _result(ack, msg)
+        self.results[number] = result
+        if isinstance(result, RefusedError):
+            if self._refusal is None:
+                self._refusal = result
+        else:
+            if result.duplicate:
+                self.duplicates += 1
+            else:
+                self.created += 1
+            if self.on_stored is not None:
+                await self.on_stored(msg, result)
+        if len(self._pending) <= self._wake_at or (self.stop_on_refusal and self._refusal is not None):
+            self._room.set()
+
+
+def _result(ack: Msg, msg: OutMessage) -> Stored | RefusedError:
+    job = msg.headers.get(MSG_ID)
+    if ack.headers and ack.headers.get("Status") == "503":
+        return RefusedError(f"no stream accepts subject {msg.subject}", no_stream=True)
+    try:
+        answer = json.loads(ack.data)
+        if "error" in answer:
+            return RefusedError(f"server rejected job {job}: {answer['error'].get('description')}")
+        return Stored(int(answer["seq"]), bool(answer.get("duplicate", False)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return RefusedError(f"unreadable acknowledgement for job {job}: {ack.data[:200]!r}")
