@@ -36,7 +36,7 @@ async def _paced(send: Callable[[int], Awaitable[object]], n: int, rate: float) 
         if delay > 0:
             await asyncio.sleep(delay)
         await send(i)
-    return n / (time.perf_counter() - start)
+    return (n - 1) / max(time.perf_counter() - start, 1e-9)
 
 
 async def _jsworker_producer(url: str, n: int, rate: float) -> float:

@@ -71,6 +71,7 @@ def json_lines(
             "min": s.low,
             "max": s.high,
             "runs": s.values,
+            "info": s.info,
         }
         comps = []
         for v in verdicts.get(name, []):

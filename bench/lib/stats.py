@@ -27,6 +27,7 @@ class Summary:
     label: str
     unit: str
     values: list[float]
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def median(self) -> float:
@@ -58,6 +59,6 @@ def summarize(runs: list[list[Measurement]]) -> dict[str, Summary]:
     out: dict[str, Summary] = {}
     for run in runs:
         for m in run:
-            s = out.setdefault(m.figure, Summary(m.figure, m.label, m.unit, []))
+            s = out.setdefault(m.figure, Summary(m.figure, m.label, m.unit, [], dict(m.info)))
             s.values.append(m.value)
     return out
