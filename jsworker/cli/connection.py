@@ -8,6 +8,9 @@ from typing import Any, TypeVar
 import click
 
 from ..app import App
+from ..errors import ConfigurationError
+from .errors import EXIT_USAGE, fail
+from .loader import AppNotFound, load_app
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,3 +45,14 @@ def apply_connection_options(app: App, options: dict[str, Any]) -> None:
     url = options.pop("url", None)
     servers = [u.strip() for u in url.split(",") if u.strip()] if url else None
     app.configure_connection(servers, **{name: options.pop(name, None) for _, name, _ in _FLAGS})
+
+
+def load_connected_app(app_spec: str, options: dict[str, Any]) -> App:
+    """The App of ``app_spec`` pointed where the flags say; exits with the usage code (2) and
+    one line when it cannot be loaded or the flags are wrong."""
+    try:
+        app = load_app(app_spec)
+        apply_connection_options(app, options)
+    except (AppNotFound, ConfigurationError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    return app

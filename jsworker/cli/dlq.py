@@ -19,9 +19,8 @@ from ..deadletters import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayabl
 from ..errors import ConfigurationError, ConnectError, JsworkerError, SerializationError
 from ..jetstream.dlq import DlqStreamError
 from ..observability.logging import configure_logging
-from .connection import apply_connection_options, connection_options
+from .connection import connection_options, load_connected_app
 from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
-from .loader import AppNotFound, load_app
 
 T = TypeVar("T")
 
@@ -40,11 +39,7 @@ def _run(app_spec: str, connection: dict[str, Any], work: Callable[[DeadLetters]
     """Load the app, run ``work`` on its dead letters, and turn failures into one line and a code."""
     # Library events go to stderr, below warnings not at all: stdout is the command's output.
     configure_logging("warning")
-    try:
-        app = load_app(app_spec)
-        apply_connection_options(app, connection)
-    except (AppNotFound, ConfigurationError) as exc:
-        fail(str(exc), EXIT_USAGE)
+    app = load_connected_app(app_spec, connection)
 
     async def main() -> T:
         async with DeadLetters(app) as letters:

@@ -10,14 +10,13 @@ import asyncio
 
 import click
 
-from ..errors import ConfigurationError, ConnectError, JsworkerError
+from ..errors import ConnectError, JsworkerError
 from ..events.export import ExportReport, aexport_events
 from ..events.reader import EventsNotFound, parse_time
 from ..jetstream.history import HistoryError
 from ..observability.logging import configure_logging
-from .connection import apply_connection_options, connection_options
+from .connection import connection_options, load_connected_app
 from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
-from .loader import AppNotFound, load_app
 
 
 class _Time(click.ParamType[float]):
@@ -86,11 +85,7 @@ def export(
     if since is not None and until is not None and until < since:
         raise click.UsageError("--until is before --since")
     configure_logging("warning")
-    try:
-        app = load_app(app_spec)
-        apply_connection_options(app, connection)
-    except (AppNotFound, ConfigurationError) as exc:
-        fail(str(exc), EXIT_USAGE)
+    app = load_connected_app(app_spec, connection)
     try:
         report = asyncio.run(
             aexport_events(app, to, since=since, until=until, start_seq=from_seq, rows_per_file=rows_per_file)

@@ -12,9 +12,8 @@ import prometheus_client
 from ..errors import ConfigurationError, ConnectError, TopologyError
 from ..observability.logging import LEVELS, configure_logging, get_logger
 from ..runtime.worker import Worker, WorkerSettings
-from .connection import apply_connection_options, connection_options
+from .connection import connection_options, load_connected_app
 from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
-from .loader import AppNotFound, load_app
 
 log = get_logger("jsworker.cli")
 
@@ -87,14 +86,7 @@ def run(
 ) -> None:
     """Run a worker for the App in MODULE (or MODULE:ATTR) until SIGTERM or Ctrl-C."""
     configure_logging(log_level, log_format)
-    try:
-        app = load_app(app_spec)
-    except AppNotFound as exc:
-        fail(str(exc), EXIT_USAGE)
-    try:
-        apply_connection_options(app, connection)
-    except ConfigurationError as exc:
-        fail(str(exc), EXIT_USAGE)
+    app = load_connected_app(app_spec, connection)
     settings = WorkerSettings(
         queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
         concurrency=concurrency,

@@ -14,12 +14,11 @@ from typing import TypeVar
 import click
 
 from ..app import App
-from ..errors import ConfigurationError, ConnectError, TopologyError
+from ..errors import ConnectError, TopologyError
 from ..jetstream.connection import Connection
 from ..status import QueueStatus, format_age, queue_status
-from .connection import apply_connection_options, connection_options
-from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
-from .loader import AppNotFound, load_app
+from .connection import connection_options, load_connected_app
+from .errors import EXIT_CONNECT, EXIT_CRASH, fail
 
 T = TypeVar("T")
 
@@ -54,11 +53,7 @@ def status(app_spec: str, as_json: bool, watch: float | None, **connection: str 
     WAITING      pull requests open on the server: > 0 means a live worker has room
     OLDEST       age of the oldest pending job (server clock)
     """
-    try:
-        app = load_app(app_spec)
-        apply_connection_options(app, connection)
-    except (AppNotFound, ConfigurationError) as exc:
-        fail(str(exc), EXIT_USAGE)
+    app = load_connected_app(app_spec, connection)
     # In a terminal --watch redraws the table in place instead of scrolling.
     redraw = watch is not None and sys.stdout.isatty()
     emit = _json_lines if as_json else functools.partial(_table, clear=redraw)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +19,8 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from ..errors import JsworkerError
 from .connection import Connection
+from .failures import StreamRequestError, client_errors
 
 # Added by the server to messages of a headers-only consumer: the size of the body left out.
 _MSG_SIZE = "Nats-Msg-Size"
@@ -33,16 +33,8 @@ _BATCH_HEADERS = 1000
 _BATCH_BODIES = 100
 
 
-class DlqStreamError(JsworkerError):
-    """A request on the dead-letter stream failed.
-
-    ``transient`` is True when the server did not answer (trying again may work), False when
-    it refused the request.
-    """
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
+class DlqStreamError(StreamRequestError):
+    """A request on the dead-letter stream failed (see ``transient``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +209,5 @@ def _stored(msg: Msg, bodies: bool) -> StoredMessage:
     )
 
 
-@contextlib.contextmanager
-def _errors(what: str) -> Iterator[None]:
-    """Turn the client's errors into :class:`DlqStreamError`."""
-    try:
-        yield
-    except nats.js.errors.APIError as exc:
-        transient = isinstance(exc, nats.js.errors.ServiceUnavailableError)
-        raise DlqStreamError(f"{what}: {exc.description or exc}", transient=transient) from exc
-    except (nats.errors.Error, TimeoutError) as exc:
-        text = str(exc).strip() or type(exc).__name__
-        raise DlqStreamError(f"{what}: {text}", transient=True) from exc
+def _errors(what: str) -> contextlib.AbstractContextManager[None]:
+    return client_errors(what, DlqStreamError)

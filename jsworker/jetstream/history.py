@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -21,8 +21,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from ..errors import JsworkerError
 from .connection import Connection
+from .failures import StreamRequestError, client_errors
 
 _NOT_FOUND = 404
 _TIMEOUT = 5.0
@@ -32,16 +32,8 @@ _IDLE = 0.5
 _STALLED = 30.0
 
 
-class HistoryError(JsworkerError):
-    """Reading a stream's history failed.
-
-    ``transient`` is True when the server did not answer (trying again may work), False when
-    it refused the request.
-    """
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
+class HistoryError(StreamRequestError):
+    """Reading a stream's history failed (see ``transient``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,14 +210,5 @@ async def _nothing_left(sub: JetStreamContext.PushSubscription, state: _ReadStat
     return not info.num_pending and not sub.pending_msgs
 
 
-@contextlib.contextmanager
-def _errors(what: str) -> Iterator[None]:
-    """Turn the client's errors into :class:`HistoryError`."""
-    try:
-        yield
-    except nats.js.errors.APIError as exc:
-        transient = isinstance(exc, nats.js.errors.ServiceUnavailableError)
-        raise HistoryError(f"{what}: {exc.description or exc}", transient=transient) from exc
-    except (nats.errors.Error, TimeoutError) as exc:
-        text = str(exc).strip() or type(exc).__name__
-        raise HistoryError(f"{what}: {text}", transient=True) from exc
+def _errors(what: str) -> contextlib.AbstractContextManager[None]:
+    return client_errors(what, HistoryError)

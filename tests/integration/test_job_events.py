@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import nats
 import pytest
@@ -14,8 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from jsworker import App, Reject, Retry, current_job
 from jsworker.events import JobEvent, decode_event
-from jsworker.runtime.worker import Worker, WorkerSettings
 from jsworker.testing import NatsServer
+
+from .workers import in_process_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -39,20 +38,6 @@ def _app(url: str, events: bool = True) -> App:
     return app
 
 
-@asynccontextmanager
-async def running(app: App) -> AsyncIterator[Worker]:
-    worker = Worker(app, WorkerSettings(concurrency=10, grace=1))
-    task = asyncio.create_task(worker.run())
-    try:
-        while worker.conn is None or not worker._consumers:
-            await asyncio.sleep(0.05)
-        yield worker
-    finally:
-        worker.stop()
-        await task
-        await app.aclose()
-
-
 async def _events(url: str, stream: str, expect: int, timeout: float = 15.0) -> list[JobEvent]:
     nc = await nats.connect(url)
     try:
@@ -74,7 +59,7 @@ async def _events(url: str, stream: str, expect: int, timeout: float = 15.0) -> 
 
 async def test_every_step_of_every_job_is_an_event(nats_server: NatsServer) -> None:
     app = _app(nats_server.url)
-    async with running(app) as worker:
+    async with in_process_worker(app) as worker:
         await app.tasks["ok"].aapply((1,), job_id="ok-1")
         await app.tasks["flaky"].aapply((2,), job_id="flaky-1")
         await app.tasks["refuse"].aapply((3,), job_id="refuse-1")
@@ -110,7 +95,7 @@ async def test_every_step_of_every_job_is_an_event(nats_server: NatsServer) -> N
 async def test_a_job_that_never_started_gets_dead_lettered_alone(nats_server: NatsServer) -> None:
     """A message naming no declared task: one dead_lettered event under the _unknown subject."""
     app = _app(nats_server.url)
-    async with running(app):
+    async with in_process_worker(app):
         nc = await nats.connect(nats_server.url)
         await nc.jetstream().publish(
             "jsw.evt.q.default.ghost", b"{}", headers={"Nats-Msg-Id": "g1", "Jsw-Task": "gh.o*st"}
@@ -123,7 +108,7 @@ async def test_a_job_that_never_started_gets_dead_lettered_alone(nats_server: Na
 
 async def test_no_events_stream_without_the_option(nats_server: NatsServer) -> None:
     app = _app(nats_server.url, events=False)
-    async with running(app) as worker:
+    async with in_process_worker(app) as worker:
         await app.tasks["ok"].aapply((1,))
         async with asyncio.timeout(10):
             while worker.counts["succeeded"] < 1:

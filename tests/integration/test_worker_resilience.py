@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
 import pytest
 
 from jsworker import App
 from jsworker.jetstream.connection import Connection
 from jsworker.jetstream.consume import ConsumeError, PullConsumer
-from jsworker.runtime.worker import Worker, WorkerSettings
 from jsworker.testing import NatsServer
+
+from .workers import in_process_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -33,20 +33,6 @@ def _app(url: str, done: list[int]) -> App:
     return app
 
 
-@asynccontextmanager
-async def running(app: App, **settings: float) -> AsyncIterator[Worker]:
-    worker = Worker(app, WorkerSettings(concurrency=10, grace=1, **settings))  # type: ignore[arg-type]
-    task = asyncio.create_task(worker.run())
-    try:
-        while worker.conn is None or not worker._consumers:
-            await asyncio.sleep(0.05)
-        yield worker
-    finally:
-        worker.stop()
-        await task
-        await app.aclose()
-
-
 async def _until(predicate: Callable[[], bool], timeout: float) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
@@ -59,7 +45,7 @@ async def test_deleted_consumer_or_stream_is_recreated(nats_server: NatsServer, 
     and jobs enqueued afterwards still run."""
     done: list[int] = []
     app = _app(nats_server.url, done)
-    async with running(app) as worker:
+    async with in_process_worker(app) as worker:
         await app.tasks["work"].aapply((1,))
         await _until(lambda: done == [1], 10)
         assert worker.conn is not None
@@ -99,7 +85,7 @@ async def test_blocked_event_loop_is_reported(nats_server: NatsServer) -> None:
     """An async task that blocks the loop for 1.5 s is noticed and counted."""
     done: list[int] = []
     app = _app(nats_server.url, done)
-    async with running(app, blocked_loop_warning=0.5) as worker:
+    async with in_process_worker(app, blocked_loop_warning=0.5) as worker:
         await app.tasks["hog"].aapply((1.5,))
         await _until(lambda: worker.counts["succeeded"] >= 1, 10)
         await asyncio.sleep(0.5)

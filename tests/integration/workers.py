@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -10,14 +11,17 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import nats
 import nats.js.errors
 from prometheus_client.parser import text_string_to_metric_families
 
+from jsworker import App
+from jsworker.runtime.worker import Worker, WorkerSettings
 from jsworker.testing import parse_execution
 
 APPS = Path(__file__).parent / "apps"
@@ -104,6 +108,22 @@ async def stream_messages(url: str, stream: str) -> int:
         return int(info.state.messages)
     finally:
         await nc.close()
+
+
+@asynccontextmanager
+async def in_process_worker(app: App, **settings: Any) -> AsyncIterator[Worker]:
+    """A :class:`Worker` of ``app`` on this event loop for the block, pulling before it starts;
+    stopped (grace 1 s) and the app's connection closed afterwards."""
+    worker = Worker(app, WorkerSettings(**{"concurrency": 10, "grace": 1, **settings}))
+    task = asyncio.create_task(worker.run())
+    try:
+        while worker.conn is None or not worker._consumers:
+            await asyncio.sleep(0.05)
+        yield worker
+    finally:
+        worker.stop()
+        await task
+        await app.aclose()
 
 
 async def waiting_pulls(url: str, stream: str, consumer: str) -> int:
