@@ -44,6 +44,15 @@ async def _raw_publish_async(js, n: int) -> None:  # type: ignore[no-untyped-def
         await js.publish_async_completed()
 
 
+async def _raw_publish_sliding(js, n: int) -> None:  # type: ignore[no-untyped-def]
+    # nats-py's own pending limit (publish_async_max_pending=WINDOW) keeps WINDOW in flight:
+    # a new publish waits for any acknowledgement, never for a whole window.
+    subject = jsh.subject_of(TASK)
+    for i in range(n):
+        await js.publish_async(subject, jsh.raw_body(i), headers=jsh.raw_headers(TASK.name))
+    await js.publish_async_completed()
+
+
 async def _timed_jsworker(ctx: Context, form, n: int) -> float:  # type: ignore[no-untyped-def]
     bench_app.app.servers = [ctx.url]
     try:
@@ -113,6 +122,11 @@ def run(ctx: Context) -> list[Measurement]:
             "enqueue.raw_publish_async",
             f"raw js.publish_async, windows of {WINDOW}",
             lambda: asyncio.run(_timed_raw(ctx, _raw_publish_async, n)),
+        ),
+        (
+            "enqueue.raw_publish_async_sliding",
+            f"raw js.publish_async, {WINDOW} in flight (sliding)",
+            lambda: asyncio.run(_timed_raw(ctx, _raw_publish_sliding, n)),
         ),
         (
             "enqueue.adelay",

@@ -49,6 +49,7 @@ COMPARISONS = [
     Comparison("enqueue.adelay", "enqueue.raw_publish", "ratio", ">=", 0.85),
     Comparison("enqueue.delay_sync", "enqueue.raw_publish", "ratio"),
     Comparison("enqueue.adelay_many", "enqueue.raw_publish_async", "ratio", ">=", 0.80),
+    Comparison("enqueue.adelay_many", "enqueue.raw_publish_async_sliding", "ratio"),
     Comparison("processing.raw_fetch", "processing.raw_continuous", "ratio"),
     Comparison("processing.async", "processing.raw_continuous", "ratio", ">=", 0.60),
     Comparison("processing.async_2workers", "processing.raw_continuous", "ratio"),

@@ -19,6 +19,7 @@ FAMILIES = "enqueue,processing,latency,mixed,memory"
 EXPECTED = [
     "enqueue.raw_publish",
     "enqueue.raw_publish_async",
+    "enqueue.raw_publish_async_sliding",
     "enqueue.adelay",
     "enqueue.delay_sync",
     "enqueue.adelay_many",
