@@ -4,8 +4,7 @@ Every figure pre-enqueues N jobs into an empty stream (not timed), starts its co
 process(es), and takes the rate between the first and the last job record, so process
 start-up is paid by every contender but not measured. With two workers the rate is taken
 while both were working (``records.overlap_rate``), so one starting later does not count as
-slowness. Afterwards the stream must be empty
-(every job acked) and every job recorded once.
+slowness. Afterwards the stream must be empty (every job acked) and every job recorded once.
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@ from .targets import Verdict
 
 
 def _num(value: float, unit: str) -> str:
-    if unit in ("ms", "ratio"):
+    if unit == "ratio":
+        # Three decimals: a target like >= 0.9 must not look met by rounding.
+        return f"{value:.3f}"
+    if unit == "ms":
         return f"{value:.2f}"
     if unit in ("MB", "s"):
         return f"{value:.1f}"
