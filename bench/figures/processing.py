@@ -69,7 +69,7 @@ def drain(
     return rate(rows)
 
 
-def _jsworker(ctx: Context, name: str, task, workers: int, n: int) -> float:  # type: ignore[no-untyped-def]
+def _jsworker(ctx: Context, name: str, task, workers: int, n: int, loop: str = "asyncio") -> float:  # type: ignore[no-untyped-def]
     asyncio.run(jsh.purge(ctx.url))
     enqueue(ctx.url, task, n)
     return drain(
@@ -78,7 +78,13 @@ def _jsworker(ctx: Context, name: str, task, workers: int, n: int) -> float:  # 
         n,
         lambda rec: [
             start_worker(
-                ctx.url, rec, ctx.log_dir, queues=task.queue, concurrency=CONCURRENCY, name=f"{name}-{w}"
+                ctx.url,
+                rec,
+                ctx.log_dir,
+                queues=task.queue,
+                concurrency=CONCURRENCY,
+                name=f"{name}-{w}",
+                loop=loop,
             )
             for w in range(workers)
         ],
@@ -123,6 +129,13 @@ def run(ctx: Context) -> list[Measurement]:
             _jsworker(ctx, "async", bench_app.noop_async, 1, n),
             "jobs/s",
             "jsworker async no-op, 1 worker",
+            info,
+        ),
+        Measurement(
+            "processing.async_uvloop",
+            _jsworker(ctx, "async-uvloop", bench_app.noop_async, 1, n, loop="uvloop"),
+            "jobs/s",
+            "jsworker async no-op, 1 worker on uvloop",
             info,
         ),
         Measurement(

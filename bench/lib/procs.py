@@ -96,8 +96,13 @@ def start_worker(
     concurrency: int = 100,
     module: str = "apps.bench_app",
     name: str = "worker",
+    loop: str = "asyncio",
 ) -> Child:
-    """One ``jsworker run`` process for ``queues`` of the bench app."""
+    """One ``jsworker run`` process for ``queues`` of the bench app.
+
+    The event loop is asyncio's unless ``loop`` says otherwise: the raw baselines run on
+    asyncio, so only a figure that is about uvloop should use it.
+    """
     argv = [
         sys.executable,
         "-m",
@@ -110,6 +115,8 @@ def start_worker(
         queues,
         "--log-level",
         "warning",
+        "--loop",
+        loop,
     ]
     return Child(name, argv, bench_env(url, record_file), log_dir)
 

@@ -52,6 +52,7 @@ COMPARISONS = [
     Comparison("enqueue.adelay_many", "enqueue.raw_publish_async_sliding", "ratio"),
     Comparison("processing.raw_fetch", "processing.raw_continuous", "ratio"),
     Comparison("processing.async", "processing.raw_continuous", "ratio", ">=", 0.60),
+    Comparison("processing.async_uvloop", "processing.async", "ratio"),
     Comparison("processing.async_2workers", "processing.raw_continuous", "ratio"),
     Comparison("processing.sync", "processing.raw_continuous", "ratio"),
     Comparison("latency.jsworker_200.p50", "latency.raw_200.p50", "diff", "<=", 0.5),

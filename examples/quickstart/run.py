@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -23,6 +24,9 @@ sys.path.insert(0, str(HERE))
 import tasks  # noqa: E402
 
 from jsworker import App, Job  # noqa: E402
+from jsworker.events import EVENT_KINDS  # noqa: E402
+from jsworker.events.reader import read_event_rows  # noqa: E402
+from jsworker.events.rows import COLUMNS  # noqa: E402
 from jsworker.server import NatsServer  # noqa: E402
 
 
@@ -61,7 +65,19 @@ async def enqueue_from_async_code_and_wait(jobs: list[Job]) -> None:
             raise SystemExit("jobs did not finish within 30 s")
         await asyncio.sleep(0.2)
     print(f"all {len(jobs)} jobs done; queues {', '.join(tasks.app.queues)} are empty")
+    await asyncio.sleep(0.2)  # events are not acknowledged: let the last ones be stored
+    print(f"job events: {await event_counts(tasks.app)}")
     await tasks.app.aclose()
+
+
+async def event_counts(app: App) -> str:
+    """How many job events of each kind the app's events stream holds."""
+    counts: Counter[str] = Counter()
+    conn = await app.producer.connection()
+    column = [name for name, _ in COLUMNS].index("event")
+    async for chunk in read_event_rows(conn, app.namespace):
+        counts.update(row[column] for row in chunk.rows)
+    return ", ".join(f"{counts[kind]} {kind}" for kind in EVENT_KINDS if counts[kind])
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import structlog
 
 from jsworker import App, Retry, current_job
 
-app = App("quickstart")
+app = App("quickstart", events=True)  # job events: what happened to every job, as a stream
 log = structlog.get_logger("quickstart")
 
 

@@ -26,6 +26,7 @@ EXPECTED = [
     "processing.raw_continuous",
     "processing.raw_fetch",
     "processing.async",
+    "processing.async_uvloop",
     "processing.async_2workers",
     "processing.sync",
     *(
