@@ -30,7 +30,7 @@ from ..status import queue_status
 from .deadletter import dead_letter
 from .execution import Executor, JobRun, identify
 from .limiter import Limiter
-from .observe import EngineObserver, emit_job_end, emit_job_start, record_job
+from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start
 from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, settle
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ class Worker:
             self._executor = Executor(app, settings.threads)
             self._dlq = Publisher(conn, retry_for=app.publish_timeout)
             self._events = EventEmitter(conn, app.namespace, app.metrics) if app.events else None
+            self._report = JobReporter(app.metrics, self.counts)
             loops = [
                 asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues
             ]
@@ -263,22 +264,26 @@ class Worker:
     # -- running --------------------------------------------------------------------------
 
     def _spawn(self, job: JobRun) -> None:
-        task = asyncio.create_task(self._process(job))
-        self._jobs[task] = job
-        task.add_done_callback(self._job_done)
+        self._jobs[asyncio.create_task(self._run_job(job))] = job
 
-    def _job_done(self, task: asyncio.Task[None]) -> None:
-        self._jobs.pop(task, None)
-        self._limiter.release()
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("job.internal_error", error=repr(exc))
+    async def _run_job(self, job: JobRun) -> None:
+        # Clean-up in the job's own task, not a done callback: one event-loop turn less per job.
+        try:
+            await self._process(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("job.internal_error", job_id=job.job_id, error=repr(exc))
+        finally:
+            self._jobs.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._limiter.release()
 
     async def _process(self, job: JobRun) -> None:
         structlog.contextvars.bind_contextvars(
             job_id=job.job_id, task=job.task_name, queue=job.queue, attempt=job.attempt
         )
         started = time.monotonic()
-        log.debug("job.started")
+        self._report.log.debug("job.started")
         try:
             outcome = self._executor.check(job)
             if outcome is None:
@@ -295,7 +300,7 @@ class Worker:
         decision = settle(outcome, job.attempt, self._policy(job))
         await self._apply(job, outcome, decision)
         duration = time.monotonic() - started
-        record_job(self.app.metrics, self.counts, job, outcome, decision, duration)
+        self._report.finished(job, outcome, decision, duration)
         if self._events is not None:
             await emit_job_end(self._events, job, outcome, decision, duration)
 
@@ -358,6 +363,10 @@ class Worker:
             for task in running:
                 task.cancel()
             await asyncio.wait(running, timeout=2.0)
+            # A job cancelled before its first step never ran its own clean-up: give it back.
+            for job in list(self._jobs.values()):
+                await job.delivery.nak()
+            self._jobs.clear()
         for loop_task in loops:
             loop_task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
