@@ -40,7 +40,7 @@ log = get_logger("jsworker.cli")
     "--max-messages",
     type=click.IntRange(min=1),
     default=None,
-    help="Prefetch: jobs pulled ahead of free slots, per queue [default: min(concurrency, 64)].",
+    help="Prefetch: jobs pulled ahead of free slots, per queue [default: min(concurrency, 128)].",
 )
 @click.option(
     "--grace",

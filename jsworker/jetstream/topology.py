@@ -124,6 +124,17 @@ async def _reconcile_stream(conn: Connection, spec: StreamSpec, current: StreamC
         raise _failed(f"cannot update stream {spec.name}", exc) from exc
 
 
+async def stream_exists(conn: Connection, name: str) -> bool:
+    """Whether stream ``name`` exists; TopologyError when the server cannot say."""
+    try:
+        await conn.js.stream_info(name)
+    except nats.js.errors.NotFoundError:
+        return False
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot read stream {name}", exc) from exc
+    return True
+
+
 async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
     """Create the durable consumer or update it in place (the server's create is an upsert)."""
     try:

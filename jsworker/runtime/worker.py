@@ -62,7 +62,7 @@ class WorkerSettings:
     @property
     def prefetch(self) -> int:
         """Messages a pull loop may hold beyond the running jobs."""
-        return self.max_messages if self.max_messages is not None else min(self.concurrency, 64)
+        return self.max_messages if self.max_messages is not None else min(self.concurrency, 128)
 
 
 class Worker:

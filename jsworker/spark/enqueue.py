@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.types import StructType
 
 from ..errors import ConfigurationError
+from .options import Connect
 from .schema import plan_columns
-from .writer import CREDENTIAL_OPTIONS, DEFAULT_TIMEOUT, DEFAULT_WINDOW, NAME, JobsDataSource, ensure_streams
+from .writer import DEFAULT_TIMEOUT, DEFAULT_WINDOW, NAME, JobsDataSource, ensure_streams
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -76,22 +77,16 @@ def enqueue_dataframe(
     _check_signature(task, df.schema, args_column)
     app = task.app
     asyncio.run(ensure_streams(app))
-    connect = app.connect_options("spark")
     options = {
         "app": app.name,
         "task": task.name,
         "queue": task.queue,
         "key": ",".join(keys),
-        "servers": ",".join(connect.servers),
         "window": str(window),
         "timeout": str(timeout),
         "events": "true" if app.events else "false",
+        **Connect.options_of(app.connect_options("spark")),
     }
-    options.update(
-        (option, value)
-        for option, argument in CREDENTIAL_OPTIONS.items()
-        if (value := getattr(connect, argument)) is not None
-    )
     if run_id is not None:
         options["run_id"] = run_id
     if args_column is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -32,25 +32,12 @@ from ..events.rows import SPARK_SCHEMA, arrow_schema, rows_to_batch
 from ..jetstream.connection import Connection
 from ..jetstream.history import seq_at_time, stream_bounds
 from ..naming import validate_name
+from .options import Connect, integer
 
 NAME = "jsworker-events"
 """The format name: ``spark.read.format("jsworker-events")``."""
 
 DEFAULT_PARTITIONS = 4
-
-# Read options naming credentials (those of ConnectOptions; "creds" as the writer and the
-# command line call it), and the App argument each sets.
-CREDENTIAL_OPTIONS = {
-    "user": "user",
-    "password": "password",
-    "token": "token",
-    "credentials": "credentials",
-    "creds": "credentials",
-    "nkey_seed": "nkey_seed",
-    "tls_ca": "tls_ca",
-    "tls_cert": "tls_cert",
-    "tls_key": "tls_key",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +45,7 @@ class ReadSettings:
     """The reader's options, parsed and checked (see :class:`JobEventsDataSource`)."""
 
     app: str
-    servers: tuple[str, ...] = ()
-    credentials: tuple[tuple[str, str], ...] = ()
+    connect: Connect = field(default_factory=Connect)
     partitions: int = DEFAULT_PARTITIONS
     since: float | None = None
     until: float | None = None
@@ -69,23 +55,10 @@ class ReadSettings:
         """Parse Spark's read options; raises :class:`ConfigurationError` naming a bad one."""
         if not options.get("app"):
             raise ConfigurationError("the jsworker-events reader needs the 'app' option")
-        raw_partitions = options.get("partitions") or str(DEFAULT_PARTITIONS)
-        try:
-            partitions = int(raw_partitions)
-        except ValueError:
-            partitions = 0
-        if partitions < 1:
-            raise ConfigurationError(
-                f"option 'partitions' must be a whole number >= 1, not {raw_partitions!r}"
-            )
+        partitions = integer("partitions", options.get("partitions") or str(DEFAULT_PARTITIONS), 1)
         return cls(
             app=validate_name("app", options["app"]),
-            servers=tuple(s.strip() for s in (options.get("servers") or "").split(",") if s.strip()),
-            credentials=tuple(
-                (argument, options[option])
-                for option, argument in CREDENTIAL_OPTIONS.items()
-                if options.get(option)
-            ),
+            connect=Connect.from_options(options),
             partitions=partitions,
             since=_time_option(options, "since"),
             until=_time_option(options, "until"),
@@ -93,9 +66,7 @@ class ReadSettings:
 
     def make_app(self) -> App:
         """An App for connecting; credentials not given fall back to ``JSWORKER_*`` as usual."""
-        app = App(self.app, list(self.servers) or None)
-        app.configure_connection(None, **dict(self.credentials))
-        return app
+        return self.connect.app(self.app)
 
 
 def _time_option(options: Mapping[str, str], name: str) -> float | None:

@@ -15,23 +15,23 @@ import asyncio
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
-import nats.js.errors
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..app import App
-from ..errors import ConfigurationError, JsworkerError, TopologyError
+from ..errors import ConfigurationError, JsworkerError
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection
 from ..jetstream.message import OutMessage, Stored
 from ..jetstream.pipeline import AckPipeline, StoredHook
+from ..jetstream.topology import stream_exists
 from ..naming import validate_name
 from .jobs import RowEncoder
+from .options import Connect, integer, names
 from .schema import plan_columns
 
 NAME = "jsworker"
@@ -42,18 +42,6 @@ DEFAULT_WINDOW = 500
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds without an acknowledgement after which a partition gives up (and Spark retries it)."""
-
-# Write options for credentials, named as on the command line, and the App argument each sets.
-CREDENTIAL_OPTIONS = {
-    "user": "user",
-    "password": "password",
-    "token": "token",
-    "creds": "credentials",
-    "nkey_seed": "nkey_seed",
-    "tls_ca": "tls_ca",
-    "tls_cert": "tls_cert",
-    "tls_key": "tls_key",
-}
 
 
 class InjectedFailure(JsworkerError):
@@ -68,8 +56,7 @@ class WriteSettings:
     task: str
     queue: str
     key: tuple[str, ...]
-    servers: tuple[str, ...] = ()
-    credentials: tuple[tuple[str, str], ...] = ()
+    connect: Connect = field(default_factory=Connect)
     run_id: str | None = None
     args_column: str | None = None
     window: int = DEFAULT_WINDOW
@@ -87,21 +74,16 @@ class WriteSettings:
         fail_once = None
         if raw := options.get("test_fail_once"):
             partition, _, rows = raw.partition(":")
-            fail_once = (_integer("test_fail_once", partition, 0), _integer("test_fail_once", rows, 0))
+            fail_once = (integer("test_fail_once", partition, 0), integer("test_fail_once", rows, 0))
         return cls(
             app=validate_name("app", options["app"]),
             task=validate_name("task", options["task"]),
             queue=validate_name("queue", options.get("queue") or "default"),
-            key=_names(options["key"]),
-            servers=_names(options.get("servers") or ""),
-            credentials=tuple(
-                (argument, options[option])
-                for option, argument in CREDENTIAL_OPTIONS.items()
-                if options.get(option)
-            ),
+            key=names(options["key"]),
+            connect=Connect.from_options(options),
             run_id=options.get("run_id") or None,
             args_column=options.get("args_column") or None,
-            window=_integer("window", options.get("window") or str(DEFAULT_WINDOW), 1),
+            window=integer("window", options.get("window") or str(DEFAULT_WINDOW), 1),
             timeout=_seconds("timeout", options.get("timeout") or str(DEFAULT_TIMEOUT)),
             events=_boolean("events", options.get("events") or "false"),
             report_path=options.get("report_path") or None,
@@ -110,34 +92,7 @@ class WriteSettings:
 
     def make_app(self) -> App:
         """An App for connecting; credentials not given fall back to ``JSWORKER_*`` as usual."""
-        given = dict(self.credentials)
-        return App(
-            self.app,
-            list(self.servers) or None,
-            events=self.events,
-            user=given.get("user"),
-            password=given.get("password"),
-            token=given.get("token"),
-            credentials=given.get("credentials"),
-            nkey_seed=given.get("nkey_seed"),
-            tls_ca=given.get("tls_ca"),
-            tls_cert=given.get("tls_cert"),
-            tls_key=given.get("tls_key"),
-        )
-
-
-def _names(raw: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in raw.split(",") if name.strip())
-
-
-def _integer(option: str, raw: str, minimum: int) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise ConfigurationError(f"option {option!r} must be an integer >= {minimum}, not {raw!r}")
-    return value
+        return self.connect.app(self.app, events=self.events)
 
 
 def _seconds(option: str, raw: str) -> float:
@@ -161,16 +116,8 @@ async def ensure_streams(app: App) -> None:
     """Create the app's streams when its job stream does not exist; an existing one is left as it is."""
     conn = await Connection.open(app.connect_options("spark"))
     try:
-        try:
-            await conn.js.stream_info(app.namespace.stream)
-            return
-        except nats.js.errors.NotFoundError:
-            pass
-        except nats.errors.Error as exc:
-            raise TopologyError(
-                f"cannot read stream {app.namespace.stream}: {type(exc).__name__} {exc}".rstrip()
-            ) from exc
-        await app.provision_streams(conn)
+        if not await stream_exists(conn, app.namespace.stream):
+            await app.provision_streams(conn)
     finally:
         await conn.close()
 

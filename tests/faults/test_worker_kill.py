@@ -23,7 +23,7 @@ pytestmark = pytest.mark.faults
     "job_ms",
     [
         # As specified: on this 2-core machine the workers are CPU-bound at a few thousand jobs
-        # a second, so only ~20-30 of these run at once (plus up to 64 prefetched each).
+        # a second, so only ~20-30 of these run at once (plus up to 128 prefetched each).
         pytest.param((5.0, 20.0), id="5-20ms"),
         # Long enough for ~200 to really be running in each worker when it dies.
         pytest.param((50.0, 150.0), id="50-150ms"),
