@@ -22,6 +22,8 @@ from jsworker.events.reader import EventsNotFound
 from jsworker.jetstream.connection import Connection
 from jsworker.server import NatsServer
 
+from ..events_data import store_events
+
 pytestmark = pytest.mark.timeout(60)
 
 T0 = 1_790_000_000.0
@@ -74,24 +76,6 @@ def _expected(seq: int, e: JobEvent) -> dict[str, object]:
     }
 
 
-async def _publish(url: str, app: App, bodies: list[bytes | JobEvent]) -> list[int]:
-    """Store each body (an event, or raw bytes) in the app's events stream; their sequences."""
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    seqs = []
-    try:
-        for body in bodies:
-            if isinstance(body, JobEvent):
-                subject = app.namespace.event_subject(body.queue, body.task, body.event)
-                body = encode_event(body)
-            else:
-                subject = app.namespace.event_subject("default", "mail", "started")
-            seqs.append((await js.publish(subject, body)).seq)
-    finally:
-        await nc.close()
-    return seqs
-
-
 def _read(directory: Path) -> list[dict[str, object]]:
     files = sorted(directory.glob("*.parquet"))
     return [row for f in files for row in pq.read_table(f).to_pylist()]
@@ -117,7 +101,7 @@ def app(nats_server_module: NatsServer, request: pytest.FixtureRequest) -> Itera
 def test_exact_rows_and_undecodable_messages_are_counted(app: App, tmp_path: Path) -> None:
     events = _events(7)
     bodies: list[bytes | JobEvent] = [*events[:3], b"not json", *events[3:], b'{"v":1,"event":"x"}']
-    seqs = asyncio.run(_publish(app.servers[0], app, bodies))
+    seqs = asyncio.run(store_events(app, bodies))
     report = export_events(app, tmp_path, since="1h")
     assert (report.events, report.skipped) == (7, 2)
     assert (report.first_seq, report.last_seq) == (1, 8)
@@ -130,16 +114,15 @@ def test_exact_rows_and_undecodable_messages_are_counted(app: App, tmp_path: Pat
 
 
 def test_since_and_until_select_by_storage_time(app: App, tmp_path: Path) -> None:
-    url = app.servers[0]
-    asyncio.run(_publish(url, app, list(_events(3, "a"))))
+    asyncio.run(store_events(app, list(_events(3, "a"))))
     time.sleep(0.3)
     since = time.time()
     time.sleep(0.3)
-    middle = asyncio.run(_publish(url, app, list(_events(4, "b"))))
+    middle = asyncio.run(store_events(app, list(_events(4, "b"))))
     time.sleep(0.3)
     until = time.time()
     time.sleep(0.3)
-    asyncio.run(_publish(url, app, list(_events(2, "c"))))
+    asyncio.run(store_events(app, list(_events(2, "c"))))
 
     report = export_events(app, tmp_path / "window", since=since, until=until)
     assert [r["seq"] for r in _read(tmp_path / "window")] == middle
@@ -153,7 +136,7 @@ def test_since_and_until_select_by_storage_time(app: App, tmp_path: Path) -> Non
 
 
 def test_files_split_at_rows_per_file_and_an_export_continues_by_sequence(app: App, tmp_path: Path) -> None:
-    asyncio.run(_publish(app.servers[0], app, [*_events(5)[:2], b"\xff", *_events(5)[2:]]))
+    asyncio.run(store_events(app, [*_events(5)[:2], b"\xff", *_events(5)[2:]]))
     report = export_events(app, tmp_path, since="1d", rows_per_file=2)
     assert [p.name for p in report.files] == [
         "events-1-2.parquet",
@@ -162,7 +145,7 @@ def test_files_split_at_rows_per_file_and_an_export_continues_by_sequence(app: A
     ]
     assert [r["seq"] for r in _read(tmp_path)] == [1, 2, 4, 5, 6]
     assert report.next_seq == 7
-    asyncio.run(_publish(app.servers[0], app, list(_events(2, "later"))))
+    asyncio.run(store_events(app, list(_events(2, "later"))))
     more = export_events(app, tmp_path / "more", start_seq=report.next_seq)
     assert [r["seq"] for r in _read(tmp_path / "more")] == [7, 8]
     assert more.skipped == 0
@@ -170,7 +153,7 @@ def test_files_split_at_rows_per_file_and_an_export_continues_by_sequence(app: A
 
 def test_export_ends_at_the_last_event_stored_when_it_began(app: App, tmp_path: Path) -> None:
     url = app.servers[0]
-    asyncio.run(_publish(url, app, list(_events(2000))))
+    asyncio.run(store_events(app, list(_events(2000))))
 
     async def export_while_publishing() -> tuple[int, int]:
         stop = asyncio.Event()
@@ -214,7 +197,7 @@ def app_module(app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str
 
 
 def test_command(app: App, app_module: str, tmp_path: Path) -> None:
-    asyncio.run(_publish(app.servers[0], app, [*_events(3), b"junk"]))
+    asyncio.run(store_events(app, [*_events(3), b"junk"]))
     url = app.servers[0]
     runner = CliRunner()
     out = tmp_path / "out"

@@ -8,15 +8,15 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import nats
 import pytest
 
 from jsworker import App
-from jsworker.events import JobEvent, encode_event
+from jsworker.events import JobEvent
 from jsworker.events.rows import SPARK_SCHEMA
-from jsworker.jetstream.connection import Connection
 from jsworker.server import NatsServer
 from jsworker.spark.events_source import JobEventsDataSource, seq_ranges
+
+from ..events_data import store_events
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -36,24 +36,6 @@ def _event(i: int) -> JobEvent:
     )
 
 
-async def _store(url: str, app: App, bodies: list[bytes | JobEvent]) -> list[int]:
-    conn = await Connection.open(app.connect_options("test"))
-    await app.provision_streams(conn)
-    await conn.close()
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    seqs = []
-    for body in bodies:
-        if isinstance(body, JobEvent):
-            subject = app.namespace.event_subject(body.queue, body.task, body.event)
-            body = encode_event(body)
-        else:
-            subject = app.namespace.event_subject("default", "mail", "started")
-        seqs.append((await js.publish(subject, body)).seq)
-    await nc.close()
-    return seqs
-
-
 @pytest.fixture(scope="module")
 def events_app(nats_server_module: NatsServer, spark: Any) -> tuple[App, list[int]]:
     """An app whose events stream holds N events and one message that is not an event."""
@@ -61,7 +43,7 @@ def events_app(nats_server_module: NatsServer, spark: Any) -> tuple[App, list[in
     app = App("sparkev", nats_server_module.url, events=True)
     bodies: list[bytes | JobEvent] = [_event(i) for i in range(N)]
     bodies.insert(N // 2, b"garbage")
-    seqs = asyncio.run(_store(nats_server_module.url, app, bodies))
+    seqs = asyncio.run(store_events(app, bodies))
     return app, [s for s, b in zip(seqs, bodies, strict=True) if isinstance(b, JobEvent)]
 
 
@@ -92,7 +74,7 @@ def test_since(spark: Any, events_app: tuple[App, list[int]]) -> None:
     time.sleep(0.3)
     since = datetime.now(UTC).isoformat()
     time.sleep(0.3)
-    later = asyncio.run(_store(app.servers[0], app, [_event(i) for i in range(5)]))
+    later = asyncio.run(store_events(app, [_event(i) for i in range(5)]))
     df = _reader(spark, app, since=since, partitions=2)
     assert sorted(r.seq for r in df.select("seq").collect()) == later
     assert _reader(spark, app, since="2999-01-01").count() == 0
