@@ -98,8 +98,8 @@ def test_sigterm_rolling_restart_under_load(
     ones are given back unrun."""
     url = nats_server.url
     fault_app.app.servers = [url]
-    # -c 5: two workers run at most ~1,000 jobs of 10 ms a second, a bit less than the producer
-    # sends, so a backlog builds and each SIGTERM finds jobs running and waiting.
+    # -c 5: two workers run at most ~1,000 jobs of 10 ms a second, about what the producer sends,
+    # so each SIGTERM can be timed to find jobs running and waiting.
     a = workers.start(url, "a", "-c", "5", "-Q", "default")
     b = workers.start(url, "b", "-c", "5", "-Q", "default")
     a.wait_started()
@@ -135,12 +135,18 @@ def test_sigterm_rolling_restart_under_load(
         for name, old in (("a", a), ("b", b)):
             base = len(records.done_ids())
 
-            def flowed(base: int = base) -> bool:
-                return len(records.done_ids()) >= base + 500
+            seen: list[int] = []
 
-            wait_until(flowed, 60, "500 more completions")
-            with lock:
-                outstanding_at_sigterm.append(len(enqueued - records.done_ids()))
+            def flowed(base: int = base, seen: list[int] = seen) -> bool:
+                # The producer sends in bursts that two workers can drain before the next one
+                # comes, so wait for a moment with work waiting too, not only for progress.
+                done = records.done_ids()
+                with lock:
+                    seen.append(len(enqueued - done))
+                return len(done) >= base + 500 and seen[-1] > 0
+
+            wait_until(flowed, 60, "500 more completions with work outstanding")
+            outstanding_at_sigterm.append(seen[-1])
             running = {r.job_id for r in records.of("start") if r.pid == old.pid}
             in_flight_at_sigterm.append(
                 len(running - {r.job_id for r in records.of("done") if r.pid == old.pid})
@@ -167,7 +173,6 @@ def test_sigterm_rolling_restart_under_load(
         stall_s=round(longest_gap(r.at for r in records.of("done")), 3),
     )
     assert exits == [0, 0], (a.tail(), b.tail())
-    assert all(n > 0 for n in outstanding_at_sigterm), "a restart happened with no work left"
     assert summary["lost"] == 0
     assert summary["dead_lettered"] == 0
 
