@@ -40,20 +40,22 @@ def dev(port: int, store_dir: str | None) -> None:
     """Start a local nats-server with JetStream on 127.0.0.1 until Ctrl-C."""
     from ..server import NatsServer, PortInUseError, ServerNotFoundError, ServerStartError
 
+    # Both stop signals are handled from before the server starts: one arriving while it
+    # starts or while the banner prints must still stop the server and exit 0.
+    signal.signal(signal.SIGTERM, _raise_stop)
     with tempfile.TemporaryDirectory(prefix="jsworker-dev-") as tmp:
         server = NatsServer(port=port, store_dir=store_dir or tmp)
         try:
-            server.start()
-        except PortInUseError:
-            fail(f"port {port} on 127.0.0.1 is already in use; stop what holds it or pass --port", EXIT_USAGE)
-        except ServerNotFoundError as exc:
-            fail(str(exc), EXIT_USAGE)
-        except ServerStartError as exc:
-            fail(str(exc), EXIT_CRASH)
-        signal.signal(signal.SIGTERM, _raise_stop)
-        click.echo(f"nats-server with JetStream at {server.url}  (store: {server.store_dir}; Ctrl-C stops)")
-        click.echo(f"  export JSWORKER_URL={server.url}")
-        try:
+            try:
+                server.start()
+            except PortInUseError:
+                fail(f"port {port} on 127.0.0.1 is already in use; stop what holds it or pass --port", EXIT_USAGE)
+            except ServerNotFoundError as exc:
+                fail(str(exc), EXIT_USAGE)
+            except ServerStartError as exc:
+                fail(str(exc), EXIT_CRASH)
+            click.echo(f"nats-server with JetStream at {server.url}  (store: {server.store_dir}; Ctrl-C stops)")
+            click.echo(f"  export JSWORKER_URL={server.url}")
             while server.running:
                 time.sleep(0.5)
             fail("nats-server exited unexpectedly", EXIT_CRASH)
