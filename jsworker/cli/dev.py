@@ -49,12 +49,14 @@ def dev(port: int, store_dir: str | None) -> None:
             try:
                 server.start()
             except PortInUseError:
-                fail(f"port {port} on 127.0.0.1 is already in use; stop what holds it or pass --port", EXIT_USAGE)
+                in_use = f"port {port} on 127.0.0.1 is already in use; stop what holds it or pass --port"
+                fail(in_use, EXIT_USAGE)
             except ServerNotFoundError as exc:
                 fail(str(exc), EXIT_USAGE)
             except ServerStartError as exc:
                 fail(str(exc), EXIT_CRASH)
-            click.echo(f"nats-server with JetStream at {server.url}  (store: {server.store_dir}; Ctrl-C stops)")
+            where = f"{server.url}  (store: {server.store_dir}; Ctrl-C stops)"
+            click.echo(f"nats-server with JetStream at {where}")
             click.echo(f"  export JSWORKER_URL={server.url}")
             while server.running:
                 time.sleep(0.5)
