@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -47,7 +47,9 @@ class JobContext:
         return self.attempt > self.max_retries
 
 
-_current: ContextVar[JobContext | None] = ContextVar("jsworker_current_job", default=None)
+# Holds how to build the running job's JobContext rather than the context itself: most jobs
+# never ask for it, and building one per job is a measurable part of a short job's cost.
+_current: ContextVar[Callable[[], JobContext] | None] = ContextVar("jsworker_current_job", default=None)
 
 
 def current_job() -> JobContext:
@@ -56,7 +58,7 @@ def current_job() -> JobContext:
     Works in async tasks and in sync tasks (their thread gets the job's context). Raises
     :class:`JsworkerError` when called outside a task run by a worker.
     """
-    ctx = _current.get()
-    if ctx is None:
+    source = _current.get()
+    if source is None:
         raise JsworkerError("current_job() called outside a job run by a jsworker worker")
-    return ctx
+    return source()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping
 from typing import Protocol
@@ -67,11 +66,15 @@ class VerbBatcher:
 
     async def _send(self, batch: list[tuple[str, bytes]]) -> None:
         # Published back to back, the verbs land in one write of the client's flusher.
+        # try/except, not contextlib.suppress: that would build a context manager per verb.
+        publish = self._nc.publish
         for subject, payload in batch:
-            # A verb that cannot be sent (connection closed) changes nothing the server does
-            # not already handle: the job is redelivered after ack_wait.
-            with contextlib.suppress(nats.errors.Error, OSError):
-                await self._nc.publish(subject, payload)
+            try:  # noqa: SIM105
+                await publish(subject, payload)
+            except (nats.errors.Error, OSError):
+                # A verb that cannot be sent (connection closed) changes nothing the server
+                # does not already handle: the job is redelivered after ack_wait.
+                pass
 
 
 class Delivery:

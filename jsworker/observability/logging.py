@@ -12,6 +12,8 @@ from typing import Any
 
 import structlog
 
+from ..job import _current
+
 LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -20,15 +22,34 @@ def get_logger(name: str) -> Any:
     return structlog.get_logger(name)
 
 
+def add_job_context(logger: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: adds ``job_id``, ``task``, ``queue`` and ``attempt`` of the job the
+    event is logged from (inside a task run by a worker, async or sync) unless already set.
+
+    :func:`configure_logging` installs it; an app with its own structlog set-up adds it to its
+    processors to get the same fields. The job is looked up only when something is logged, so
+    a job that logs nothing pays nothing for it.
+    """
+    source = _current.get()
+    if source is not None:
+        job = source()
+        event_dict.setdefault("job_id", job.id)
+        event_dict.setdefault("task", job.task)
+        event_dict.setdefault("queue", job.queue)
+        event_dict.setdefault("attempt", job.attempt)
+    return event_dict
+
+
 def configure_logging(level: str = "info", fmt: str = "console") -> None:
     """Send structlog events to stderr as ``console`` (human) or ``json`` lines.
 
-    Context bound with ``structlog.contextvars`` (the worker binds the job id, task and queue
-    around each job) appears on every event, including those a task logs itself.
+    Events logged inside a task carry the job's id, task, queue and attempt
+    (:func:`add_job_context`); context bound with ``structlog.contextvars`` appears too.
     """
     numeric = getattr(logging, level.upper())
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        add_job_context,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import structlog
-
 from .. import __version__
 from ..errors import ConfigurationError, EnqueueError, JsworkerError, TopologyError
 from ..events.emit import EventEmitter
@@ -30,7 +28,7 @@ from ..status import queue_status
 from .deadletter import dead_letter
 from .execution import Executor, JobRun, identify
 from .limiter import Limiter
-from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start
+from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, job_fields
 from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, settle
 
 if TYPE_CHECKING:
@@ -77,7 +75,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._grace = self.settings.grace
         self._consumers: dict[str, PullConsumer] = {}
-        self._jobs: dict[asyncio.Task[None], JobRun] = {}
+        self._jobs: dict[JobRun, asyncio.Task[None]] = {}
         self._crash: BaseException | None = None
         self._cancelling = False
         self._policies: dict[str, RetryPolicy] = {}
@@ -216,7 +214,7 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             # Buffered messages count too: their ack timers started when they were delivered.
-            for job in list(self._jobs.values()):
+            for job in list(self._jobs):
                 await job.delivery.in_progress()
             for consumer in list(self._consumers.values()):
                 for delivery in consumer.buffered():
@@ -234,9 +232,7 @@ class Worker:
             if lag >= self.settings.blocked_loop_warning:
                 self.counts["event_loop_blocked"] += 1
                 self.app.metrics.loop_blocked.inc()
-                running = sorted(
-                    {job.task_name for job in self._jobs.values() if job.task and job.task.is_async}
-                )
+                running = sorted({job.task_name for job in self._jobs if job.task and job.task.is_async})
                 log.warning("worker.event_loop_blocked", seconds=round(lag, 3), async_tasks_running=running)
 
     async def _server_stats(self) -> None:
@@ -264,45 +260,40 @@ class Worker:
     # -- running --------------------------------------------------------------------------
 
     def _spawn(self, job: JobRun) -> None:
-        self._jobs[asyncio.create_task(self._run_job(job))] = job
+        self._jobs[job] = asyncio.create_task(self._run_job(job))
 
     async def _run_job(self, job: JobRun) -> None:
-        # Clean-up in the job's own task, not a done callback: one event-loop turn less per job.
+        # One coroutine per job, its clean-up included (no done callback): each layer and each
+        # event-loop turn shows in a short job's cost.
         try:
-            await self._process(job)
+            started = time.monotonic()
+            self._report.started(job)
+            try:
+                outcome = self._executor.check(job)
+                if outcome is None:
+                    if self._events is not None:
+                        await emit_job_start(self._events, job)
+                    outcome = await self._executor.call(job)
+            except asyncio.CancelledError:
+                if not self._cancelling:
+                    raise
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                outcome = Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
+            decision = settle(outcome, job.attempt, self._policy(job))
+            await self._apply(job, outcome, decision)
+            duration = time.monotonic() - started
+            self._report.finished(job, outcome, decision, duration)
+            if self._events is not None:
+                await emit_job_end(self._events, job, outcome, decision, duration)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("job.internal_error", job_id=job.job_id, error=repr(exc))
+            log.error("job.internal_error", error=repr(exc), **job_fields(job))
         finally:
-            self._jobs.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._jobs.pop(job, None)
             self._limiter.release()
-
-    async def _process(self, job: JobRun) -> None:
-        structlog.contextvars.bind_contextvars(
-            job_id=job.job_id, task=job.task_name, queue=job.queue, attempt=job.attempt
-        )
-        started = time.monotonic()
-        self._report.log.debug("job.started")
-        try:
-            outcome = self._executor.check(job)
-            if outcome is None:
-                if self._events is not None:
-                    await emit_job_start(self._events, job)
-                outcome = await self._executor.call(job)
-        except asyncio.CancelledError:
-            if not self._cancelling:
-                raise
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
-            outcome = Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
-        decision = settle(outcome, job.attempt, self._policy(job))
-        await self._apply(job, outcome, decision)
-        duration = time.monotonic() - started
-        self._report.finished(job, outcome, decision, duration)
-        if self._events is not None:
-            await emit_job_end(self._events, job, outcome, decision, duration)
 
     def _policy(self, job: JobRun) -> RetryPolicy:
         policy = self._policies.get(job.task_name)
@@ -344,7 +335,7 @@ class Worker:
             await self._dlq.publish(msg)
             return True
         except EnqueueError as exc:
-            log.error("job.dead_letter_failed", error=str(exc))
+            log.error("job.dead_letter_failed", error=str(exc), **job_fields(job))
             return False
 
     # -- stopping -------------------------------------------------------------------------
@@ -355,16 +346,16 @@ class Worker:
             for delivery in await consumer.drain():
                 await delivery.nak()
         if self._jobs:
-            await asyncio.wait(list(self._jobs), timeout=self._grace)
+            await asyncio.wait(list(self._jobs.values()), timeout=self._grace)
         if self._jobs:
             log.warning("worker.cancelling", in_flight=self.in_flight)
             self._cancelling = True
-            running = list(self._jobs)
+            running = list(self._jobs.values())
             for task in running:
                 task.cancel()
             await asyncio.wait(running, timeout=2.0)
             # A job cancelled before its first step never ran its own clean-up: give it back.
-            for job in list(self._jobs.values()):
+            for job in list(self._jobs):
                 await job.delivery.nak()
             self._jobs.clear()
         for loop_task in loops:
