@@ -67,7 +67,9 @@ class PullConsumer:
     """Continuous pull from one durable consumer; hands out :class:`Delivery` objects.
 
     Use as ``async with PullConsumer(...) as pc:`` and call ``await pc.next()`` (``None`` once
-    the loop is closed or drained), or iterate over it.
+    the loop is closed or drained), or iterate over it. A ``handler`` may also take messages
+    as they arrive: it is called with each one that finds the buffer empty, and returning
+    True means it took the message (as :meth:`take` would have handed it out); False buffers it.
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class PullConsumer:
         retry_delay: float = 0.5,
         missing_after: float = 15.0,
         on_event: EventHook | None = None,
+        handler: Callable[[Delivery], bool] | None = None,
     ) -> None:
         if max_messages < 1:
             raise ValueError("max_messages must be >= 1")
@@ -98,6 +101,7 @@ class PullConsumer:
         self.retry_delay = retry_delay
         self.missing_after = missing_after
         self.on_event = on_event or _ignore
+        self.handler = handler
         self.stats: dict[str, int] = {e.value: 0 for e in EngineEvent}
 
         self._verbs = VerbBatcher(conn.nc)
@@ -277,6 +281,12 @@ class PullConsumer:
             # Answer to a request sent before drain(): give it straight back.
             await delivery.nak()
             await self._verbs.flush()
+            return
+        if not self._buffer and self.handler is not None and self.handler(delivery):
+            # Taken on arrival: the caller had room, so no buffer round and no wake-up.
+            self._pending -= 1
+            if self._pending < self.threshold:
+                await self._refill()
             return
         self._buffer.append(delivery)
         self._wake()

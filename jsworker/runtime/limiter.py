@@ -3,33 +3,59 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 
 
 class Limiter:
-    """Counting slots for running jobs.
+    """Counting slots for running jobs, handed to waiters in the order they came.
 
     The worker takes a slot *before* it takes a message out of the pull loop's buffer, so
     messages pulled but not finished never exceed the slots plus the pull loops' buffers.
+    :meth:`try_acquire` lets a message that arrives while a slot is free start at once, from
+    the code that received it, without waking the pull loop; it never overtakes a waiter.
     """
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
             raise ValueError("concurrency must be >= 1")
         self.limit = limit
-        self._free = asyncio.Semaphore(limit)
         self._in_use = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
     def in_use(self) -> int:
         """Slots taken right now."""
         return self._in_use
 
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free and nobody is waiting for one; True if taken."""
+        if self._in_use < self.limit and not self._waiters:
+            self._in_use += 1
+            return True
+        return False
+
     async def acquire(self) -> None:
         """Wait for a free slot and take it."""
-        await self._free.acquire()
-        self._in_use += 1
+        if self.try_acquire():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.cancelled():
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            else:  # the slot was handed over just before the cancellation: pass it on
+                self.release()
+            raise
 
     def release(self) -> None:
-        """Give a slot back."""
+        """Give a slot back: to the longest waiter if there is one, else to the pool."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot changes hands; in_use stays the same
+                return
         self._in_use -= 1
-        self._free.release()

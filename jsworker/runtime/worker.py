@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from ..errors import ConfigurationError, EnqueueError, JsworkerError, TopologyEr
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection
 from ..jetstream.consume import ConsumeError, PullConsumer
+from ..jetstream.delivery import Delivery
 from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
 from ..status import queue_status
@@ -175,6 +177,7 @@ class Worker:
                 expires=self.settings.expires,
                 idle_heartbeat=self.settings.idle_heartbeat,
                 on_event=self._engine_event(queue),
+                handler=functools.partial(self._start_at_once, queue),
             )
             self._consumers[queue] = consumer
             await consumer.start()
@@ -196,6 +199,14 @@ class Worker:
                 # The usual cause is a deleted consumer: put it back and pull again.
                 with contextlib.suppress(JsworkerError):
                     await self.app.provision(self.conn, [queue])
+
+    def _start_at_once(self, queue: str, delivery: Delivery) -> bool:
+        # A job that arrives while a slot is free starts right away; the pull loop below only
+        # handles those that had to wait in the buffer.
+        if self._stop.is_set() or not self._limiter.try_acquire():
+            return False
+        self._spawn(identify(self.app, queue, delivery))
+        return True
 
     def _engine_event(self, queue: str) -> EngineObserver:
         return EngineObserver(queue, self.app.metrics, self.counts)

@@ -190,6 +190,41 @@ async def _is_zero(value: Any) -> bool:
     return (await value) == 0
 
 
+@pytest.mark.timeout(30)
+async def test_handler_takes_arrivals_and_leaves_the_rest_buffered(nats_server: NatsServer) -> None:
+    """A handler that takes every other message offered to it: between the handler and next()
+    every message is handed out exactly once, and pending stays within max_messages."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        await publish(conn, 0, 1000)
+        taken: list[Delivery] = []
+        offered = itertools.count()
+
+        def handler(delivery: Delivery) -> bool:
+            if next(offered) % 2:
+                return False
+            taken.append(delivery)
+            return True
+
+        seen: Counter[bytes] = Counter()
+        async with PullConsumer(conn, STREAM, DURABLE, max_messages=50, expires=5.0, handler=handler) as pc:
+            while sum(seen.values()) + len(taken) < 1000:
+                d = await pc.next(timeout=5.0)
+                assert d is not None, f"stalled after {sum(seen.values()) + len(taken)}: {pc.stats}"
+                assert pc.pending <= pc.max_messages
+                seen[d.body] += 1
+                await d.ack()
+            for d in taken:
+                seen[d.body] += 1
+                await d.ack()
+            assert await pc.next(timeout=0.5) is None
+        await conn.flush()
+        assert set(seen) == {str(i).encode() for i in range(1000)}
+        assert max(seen.values()) == 1
+        assert 0 < len(taken) < 1000
+        await wait_until(lambda: _is_zero(stream_messages(conn)), 5, "an empty stream")
+
+
 # -- 2. refill threshold ------------------------------------------------------------------
 
 

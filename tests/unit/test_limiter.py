@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -60,3 +62,60 @@ async def test_release_frees_a_waiter() -> None:
         with anyio.fail_after(2):
             await got.wait()
     assert limiter.in_use == 1
+
+
+async def test_try_acquire_takes_free_slots_only() -> None:
+    """try_acquire takes a free slot and refuses once all are taken."""
+    limiter = Limiter(2)
+    assert limiter.try_acquire()
+    assert limiter.try_acquire()
+    assert not limiter.try_acquire()
+    assert limiter.in_use == 2
+    limiter.release()
+    assert limiter.try_acquire()
+
+
+async def test_try_acquire_never_overtakes_a_waiter() -> None:
+    """A released slot goes to the waiter, not to a later try_acquire."""
+    limiter = Limiter(1)
+    await limiter.acquire()
+    got = anyio.Event()
+
+    async def waiter() -> None:
+        await limiter.acquire()
+        got.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        limiter.release()
+        assert not limiter.try_acquire()
+        with anyio.fail_after(2):
+            await got.wait()
+    assert limiter.in_use == 1
+
+
+async def test_cancelled_waiter_leaves_no_trace() -> None:
+    """A waiter cancelled while waiting neither holds a slot nor blocks try_acquire."""
+    limiter = Limiter(1)
+    await limiter.acquire()
+    with anyio.move_on_after(0.05):
+        await limiter.acquire()
+    limiter.release()
+    assert limiter.in_use == 0
+    assert limiter.try_acquire()
+
+
+async def test_slot_handed_to_a_cancelled_waiter_is_passed_on() -> None:
+    """A slot handed to a waiter that is cancelled before it runs goes back, not lost."""
+    limiter = Limiter(1)
+    await limiter.acquire()
+    task = asyncio.ensure_future(limiter.acquire())
+    await asyncio.sleep(0)
+    limiter.release()  # hands the slot to the waiting task ...
+    task.cancel()  # ... which is cancelled before it resumes
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert limiter.in_use == 0
+    assert limiter.try_acquire()
