@@ -107,6 +107,8 @@ class Worker:
             self._announce(conn)
             await self._provision()
             self._limiter = Limiter(settings.concurrency)
+            # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
+            self._create_task = asyncio.get_running_loop().create_task
             self._executor = Executor(app, settings.threads)
             self._dlq = Publisher(conn, retry_for=app.publish_timeout)
             self._events = EventEmitter(conn, app.namespace, app.metrics) if app.events else None
@@ -271,7 +273,7 @@ class Worker:
     # -- running --------------------------------------------------------------------------
 
     def _spawn(self, job: JobRun) -> None:
-        self._jobs[job] = asyncio.create_task(self._run_job(job))
+        self._jobs[job] = self._create_task(self._run_job(job))
 
     async def _run_job(self, job: JobRun) -> None:
         # One coroutine per job, its clean-up included (no done callback): each layer and each
