@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import inspect
 import os
 import ssl
 from asyncio import FIRST_COMPLETED
@@ -51,10 +52,15 @@ class ConnectOptions:
     connect_timeout: float = 2.0
     connect_deadline: float = 5.0
     reconnect_wait: float = 0.5
+    # False only for connections whose every subject is a reply subject the server gave or
+    # one made of validated names: the client's own check is a regex search per publish.
+    check_subjects: bool = True
 
     def client_kwargs(self) -> dict[str, Any]:
         """The authentication and TLS arguments of ``nats.connect``; raises ConnectError on bad files."""
         kwargs: dict[str, Any] = {}
+        if not self.check_subjects and _CAN_SKIP_SUBJECT_CHECK:
+            kwargs["skip_subject_validation"] = True
         if self.user is not None:
             kwargs["user"] = self.user
             kwargs["password"] = self.password
@@ -87,6 +93,10 @@ class ConnectOptions:
         except (OSError, ssl.SSLError) as exc:
             raise ConnectError(f"cannot load TLS files: {exc}") from exc
         return context
+
+
+# Older nats-py releases neither check subjects nor take the option.
+_CAN_SKIP_SUBJECT_CHECK = "skip_subject_validation" in inspect.signature(Client.connect).parameters
 
 
 def _require_nkeys() -> None:

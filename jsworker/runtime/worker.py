@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import os
 import time
@@ -101,7 +102,10 @@ class Worker:
         self.queues = list(settings.queues or app.queues)
         if not self.queues:
             raise ConfigurationError(f"app {app.name} has no tasks, so no queue to work on")
-        self.conn = conn = await Connection.open(app.connect_options("worker"))
+        # The worker publishes acks to reply subjects from the server and otherwise only
+        # subjects built from validated names, so the client need not check each one.
+        options = dataclasses.replace(app.connect_options("worker"), check_subjects=False)
+        self.conn = conn = await Connection.open(options)
         try:
             app.producer.bind(conn)
             self._announce(conn)
