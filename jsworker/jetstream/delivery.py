@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -91,7 +90,6 @@ class Delivery:
         "attempt",
         "body",
         "headers",
-        "received_at",
         "reply",
         "settled",
         "stream_seq",
@@ -106,7 +104,6 @@ class Delivery:
         self.reply = reply
         self.body = body
         self.headers: Mapping[str, str] = headers or _EMPTY
-        self.received_at = time.monotonic()
         self.settled = False
         self.attempt, self.stream_seq = _parse_reply(reply)
 
