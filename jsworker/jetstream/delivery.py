@@ -141,11 +141,14 @@ def _parse_reply(reply: str) -> tuple[int, int]:
     The server uses ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``, or
     a longer form with domain and account hash in front (2.10+ with domains).
     """
-    parts = reply.split(".")
+    # Split no further than the two numbers: this runs for every message.
+    dots = reply.count(".")
     try:
-        if len(parts) == 9:
+        if dots == 8:
+            parts = reply.split(".", 6)
             return int(parts[4]), int(parts[5])
-        if len(parts) >= 11:
+        if dots >= 10:
+            parts = reply.split(".", 8)
             return int(parts[6]), int(parts[7])
     except ValueError:
         pass

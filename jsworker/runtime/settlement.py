@@ -69,7 +69,8 @@ class RetryPolicy:
     backoff_max: float
 
 
-_ACK = Decision(Verb.ACK)
+#: The decision for every job that succeeded.
+ACK = Decision(Verb.ACK)
 _NAK_NOW = Decision(Verb.NAK)
 _RETRYABLE = (OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT)
 _FINAL = (OutcomeKind.REJECTED, OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
@@ -97,7 +98,7 @@ def settle(
     """Decide the verb for ``outcome`` of delivery number ``attempt`` under ``policy``."""
     kind = outcome.kind
     if kind is OutcomeKind.SUCCEEDED:
-        return _ACK
+        return ACK
     if kind is OutcomeKind.CANCELLED:
         return _NAK_NOW
     if kind in _FINAL:

@@ -32,7 +32,7 @@ from .deadletter import dead_letter
 from .execution import Executor, JobRun, identify
 from .limiter import Limiter
 from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, job_fields
-from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, settle
+from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, settle
 
 if TYPE_CHECKING:
     from ..app import App
@@ -298,8 +298,12 @@ class Worker:
                 if current is not None:
                     current.uncancel()
                 outcome = Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
-            decision = settle(outcome, job.attempt, self._policy(job))
-            await self._apply(job, outcome, decision)
+            if outcome.kind is OutcomeKind.SUCCEEDED:
+                decision = ACK  # the common case, without the policy lookup and settle()
+                await job.delivery.ack()
+            else:
+                decision = settle(outcome, job.attempt, self._policy(job))
+                await self._apply(job, outcome, decision)
             duration = time.monotonic() - started
             self._report.finished(job, outcome, decision, duration)
             if self._events is not None:
