@@ -13,6 +13,7 @@ import pytest
 from jsworker import App, Reject, Retry, current_job
 from jsworker.errors import JsworkerError, SerializationError
 from jsworker.job import JobContext
+from jsworker.observability.logging import add_job_context
 from jsworker.runtime.execution import Executor, JobRun, identify
 from jsworker.runtime.settlement import OutcomeKind
 
@@ -303,6 +304,35 @@ async def test_current_job_inside_task(app: App, is_async: bool) -> None:
     assert ctx.headers["Jsw-Task"] == "t"
     with pytest.raises(JsworkerError):
         current_job()
+
+
+@pytest.mark.parametrize("is_async", [True, False])
+async def test_log_processor_adds_the_running_job(app: App, is_async: bool) -> None:
+    """add_job_context fills job_id, task, queue and attempt inside an async or sync task,
+    keeps fields the event already has, and adds nothing outside a job."""
+    seen: list[dict[str, Any]] = []
+
+    def log_event() -> None:
+        seen.append(add_job_context(None, "info", {"event": "e", "queue": "mine"}))
+
+    if is_async:
+
+        @app.task(name="t")
+        async def t_async() -> None:
+            log_event()
+
+    else:
+
+        @app.task(name="t")
+        def t_sync() -> None:
+            log_event()
+
+    headers = {"Nats-Msg-Id": "order-8", "Jsw-Task": "t"}
+    assert (await _run(app, _job(app, "t", attempt=2, headers=headers))).kind is OutcomeKind.SUCCEEDED
+    log_event()
+    inside, outside = seen
+    assert inside == {"event": "e", "queue": "mine", "job_id": "order-8", "task": "t", "attempt": 2}
+    assert outside == {"event": "e", "queue": "mine"}
 
 
 async def test_bad_enqueued_at_header_gives_none(app: App) -> None:
