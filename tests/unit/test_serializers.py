@@ -137,3 +137,23 @@ def test_decode_call_wraps_any_decoder_exception() -> None:
 def test_decode_call_accepts_missing_args_or_kwargs(body: bytes, expected: tuple[Any, Any]) -> None:
     """Missing 'args' means no positional arguments and missing 'kwargs' no keyword ones."""
     assert decode_call(S, body) == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b' {"args":[1],"kwargs":{"k":"v"}}\n',  # whitespace around the object
+        '{"args":[1],"kwargs":{"k":"v"}}'.encode("utf-8-sig"),
+        '{"args":[1],"kwargs":{"k":"v"}}'.encode("utf-16"),
+    ],
+)
+def test_decode_call_accepts_what_json_accepts(body: bytes) -> None:
+    """Bodies that are not compact UTF-8 JSON still decode as json.loads would."""
+    assert decode_call(S, body) == ([1], {"k": "v"})
+
+
+@pytest.mark.parametrize("body", [b'{"args":[],"kwargs":{}}x', b'{"args":[],"kwargs":{}}{}'])
+def test_decode_call_rejects_trailing_data(body: bytes) -> None:
+    """A valid object followed by anything else is not a job body."""
+    with pytest.raises(SerializationError):
+        decode_call(S, body)
