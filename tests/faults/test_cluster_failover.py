@@ -32,6 +32,7 @@ pytestmark = pytest.mark.faults
 # The cluster tests' workers create the job stream with three replicas.
 R3 = {"JSW_FAULT_REPLICAS": "3"}
 WORKER_ARGS = ("-c", "200", "-Q", "default")
+JOB_MS = 200.0
 
 
 def _start_on_another_node(
@@ -56,13 +57,13 @@ def test_cluster_stream_leader_sigkill(
 ) -> None:
     """R3 stream, two workers (-c 200) given all three URLs: w1 connected to node X, w2 to another
     node. The stream and consumer leaders are moved onto X (the worst case: one kill takes out
-    both), 5,000 jobs are enqueued, and X is SIGKILLed mid-run (at least 1,500 done; in practice
-    the enqueue itself takes long enough for ~2,500). Nothing is lost.
+    both), 5,000 jobs of 200 ms are enqueued, and X is SIGKILLed mid-run (at least 1,500 done).
+    Nothing is lost.
     Reported: the stall (longest gap between completions after the kill; a Raft election takes
     4-9 s), the time until a survivor named a new stream leader (polled, to about 1 s), the
     duplicates, and how and when each
     worker's pull loop reacted (w1 was connected to the killed node, w2 was not). Then jobs
-    enqueued after the failover must reach w2 too: no worker is left stranded."""
+    enqueued after the failover must reach w2 too, within 30 s: no worker is left stranded."""
     urls = nats_cluster.urls
     fault_app.app.servers = urls
     fault_app.app.replicas = 3  # the producer's view of the stream must match the workers'
@@ -76,10 +77,13 @@ def test_cluster_stream_leader_sigkill(
     stream_leader, consumer_leader = leaders(urls, STREAM, "default")
     assert node_index(stream_leader or "n0") == x, (stream_leader, target)
 
-    jobs = fault_app.work.delay_many([(i, 5.0) for i in range(5000)])
+    # Jobs of 200 ms: two workers of -c 200 need at least 2.5 s for them all, longer than the
+    # enqueue takes, so the kill lands mid-run however fast the workers are.
+    jobs = fault_app.work.delay_many([(i, JOB_MS) for i in range(5000)])
     enqueued = {j.id for j in jobs}
     wait_until(lambda: len(records.done_ids()) >= 1500, 60, "1,500 completions", interval=0.01)
     completions_at_kill = len(records.done_ids())
+    assert completions_at_kill < len(enqueued), "every job was done before the kill"
     killed_at, killed_wall = time.monotonic(), time.time()
     nats_cluster.node(x).kill()
 
@@ -110,7 +114,16 @@ def test_cluster_stream_leader_sigkill(
 
         wait_until(reacted, 30, f"{name} to re-pull")
         repull[name] = _first_pull_event(worker, killed_wall)
-    probe = {j.id for j in fault_app.work.delay_many([(i, 5.0) for i in range(400)])}
+    # Probes in batches until w2 has run one: its first pull after the kill may have gone out
+    # before a new consumer leader existed, and a single batch could be taken whole by w1
+    # before w2's next pull arrives. 30 s is several watchdog rounds.
+    probe: set[str] = set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        probe |= {j.id for j in fault_app.work.delay_many([(i, JOB_MS) for i in range(100)])}
+        time.sleep(1.0)
+        if any(r.pid == w2.pid for r in records.of("done") if r.job_id in probe):
+            break
     wait_until(lambda: records.done_ids() >= probe, 30, "the jobs enqueued after the failover")
     probe_done_by = Counter(r.pid for r in records.of("done") if r.job_id in probe)
     # Per worker, the longest gap runs from the kill (or a completion after it) to the worker's

@@ -50,6 +50,11 @@ async def test_deleted_consumer_or_stream_is_recreated(nats_server: NatsServer, 
         await _until(lambda: done == [1], 10)
         assert worker.conn is not None
         js = worker.conn.js
+        # Acks leave in batches within a millisecond: deleting the consumer before job 1's ack
+        # got there would (rightly) deliver job 1 again from the re-created consumer.
+        async with asyncio.timeout(10):
+            while (await js.stream_info("JSW_RES")).state.messages:
+                await asyncio.sleep(0.02)
         if delete == "consumer":
             await js.delete_consumer("JSW_RES", "default")
         else:
