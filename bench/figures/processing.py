@@ -117,18 +117,19 @@ def run(ctx: Context) -> list[Measurement]:
             "raw continuous pull + fire-and-forget ack",
             info,
         ),
-        Measurement(
-            "processing.raw_fetch",
-            _raw(ctx, "raw-fetch", "fetch", n),
-            "jobs/s",
-            "raw fetch(100) + ack()",
-            info,
-        ),
+        # Right after its baseline: the machine's speed drifts within seconds.
         Measurement(
             "processing.async",
             _jsworker(ctx, "async", bench_app.noop_async, 1, n),
             "jobs/s",
             "jsworker async no-op, 1 worker",
+            info,
+        ),
+        Measurement(
+            "processing.raw_fetch",
+            _raw(ctx, "raw-fetch", "fetch", n),
+            "jobs/s",
+            "raw fetch(100) + ack()",
             info,
         ),
         Measurement(
