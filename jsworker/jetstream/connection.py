@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from ..errors import ConnectError, ServerVersionError
+from .client import JetStreamClient
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -163,7 +164,7 @@ class Connection:
         }
         kwargs.update(options.client_kwargs())
 
-        nc = Client()
+        nc = JetStreamClient()
         connecting = asyncio.ensure_future(nc.connect(**kwargs))
         refusal = asyncio.ensure_future(refused.wait())
         await asyncio.wait(
