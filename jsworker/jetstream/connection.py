@@ -114,7 +114,7 @@ class Connection:
     can re-issue the pull requests that died with the old connection.
     """
 
-    def __init__(self, nc: Client, js: JetStreamContext, options: ConnectOptions) -> None:
+    def __init__(self, nc: JetStreamClient, js: JetStreamContext, options: ConnectOptions) -> None:
         self.nc = nc
         self.js = js
         self.options = options

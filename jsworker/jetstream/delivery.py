@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Protocol
 
 import nats.errors
-from nats.aio.client import Client
+
+from .client import JetStreamClient
 
 _ACK = b"+ACK"
 _NAK = b"-NAK"
@@ -30,7 +32,7 @@ class VerbBatcher:
     a worker killed within it has its jobs redelivered, as at-least-once allows anyway.
     """
 
-    def __init__(self, nc: Client, *, delay: float = 0.001, max_batch: int = 256) -> None:
+    def __init__(self, nc: JetStreamClient, *, delay: float = 0.001, max_batch: int = 256) -> None:
         self._nc = nc
         self._delay = delay
         self._max_batch = max_batch
@@ -64,16 +66,10 @@ class VerbBatcher:
         task.add_done_callback(self._sending.discard)
 
     async def _send(self, batch: list[tuple[str, bytes]]) -> None:
-        # Published back to back, the verbs land in one write of the client's flusher.
-        # try/except, not contextlib.suppress: that would build a context manager per verb.
-        publish = self._nc.publish
-        for subject, payload in batch:
-            try:  # noqa: SIM105
-                await publish(subject, payload)
-            except (nats.errors.Error, OSError):
-                # A verb that cannot be sent (connection closed) changes nothing the server
-                # does not already handle: the job is redelivered after ack_wait.
-                pass
+        # Verbs that cannot be sent (connection closed) change nothing the server does not
+        # already handle: their jobs are redelivered after ack_wait.
+        with contextlib.suppress(nats.errors.Error, OSError):
+            await self._nc.publish_many(batch)
 
 
 class Delivery:
