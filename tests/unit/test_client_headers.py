@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 
 import pytest
@@ -112,3 +113,16 @@ def test_random_blocks_agree() -> None:
 
     asyncio.run(run())
     assert 200 < plain < 2800, plain  # both paths were exercised
+
+
+def test_client_internals_the_subclass_relies_on() -> None:
+    # JetStreamClient overrides or calls these nats-py internals; a nats-py release that
+    # changes them must fail here rather than slow down or break the worker quietly.
+    assert inspect.iscoroutinefunction(Client._process_headers)
+    assert list(inspect.signature(Client._process_headers).parameters) == ["self", "headers"]
+    assert inspect.iscoroutinefunction(Client._send_command)
+    assert list(inspect.signature(Client._send_command).parameters)[:2] == ["self", "cmd"]
+    assert inspect.iscoroutinefunction(Client._flush_pending)
+    client = Client()
+    for attr in ("_pending_data_size", "_max_pending_size", "_flush_queue", "_max_payload", "stats"):
+        assert hasattr(client, attr), attr
