@@ -7,21 +7,28 @@
   parser, so the headers a message gets are the same either way.
 * Acks go out in batches; :meth:`JetStreamClient.publish_many` queues a batch as one
   protocol command instead of one ``publish`` call per message.
+* The pull loop's inbox takes its messages straight from the client's reader
+  (:meth:`JetStreamClient.subscribe_direct`), without a ``Msg``, a queue and a task hop each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from operator import methodcaller
 
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 _HEAD = "NATS/1.0\r\n"
 _END = "\r\n\r\n"
 # What bytes.strip() removes, which nats-py applies to names and values.
 _WHITESPACE = " \t\n\r\x0b\x0c"
 _split_line = methodcaller("split", ": ", 1)
+
+#: Called with a message's subject, reply subject, body and headers (None when it has none).
+DirectHandler = Callable[[str, str, bytes, "dict[str, str] | None"], Awaitable[None]]
 
 
 def parse_plain_headers(block: bytes) -> dict[str, str] | None:
@@ -51,8 +58,43 @@ def parse_plain_headers(block: bytes) -> dict[str, str] | None:
 
 
 class JetStreamClient(Client):
-    """nats-py's client with :func:`parse_plain_headers` in front of its header parser, and
-    :meth:`publish_many` for batches of small messages."""
+    """nats-py's client with :func:`parse_plain_headers` in front of its header parser,
+    :meth:`publish_many` for batches of small messages and :meth:`subscribe_direct`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._direct: dict[int, DirectHandler] = {}
+
+    async def subscribe_direct(self, subject: str, handler: DirectHandler) -> Subscription:
+        """Subscribe to ``subject`` with ``handler`` called from the client's read loop.
+
+        Messages reach the handler in the order they arrive, one at a time; while it runs,
+        nothing else is read, so it must be quick. What it raises goes to the connection's
+        error callback. Unsubscribing (or draining) the returned subscription ends the route.
+        """
+
+        async def queued(msg: Msg) -> None:  # the ordinary route, for nothing but a fallback
+            await handler(msg.subject, msg.reply, msg.data, msg.headers)
+
+        sub = await self.subscribe(subject, cb=queued)
+        self._direct[sub._id] = handler
+        return sub
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
+        handler = self._direct.get(sid)
+        if handler is None:
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        try:
+            await handler(subject.decode(), reply.decode(), data, await self._process_headers(headers))
+        except Exception as exc:  # the read loop would take it for a broken connection
+            await self._error_cb(exc)
+
+    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        self._direct.pop(sid, None)
+        super()._remove_sub(sid, max_msgs)
 
     async def publish_many(self, messages: Sequence[tuple[str, bytes]]) -> None:
         """Publish ``(subject, payload)`` messages without headers or reply, in this order.

@@ -29,8 +29,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from nats.aio.msg import Msg
-
 from ..errors import JsworkerError
 from .connection import Connection
 from .delivery import Delivery, VerbBatcher
@@ -126,7 +124,7 @@ class PullConsumer:
         """Subscribe to the inbox and send the first pull request."""
         nc = self.conn.nc
         self._inbox = nc.new_inbox()
-        self._sub = await nc.subscribe(self._inbox, cb=self._on_msg)
+        self._sub = await nc.subscribe_direct(self._inbox, self._on_msg)
         self._unhook = self.conn.on_reconnect(self._on_reconnect)
         self._pulling = True
         await self._pull(self.max_messages)
@@ -269,14 +267,13 @@ class PullConsumer:
 
     # -- inbound --------------------------------------------------------------------------
 
-    async def _on_msg(self, msg: Msg) -> None:
+    async def _on_msg(self, subject: str, reply: str, body: bytes, headers: dict[str, str] | None) -> None:
         self._last_rx = time.monotonic()
-        headers = msg.headers
-        if not msg.reply and headers and "Status" in headers:
+        if not reply and headers and "Status" in headers:
             await self._on_status(headers)
             return
         self._unanswered_since = None
-        delivery = Delivery(self._verbs, msg.subject, msg.reply, msg.data, headers)
+        delivery = Delivery(self._verbs, subject, reply, body, headers)
         if not self._pulling:
             # Answer to a request sent before drain(): give it straight back.
             await delivery.nak()

@@ -49,3 +49,46 @@ async def test_publish_many_after_close_raises(nats_server: NatsServer) -> None:
     await conn.close()
     with pytest.raises(nats.errors.ConnectionClosedError):
         await conn.nc.publish_many([("x", b"+ACK")])
+
+
+async def test_subscribe_direct_delivers_in_order_and_survives_a_failing_handler(
+    nats_server: NatsServer,
+) -> None:
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    nc = JetStreamClient()
+    await nc.connect(nats_server.url, error_cb=on_error)
+    try:
+        got: list[tuple[str, str, bytes, dict[str, str] | None]] = []
+
+        async def handler(subject: str, reply: str, body: bytes, headers: dict[str, str] | None) -> None:
+            if body == b"boom":
+                raise ValueError("handler failed")
+            got.append((subject, reply, body, headers))
+
+        sub = await nc.subscribe_direct("direct.>", handler)
+        await nc.publish("direct.a", b"1", reply="r.1", headers={"K": "v"})
+        await nc.publish("direct.b", b"boom")
+        for i in range(2, 200):
+            await nc.publish(f"direct.{i}", str(i).encode())
+        await nc.flush()
+        with anyio.fail_after(10):
+            while len(got) < 199:
+                await anyio.sleep(0.01)
+        assert got[0] == ("direct.a", "r.1", b"1", {"K": "v"})
+        assert [body for _, _, body, _ in got[1:]] == [str(i).encode() for i in range(2, 200)]
+        assert got[1][3] is None  # no headers
+        assert [str(e) for e in errors] == ["handler failed"]
+        assert nc.is_connected  # the failure did not reach the read loop
+
+        await sub.unsubscribe()
+        assert not nc._direct
+        await nc.publish("direct.late", b"late")
+        await nc.flush()
+        await anyio.sleep(0.1)
+        assert len(got) == 199
+    finally:
+        await nc.close()

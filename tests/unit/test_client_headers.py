@@ -123,6 +123,24 @@ def test_client_internals_the_subclass_relies_on() -> None:
     assert inspect.iscoroutinefunction(Client._send_command)
     assert list(inspect.signature(Client._send_command).parameters)[:2] == ["self", "cmd"]
     assert inspect.iscoroutinefunction(Client._flush_pending)
+    assert inspect.iscoroutinefunction(Client._process_msg)
+    assert list(inspect.signature(Client._process_msg).parameters) == [
+        "self",
+        "sid",
+        "subject",
+        "reply",
+        "data",
+        "headers",
+    ]
+    assert list(inspect.signature(Client._remove_sub).parameters) == ["self", "sid", "max_msgs"]
     client = Client()
-    for attr in ("_pending_data_size", "_max_pending_size", "_flush_queue", "_max_payload", "stats"):
+    for attr in (
+        "_pending_data_size",
+        "_max_pending_size",
+        "_flush_queue",
+        "_max_payload",
+        "stats",
+        "_error_cb",
+        "_subs",
+    ):
         assert hasattr(client, attr), attr
