@@ -1,4 +1,4 @@
-"""The client's header fast path gives exactly what nats-py's own parser gives."""
+"""The client subclass: its header fast path agrees with nats-py, and the nats-py internals it uses."""
 
 from __future__ import annotations
 
