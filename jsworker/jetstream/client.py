@@ -73,7 +73,9 @@ class JetStreamClient(Client):
         error callback. Unsubscribing (or draining) the returned subscription ends the route.
         """
 
-        async def queued(msg: Msg) -> None:  # the ordinary route, for nothing but a fallback
+        # nats-py's ordinary route, taken only by a message that reaches the subscription's
+        # queue instead of _process_msg below.
+        async def queued(msg: Msg) -> None:
             await handler(msg.subject, msg.reply, msg.data, msg.headers)
 
         sub = await self.subscribe(subject, cb=queued)
