@@ -22,6 +22,16 @@ async def test_publish_many_arrives_in_order_with_headers_parsed(nats_server: Na
     conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
     try:
         assert isinstance(conn.nc, JetStreamClient)
+        # The nats-py state publish_many and the direct route use (set up by connect()).
+        for attr in (
+            "_pending_data_size",
+            "_max_pending_size",
+            "_flush_queue",
+            "_max_payload",
+            "_error_cb",
+            "_subs",
+        ):
+            assert hasattr(conn.nc, attr), attr
         got: list[Msg] = []
         done = anyio.Event()
 

@@ -133,14 +133,3 @@ def test_client_internals_the_subclass_relies_on() -> None:
         "headers",
     ]
     assert list(inspect.signature(Client._remove_sub).parameters) == ["self", "sid", "max_msgs"]
-    client = Client()
-    for attr in (
-        "_pending_data_size",
-        "_max_pending_size",
-        "_flush_queue",
-        "_max_payload",
-        "stats",
-        "_error_cb",
-        "_subs",
-    ):
-        assert hasattr(client, attr), attr
