@@ -17,7 +17,7 @@ import click
 
 from ..deadletters import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, DeadLetters, ReplayedJob
 from ..errors import ConfigurationError, ConnectError, JsworkerError, SerializationError
-from ..jetstream.dlq import DlqStreamError
+from ..jetstream.limits_stream import LimitsStreamError
 from ..observability.logging import configure_logging
 from .connection import connection_options, load_connected_app
 from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
@@ -49,7 +49,7 @@ def _run(app_spec: str, connection: dict[str, Any], work: Callable[[DeadLetters]
         return asyncio.run(main())
     except ConnectError as exc:
         fail(str(exc), EXIT_CONNECT)
-    except DlqStreamError as exc:
+    except LimitsStreamError as exc:
         fail(str(exc), EXIT_CONNECT if exc.transient else EXIT_CRASH)
     except (DeadLetterNotFound, DeadLetterNotReplayable, ConfigurationError) as exc:
         fail(str(exc), EXIT_USAGE)

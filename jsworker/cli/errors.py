@@ -6,7 +6,6 @@ from typing import NoReturn
 
 import click
 
-EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_USAGE = 2
 EXIT_CONNECT = 3

@@ -4,8 +4,8 @@
 replays and purges an app's dead-letter stream (:mod:`.store`).
 """
 
+from .admin import REPLAYED_FROM, DeadLetters
 from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob
-from .store import REPLAYED_FROM, DeadLetters
 
 __all__ = [
     "REPLAYED_FROM",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import wire
 from ..errors import JsworkerError, SerializationError
-from ..jetstream.dlq import StoredMessage
+from ..jetstream.limits_stream import StoredMessage
 from ..job import Job
 
 if TYPE_CHECKING:

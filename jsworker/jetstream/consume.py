@@ -27,7 +27,7 @@ import enum
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import JsworkerError
@@ -66,7 +66,7 @@ class PullConsumer:
     """Continuous pull from one durable consumer; hands out :class:`Delivery` objects.
 
     Use as ``async with PullConsumer(...) as pc:`` and call ``await pc.next()`` (``None`` once
-    the loop is closed or drained), or iterate over it. A ``handler`` may also take messages
+    the loop is closed or drained). A ``handler`` may also take messages
     as they arrive: it is called with each one that finds the buffer empty, and returning
     True means it took the message (as :meth:`take` would have handed it out); False buffers it.
     """
@@ -232,10 +232,6 @@ class PullConsumer:
     def pending(self) -> int:
         """Messages requested from the server and not yet handed out."""
         return self._pending
-
-    async def __aiter__(self) -> AsyncIterator[Delivery]:
-        while (delivery := await self.next()) is not None:
-            yield delivery
 
     # -- pull requests --------------------------------------------------------------------
 

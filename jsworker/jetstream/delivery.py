@@ -32,8 +32,8 @@ class VerbBatcher:
     a worker killed within it has its jobs redelivered, as at-least-once allows anyway.
     """
 
-    def __init__(self, nc: JetStreamClient, *, delay: float = 0.001, max_batch: int = 256) -> None:
-        self._nc = nc
+    def __init__(self, client: JetStreamClient, *, delay: float = 0.001, max_batch: int = 256) -> None:
+        self._client = client
         self._delay = delay
         self._max_batch = max_batch
         self._queued: list[tuple[str, bytes]] = []
@@ -69,7 +69,7 @@ class VerbBatcher:
         # Verbs that cannot be sent (connection closed) change nothing the server does not
         # already handle: their jobs are redelivered after ack_wait.
         with contextlib.suppress(nats.errors.Error, OSError):
-            await self._nc.publish_many(batch)
+            await self._client.publish_many(batch)
 
 
 class Delivery:
@@ -82,7 +82,7 @@ class Delivery:
     """
 
     __slots__ = (
-        "_nc",
+        "_verbs",
         "attempt",
         "body",
         "headers",
@@ -93,9 +93,9 @@ class Delivery:
     )
 
     def __init__(
-        self, nc: _Publishes, subject: str, reply: str, body: bytes, headers: Mapping[str, str] | None
+        self, verbs: _Publishes, subject: str, reply: str, body: bytes, headers: Mapping[str, str] | None
     ):
-        self._nc = nc
+        self._verbs = verbs
         self.subject = subject
         self.reply = reply
         self.body = body
@@ -122,13 +122,13 @@ class Delivery:
     async def in_progress(self) -> None:
         """Reset the server's ack timer: the job is still being worked on."""
         if not self.settled and self.reply:
-            await self._nc.publish(self.reply, _WPI)
+            await self._verbs.publish(self.reply, _WPI)
 
     async def _settle(self, verb: bytes) -> None:
         if self.settled or not self.reply:
             return
         self.settled = True
-        await self._nc.publish(self.reply, verb)
+        await self._verbs.publish(self.reply, verb)
 
 
 def _parse_reply(reply: str) -> tuple[int, int]:

@@ -93,10 +93,6 @@ class AckPipeline:
         """Messages published and not acknowledged yet."""
         return len(self._pending)
 
-    def unacknowledged(self) -> list[tuple[int, OutMessage]]:
-        """Messages still without an acknowledgement (after a stall), by number."""
-        return list(self._pending.values())
-
     async def publish(self, msg: OutMessage) -> int:
         """Send ``msg`` once the window has room; its number."""
         if len(self._pending) >= self.window:

@@ -92,7 +92,7 @@ def exceeds_attempts(attempt: int, max_retries: int) -> bool:
     return attempt > max_retries + 1
 
 
-def settle(
+def decide(
     outcome: Outcome, attempt: int, policy: RetryPolicy, rand: Callable[[], float] = random.random
 ) -> Decision:
     """Decide the verb for ``outcome`` of delivery number ``attempt`` under ``policy``."""

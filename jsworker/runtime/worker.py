@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import __version__
+from ..deadletters.format import dead_letter_message
 from ..errors import ConfigurationError, EnqueueError, JsworkerError, TopologyError
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection
@@ -28,11 +29,10 @@ from ..jetstream.delivery import Delivery
 from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
 from ..status import queue_status
-from .deadletter import dead_letter
 from .execution import Executor, JobRun, identify
 from .limiter import Limiter
 from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, job_fields
-from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, settle
+from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
 
 if TYPE_CHECKING:
     from ..app import App
@@ -299,11 +299,11 @@ class Worker:
                     current.uncancel()
                 outcome = Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
             if outcome.kind is OutcomeKind.SUCCEEDED:
-                decision = ACK  # the common case, without the policy lookup and settle()
+                decision = ACK  # the common case, without the policy lookup and decide()
                 await job.delivery.ack()
             else:
-                decision = settle(outcome, job.attempt, self._policy(job))
-                await self._apply(job, outcome, decision)
+                decision = decide(outcome, job.attempt, self._policy(job))
+                await self._settle(job, outcome, decision)
             duration = time.monotonic() - started
             self._report.finished(job, outcome, decision, duration)
             if self._events is not None:
@@ -325,7 +325,7 @@ class Worker:
                 self._policies[job.task_name] = policy
         return policy
 
-    async def _apply(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
+    async def _settle(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
         delivery = job.delivery
         if decision.verb is Verb.ACK:
             await delivery.ack()
@@ -339,7 +339,7 @@ class Worker:
 
     async def _store_dead_letter(self, job: JobRun, outcome: Outcome, reason: str) -> bool:
         d = job.delivery
-        msg = dead_letter(
+        msg = dead_letter_message(
             self.app.namespace,
             subject=d.subject,
             body=d.body,

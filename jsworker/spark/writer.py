@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from pyspark.sql.types import StructType
 
 from ..app import App
-from ..errors import ConfigurationError, JsworkerError
+from ..errors import ConfigurationError
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection
 from ..jetstream.message import OutMessage, Stored
@@ -44,10 +44,6 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds without an acknowledgement after which a partition gives up (and Spark retries it)."""
 
 
-class InjectedFailure(JsworkerError):
-    """Raised by the ``test_fail_once`` option, to exercise Spark's task retries."""
-
-
 @dataclass(frozen=True, slots=True)
 class WriteSettings:
     """The writer's options, parsed and checked (see :class:`JobsDataSource`)."""
@@ -63,7 +59,6 @@ class WriteSettings:
     timeout: float = DEFAULT_TIMEOUT
     events: bool = False
     report_path: str | None = None
-    fail_once: tuple[int, int] | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> WriteSettings:
@@ -71,10 +66,6 @@ class WriteSettings:
         for required in ("app", "task", "key"):
             if not options.get(required):
                 raise ConfigurationError(f"the jsworker writer needs the {required!r} option")
-        fail_once = None
-        if raw := options.get("test_fail_once"):
-            partition, _, rows = raw.partition(":")
-            fail_once = (integer("test_fail_once", partition, 0), integer("test_fail_once", rows, 0))
         return cls(
             app=validate_name("app", options["app"]),
             task=validate_name("task", options["task"]),
@@ -87,7 +78,6 @@ class WriteSettings:
             timeout=_seconds("timeout", options.get("timeout") or str(DEFAULT_TIMEOUT)),
             events=_boolean("events", options.get("events") or "false"),
             report_path=options.get("report_path") or None,
-            fail_once=fail_once,
         )
 
     def make_app(self) -> App:
@@ -146,8 +136,6 @@ class JobsDataSource(DataSource):
     ``timeout`` (seconds without an acknowledgement before a partition fails, default 30);
     ``events`` (``true``: emit ``enqueued`` job events, as ``App(events=True)`` does);
     ``report_path`` (a file on the driver's host that receives the totals as JSON).
-    ``test_fail_once`` (``P:N``) is a testing hook: partition P fails its first attempt
-    after N of its jobs were stored.
     """
 
     @classmethod
@@ -178,8 +166,7 @@ class JobsWriter(DataSourceArrowWriter):
         """Publish one partition (Arrow record batches); returns once every job is acknowledged."""
         context = TaskContext.get()
         partition = context.partitionId() if context else 0
-        attempt = context.attemptNumber() if context else 0
-        return asyncio.run(write_partition(iterator, self.settings, self.schema, partition, attempt))
+        return asyncio.run(write_partition(iterator, self.settings, self.schema, partition))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Total the partitions' counts; written to ``report_path`` when one is set."""
@@ -202,7 +189,7 @@ class JobsWriter(DataSourceArrowWriter):
 
 
 async def write_partition(
-    batches: Iterator[Any], settings: WriteSettings, schema: StructType, partition: int, attempt: int
+    batches: Iterator[Any], settings: WriteSettings, schema: StructType, partition: int
 ) -> PartitionResult:
     """Publish the rows of ``batches`` as jobs over a connection of its own."""
     encoder = RowEncoder(
@@ -216,9 +203,6 @@ async def write_partition(
         run_id=settings.run_id,
         where=f" of partition {partition}",
     )
-    fail_after = None
-    if settings.fail_once is not None and settings.fail_once[0] == partition and attempt == 0:
-        fail_after = settings.fail_once[1]
     app = settings.make_app()
     conn = await Connection.open(app.connect_options("spark"))
     try:
@@ -233,9 +217,6 @@ async def write_partition(
         async with pipe:
             rows = 0
             for row in _rows(batches, encoder):
-                if rows == fail_after:
-                    await pipe.wait()
-                    raise InjectedFailure(f"partition {partition} fails its first attempt after {rows} rows")
                 body, headers = encoder.encode(row, rows)
                 await pipe.publish(OutMessage(encoder.subject, body, headers))
                 rows += 1

@@ -28,9 +28,9 @@ from jsworker.deadletters import (
     DeadLetters,
     ReplayedJob,
 )
-from jsworker.jetstream.dlq import DlqStream
+from jsworker.deadletters.format import dead_letter_message
+from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.naming import Namespace
-from jsworker.runtime.deadletter import dead_letter
 from jsworker.testing import NatsServer, parse_execution
 
 from .workers import APPS, start_worker, stop, stream_messages, wait_until, worker_env
@@ -196,7 +196,7 @@ def test_get_by_job_id_is_the_newest(nats_server: NatsServer, app: Any) -> None:
         await app.app.aclose()
         items = []
         for attempt, reason in ((1, "first"), (2, "second")):
-            msg = dead_letter(
+            msg = dead_letter_message(
                 Namespace("dlq"),
                 subject="jsw.dlq.q.default.charge",
                 body=b'{"args":[7],"kwargs":{}}',
@@ -230,7 +230,7 @@ def test_replay_all_leaves_what_cannot_be_replayed(nats_server: NatsServer, app:
             ("cut", big),
             ("b", b'{"args":[2],"kwargs":{}}'),
         ):
-            msg = dead_letter(
+            msg = dead_letter_message(
                 Namespace("dlq"),
                 subject="jsw.dlq.q.default.charge",
                 body=body,
@@ -295,11 +295,11 @@ def test_replay_by_ref_task_and_all(
         dlq(lambda d: d.get(seqs["order-1"]))
 
     # A crash between publish and delete leaves the dead letter; its second replay is deduped.
-    async def crash_before_delete(self: DlqStream, seq: int) -> bool:
+    async def crash_before_delete(self: LimitsStream, seq: int) -> bool:
         return False
 
     with monkeypatch.context() as patched:
-        patched.setattr(DlqStream, "delete", crash_before_delete)
+        patched.setattr(LimitsStream, "delete", crash_before_delete)
         [first] = dlq(lambda d: d.replay([seqs["order-0"]]))
     wait_until(lambda: ("order-0", 1) in executions(record), 20, "order-0 to run")
     [again] = dlq(lambda d: d.replay([str(seqs["order-0"])]))

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import nats
 import nats.js.errors
 import pytest
+from pyspark import TaskContext, cloudpickle
 
 from jsworker import App, ConfigurationError
 from jsworker.runtime.worker import Worker, WorkerSettings
 from jsworker.spark import UnsupportedColumnError, enqueue_dataframe, job_id, register
+from jsworker.spark.writer import JobsDataSource, JobsWriter, PartitionResult, write_partition
 from jsworker.testing import NatsServer
 
 pytestmark = pytest.mark.timeout(300)
@@ -84,23 +87,54 @@ def test_rows_become_jobs_exactly_once(session: Any, nats_server_module: NatsSer
     assert _stream_messages(url, "JSW_SPARKSHOP") == 2 * ROWS
 
 
+class _FailOnceWriter(JobsWriter):
+    """Partition 1's first attempt stores its first 5,000 jobs (all acknowledged), then fails."""
+
+    def write(self, iterator: Iterator[Any]) -> PartitionResult:
+        context = TaskContext.get()
+        if context is not None and context.partitionId() == 1 and context.attemptNumber() == 0:
+            asyncio.run(write_partition(_first_rows(iterator, 5000), self.settings, self.schema, 1))
+            raise RuntimeError("partition 1 fails its first attempt after 5000 stored jobs")
+        return super().write(iterator)
+
+
+class _FailOnceSource(JobsDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "jsworker-fail-once"
+
+    def writer(self, schema: Any, overwrite: bool) -> JobsWriter:
+        plain = super().writer(schema, overwrite)
+        return _FailOnceWriter(plain.settings, plain.schema)
+
+
+def _first_rows(batches: Iterator[Any], rows: int) -> Iterator[Any]:
+    for batch in batches:
+        if rows <= 0:
+            return
+        yield batch.slice(0, rows)
+        rows -= batch.num_rows
+
+
 def test_a_partition_retried_by_spark_stores_nothing_twice(
     session: Any, nats_server_module: NatsServer, tmp_path: Path
 ) -> None:
     """Partition 1 fails its first attempt after 5,000 of its jobs were stored; Spark runs it
     again, the server drops those 5,000 as duplicates, and the stream holds 50,000."""
+    # The executors' Python workers cannot import this test module: ship its classes by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    session.dataSource.register(_FailOnceSource)
     url = nats_server_module.url
     report = tmp_path / "report.json"
     (
         _orders(session)
-        .write.format("jsworker")
+        .write.format("jsworker-fail-once")
         .mode("append")
         .option("app", "sparkretry")
         .option("task", "charge")
         .option("key", "order_id")
         .option("servers", url)
         .option("report_path", str(report))
-        .option("test_fail_once", "1:5000")
         .save()
     )
     totals = json.loads(report.read_text())

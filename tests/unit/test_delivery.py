@@ -6,7 +6,7 @@ import pytest
 
 from jsworker.errors import Retry
 from jsworker.jetstream.delivery import Delivery, _parse_reply
-from jsworker.runtime.settlement import Outcome, OutcomeKind, RetryPolicy, settle
+from jsworker.runtime.settlement import Outcome, OutcomeKind, RetryPolicy, decide
 
 pytestmark = pytest.mark.anyio
 
@@ -166,7 +166,7 @@ def test_retry_refuses_delays_no_nak_can_carry(delay: float) -> None:
 async def test_nak_after_retry_with_longest_delay_is_sent() -> None:
     """The longest delay Retry accepts still turns into a nak."""
     retry = Retry(delay=364 * 86400.0)
-    decision = settle(
+    decision = decide(
         Outcome(OutcomeKind.RETRY, retry.reason, retry_delay=retry.delay), 1, RetryPolicy(3, 1.0, 60.0)
     )
     d, nc = _delivery()

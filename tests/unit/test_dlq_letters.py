@@ -15,9 +15,9 @@ from jsworker.deadletters import (
     DeadLetterNotReplayable,
     DeadLetters,
 )
-from jsworker.deadletters.store import _as_seq
-from jsworker.jetstream.dlq import StoredMessage
-from jsworker.runtime.deadletter import dead_letter
+from jsworker.deadletters.admin import _as_seq
+from jsworker.deadletters.format import dead_letter_message
+from jsworker.jetstream.limits_stream import StoredMessage
 
 APP = App("shop", "nats://127.0.0.1:1")
 BODY = b'{"args":[42,"\xc3\xa9"],"kwargs":{}}'
@@ -45,7 +45,7 @@ def _stored(seq: int = 7, loaded: bool = True, **overrides: Any) -> StoredMessag
         "error": _raised(Reject("no such address")),
     }
     kwargs.update(overrides)
-    msg = dead_letter(APP.namespace, **kwargs)
+    msg = dead_letter_message(APP.namespace, **kwargs)
     headers = {**msg.headers, "Nats-Sequence": str(seq)}  # what a direct get would add
     return StoredMessage(
         seq, msg.subject, headers, msg.body if loaded else None, len(msg.body), stored_at=1.5

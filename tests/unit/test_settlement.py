@@ -10,8 +10,8 @@ from jsworker.runtime.settlement import (
     RetryPolicy,
     Verb,
     backoff_delay,
+    decide,
     exceeds_attempts,
-    settle,
 )
 
 POLICY = RetryPolicy(max_retries=3, backoff=1.0, backoff_max=600.0)
@@ -27,19 +27,19 @@ def _one() -> float:
 
 def test_succeeded_is_acked() -> None:
     """A job that returned is acked, with no delay and no reason."""
-    d = settle(Outcome(OutcomeKind.SUCCEEDED), 1, POLICY)
+    d = decide(Outcome(OutcomeKind.SUCCEEDED), 1, POLICY)
     assert (d.verb, d.delay, d.reason) == (Verb.ACK, None, "")
 
 
 def test_succeeded_on_last_attempt_is_still_acked() -> None:
     """Success is acked whatever the attempt number."""
-    assert settle(Outcome(OutcomeKind.SUCCEEDED), 4, POLICY).verb is Verb.ACK
+    assert decide(Outcome(OutcomeKind.SUCCEEDED), 4, POLICY).verb is Verb.ACK
 
 
 @pytest.mark.parametrize("attempt", [1, 4, 99])
 def test_cancelled_is_nakked_at_once(attempt: int) -> None:
     """A job cut short by shutdown goes back immediately, even past its attempts."""
-    d = settle(Outcome(OutcomeKind.CANCELLED, "shutdown"), attempt, POLICY)
+    d = decide(Outcome(OutcomeKind.CANCELLED, "shutdown"), attempt, POLICY)
     assert d.verb is Verb.NAK
     assert d.delay is None
 
@@ -47,7 +47,7 @@ def test_cancelled_is_nakked_at_once(attempt: int) -> None:
 @pytest.mark.parametrize("kind", [OutcomeKind.REJECTED, OutcomeKind.BAD_INPUT, OutcomeKind.POISON])
 def test_final_outcomes_dead_letter_on_first_attempt(kind: OutcomeKind) -> None:
     """Reject, bad input and poison dead-letter at once, keeping the outcome's reason."""
-    d = settle(Outcome(kind, "the reason"), 1, POLICY)
+    d = decide(Outcome(kind, "the reason"), 1, POLICY)
     assert d.verb is Verb.DEAD_LETTER
     assert d.reason == "the reason"
 
@@ -55,7 +55,7 @@ def test_final_outcomes_dead_letter_on_first_attempt(kind: OutcomeKind) -> None:
 @pytest.mark.parametrize("kind", [OutcomeKind.REJECTED, OutcomeKind.BAD_INPUT, OutcomeKind.POISON])
 def test_final_outcome_without_reason_uses_kind_name(kind: OutcomeKind) -> None:
     """A dead letter always has a reason: the outcome kind when none was given."""
-    assert settle(Outcome(kind), 1, POLICY).reason == kind.value
+    assert decide(Outcome(kind), 1, POLICY).reason == kind.value
 
 
 @pytest.mark.parametrize("kind", [OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT])
@@ -64,7 +64,7 @@ def test_retryable_outcomes_with_attempts_left_are_nakked_with_backoff(
     kind: OutcomeKind, attempt: int
 ) -> None:
     """Failures, Retry and timeouts with attempts left are nakked with the jittered backoff."""
-    d = settle(Outcome(kind, "oops"), attempt, POLICY, rand=_one)
+    d = decide(Outcome(kind, "oops"), attempt, POLICY, rand=_one)
     assert d.verb is Verb.NAK
     assert d.delay == backoff_delay(attempt, 1.0, 600.0, _one) == 2.0 ** (attempt - 1)
 
@@ -72,7 +72,7 @@ def test_retryable_outcomes_with_attempts_left_are_nakked_with_backoff(
 @pytest.mark.parametrize("kind", [OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT])
 def test_retryable_outcome_with_no_attempts_left_dead_letters(kind: OutcomeKind) -> None:
     """On attempt max_retries+1 a retryable outcome dead-letters, saying attempts ran out."""
-    d = settle(Outcome(kind, "boom"), 4, POLICY)
+    d = decide(Outcome(kind, "boom"), 4, POLICY)
     assert d.verb is Verb.DEAD_LETTER
     assert d.delay is None
     assert "boom" in d.reason
@@ -82,14 +82,14 @@ def test_retryable_outcome_with_no_attempts_left_dead_letters(kind: OutcomeKind)
 
 def test_exhausted_without_reason_names_the_kind() -> None:
     """An exhausted retry without a reason is described by its kind."""
-    d = settle(Outcome(OutcomeKind.TIMED_OUT), 2, RetryPolicy(1, 1.0, 10.0))
+    d = decide(Outcome(OutcomeKind.TIMED_OUT), 2, RetryPolicy(1, 1.0, 10.0))
     assert d.reason.startswith("timed_out ")
     assert "2 of 2" in d.reason
 
 
 def test_zero_max_retries_dead_letters_first_failure() -> None:
     """With max_retries=0 the first failure is final."""
-    d = settle(Outcome(OutcomeKind.FAILED, "x"), 1, RetryPolicy(0, 1.0, 10.0))
+    d = decide(Outcome(OutcomeKind.FAILED, "x"), 1, RetryPolicy(0, 1.0, 10.0))
     assert d.verb is Verb.DEAD_LETTER
 
 
@@ -97,7 +97,7 @@ def test_zero_max_retries_dead_letters_first_failure() -> None:
 def test_retry_delay_overrides_backoff(delay: float) -> None:
     """A Retry(delay=...) delay is used as given (0 included) instead of the backoff."""
     out = Outcome(OutcomeKind.RETRY, "later", retry_delay=delay)
-    d = settle(out, 2, POLICY, rand=_one)
+    d = decide(out, 2, POLICY, rand=_one)
     assert d.verb is Verb.NAK
     assert d.delay == delay
 
@@ -105,7 +105,7 @@ def test_retry_delay_overrides_backoff(delay: float) -> None:
 def test_retry_delay_does_not_extend_attempts() -> None:
     """A Retry with a delay still dead-letters when no attempts are left."""
     out = Outcome(OutcomeKind.RETRY, "later", retry_delay=2.0)
-    assert settle(out, 4, POLICY).verb is Verb.DEAD_LETTER
+    assert decide(out, 4, POLICY).verb is Verb.DEAD_LETTER
 
 
 @pytest.mark.parametrize(
@@ -156,6 +156,6 @@ def test_exceeds_attempts_boundaries(attempt: int, max_retries: int, expected: b
 def test_non_retryable_failure_is_dead_lettered_at_once() -> None:
     """A failure the task does not retry goes to the dead letters even with attempts left."""
     outcome = Outcome(OutcomeKind.FAILED, "KeyError: 'x'", retryable=False)
-    decision = settle(outcome, 1, RetryPolicy(5, 1.0, 60.0))
+    decision = decide(outcome, 1, RetryPolicy(5, 1.0, 60.0))
     assert decision.verb is Verb.DEAD_LETTER
     assert "not retryable" in decision.reason

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from jsworker.deadletters.format import dead_letter_message, task_token
 from jsworker.naming import Namespace
-from jsworker.runtime.deadletter import dead_letter, task_token
 
 NS = Namespace("shop")
 BODY = b'{"args":[1,"\xc3\xa9"],"kwargs":{}}\x00\xff'
@@ -28,7 +28,7 @@ def _letter(**overrides: Any) -> Any:
         "error": None,
     }
     kwargs.update(overrides)
-    return dead_letter(NS, **kwargs)
+    return dead_letter_message(NS, **kwargs)
 
 
 def _raised(exc: BaseException) -> BaseException:

@@ -1,7 +1,7 @@
 """Dead letters you can work with: list, inspect, replay and purge what the workers gave up on.
 
 A dead letter is stored by the worker as the job's original body and headers plus
-``Jsw-Dlq-*`` headers saying what went wrong (see :mod:`jsworker.runtime.deadletter`).
+``Jsw-Dlq-*`` headers saying what went wrong (see :mod:`jsworker.deadletters.format`).
 Replaying one re-enqueues that body on the job's original subject under the same job id, with
 a fresh dedup key ``<job id>:replay:<dlq seq>``, then deletes the dead letter::
 
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 from .. import wire
 from ..errors import ConfigurationError
 from ..jetstream.connection import Connection
-from ..jetstream.dlq import DlqStream
+from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.publish import NoStreamError, OutMessage, Publisher
 from ..job import Job
 from ..naming import validate_name
 from ..observability.logging import get_logger
-from ..runtime.deadletter import task_token
+from .format import task_token
 from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, _job_id
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class DeadLetters:
     Opens its own connection on first use, on the event loop it is used from; close it with
     :meth:`aclose` or use ``async with DeadLetters(app) as dlq:``. Connection failures raise
     :class:`~jsworker.ConnectError`; failed requests on the stream raise
-    :class:`~jsworker.jetstream.dlq.DlqStreamError`.
+    :class:`~jsworker.jetstream.limits_stream.LimitsStreamError`.
     """
 
     def __init__(self, app: App) -> None:
@@ -80,8 +80,8 @@ class DeadLetters:
                 self._conn = await Connection.open(self.app.connect_options("dlq"))
             return self._conn
 
-    async def _stream(self) -> DlqStream:
-        return DlqStream(await self._connection(), self.app.namespace.dlq_stream)
+    async def _stream(self) -> LimitsStream:
+        return LimitsStream(await self._connection(), self.app.namespace.dlq_stream)
 
     def _filter(self, task: str | None = None, queue: str | None = None) -> str:
         """The DLQ subject covering ``task`` and ``queue`` (any, when None)."""
@@ -206,7 +206,7 @@ class DeadLetters:
         log.info("dlq.replayed", count=len(jobs))
         return jobs
 
-    async def _replay_scan(self, stream: DlqStream, subject: str) -> builtins.list[Job]:
+    async def _replay_scan(self, stream: LimitsStream, subject: str) -> builtins.list[Job]:
         """Replay every dead letter on ``subject`` there is now, oldest first, in chunks.
 
         Dead letters that cannot be replayed are left where they are, with a warning each.

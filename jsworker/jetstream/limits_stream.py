@@ -33,7 +33,7 @@ _BATCH_HEADERS = 1000
 _BATCH_BODIES = 100
 
 
-class DlqStreamError(StreamRequestError):
+class LimitsStreamError(StreamRequestError):
     """A request on the dead-letter stream failed (see ``transient``)."""
 
 
@@ -53,7 +53,7 @@ class StoredMessage:
     stored_at: float | None = None
 
 
-class DlqStream:
+class LimitsStream:
     """The dead-letter stream named ``stream``, reached over ``conn``."""
 
     def __init__(self, conn: Connection, stream: str) -> None:
@@ -126,7 +126,7 @@ class DlqStream:
             try:
                 with _errors(f"cannot read {self.stream}"):
                     msgs: list[Msg] = await sub.fetch(batch, timeout=_FETCH_WAIT)
-            except DlqStreamError:
+            except LimitsStreamError:
                 # Messages counted as pending may have been deleted or expired since: the
                 # consumer then has nothing left, which is the end, not an error.
                 with _errors(f"cannot read {self.stream}"):
@@ -210,4 +210,4 @@ def _stored(msg: Msg, bodies: bool) -> StoredMessage:
 
 
 def _errors(what: str) -> contextlib.AbstractContextManager[None]:
-    return client_errors(what, DlqStreamError)
+    return client_errors(what, LimitsStreamError)

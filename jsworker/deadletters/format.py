@@ -52,7 +52,7 @@ def task_token(name: str) -> str:
         return "_invalid"
 
 
-def dead_letter(
+def dead_letter_message(
     ns: Namespace,
     *,
     subject: str,
