@@ -49,7 +49,8 @@ class JobContext:
 
 # Holds how to build the running job's JobContext rather than the context itself: most jobs
 # never ask for it, and building one per job is a measurable part of a short job's cost.
-_current: ContextVar[Callable[[], JobContext] | None] = ContextVar("jsworker_current_job", default=None)
+running_job: ContextVar[Callable[[], JobContext] | None] = ContextVar("jsworker_current_job", default=None)
+"""Set by the worker around each job run: what :func:`current_job` and the log processor read."""
 
 
 def current_job() -> JobContext:
@@ -58,7 +59,7 @@ def current_job() -> JobContext:
     Works in async tasks and in sync tasks (their thread gets the job's context). Raises
     :class:`JsworkerError` when called outside a task run by a worker.
     """
-    source = _current.get()
+    source = running_job.get()
     if source is None:
         raise JsworkerError("current_job() called outside a job run by a jsworker worker")
     return source()

@@ -30,7 +30,7 @@ from ..job import Job
 from ..naming import validate_name
 from ..observability.logging import get_logger
 from .format import task_token
-from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, _job_id
+from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, job_id_of
 
 if TYPE_CHECKING:
     from ..app import App
@@ -150,7 +150,7 @@ class DeadLetters:
             newest: dict[str, int] = {}
             async with aclosing(stream.scan(self._filter(task), bodies=False)) as messages:
                 async for msg in messages:
-                    if (job_id := _job_id(msg)) in job_ids:
+                    if (job_id := job_id_of(msg)) in job_ids:
                         newest[job_id] = msg.seq
             for job_id, ref in job_ids.items():
                 msg = await stream.get(newest[job_id]) if job_id in newest else None

@@ -67,7 +67,7 @@ class DeadLetter:
         task = h.get(wire.TASK) or (parts[4] if len(parts) == 5 else "")
         return cls(
             seq=msg.seq,
-            job_id=_job_id(msg),
+            job_id=job_id_of(msg),
             task=task,
             queue=queue,
             attempts=_int(h.get(wire.DLQ_ATTEMPTS)) or 0,
@@ -118,7 +118,7 @@ class ReplayedJob(Job):
     replayed_from: int = 0
 
 
-def _job_id(msg: StoredMessage) -> str:
+def job_id_of(msg: StoredMessage) -> str:
     """The job id of a stored dead letter; its dedup key is ``<job id>:<attempt>``."""
     return (
         msg.headers.get(wire.JOB_ID)

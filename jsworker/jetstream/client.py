@@ -7,19 +7,32 @@
   parser, so the headers a message gets are the same either way.
 * Acks go out in batches; :meth:`JetStreamClient.publish_many` queues a batch as one
   protocol command instead of one ``publish`` call per message.
-* The pull loop's inbox takes its messages straight from the client's reader
+* The pull loop's inbox takes its messages straight from the client's read loop
   (:meth:`JetStreamClient.subscribe_direct`), without a ``Msg``, a queue and a task hop each.
+
+These fast paths use nats-py internals, and this module is the only place in jsworker that
+does. :data:`INTERNALS` lists every one; at connect, :meth:`JetStreamClient.enable_fast_path`
+checks them and turns the fast paths on only when all are as expected. Otherwise it logs one
+warning and every call takes nats-py's public path: a nats-py release can make the worker
+slower, never wrong.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from operator import methodcaller
+from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+
+from ..observability.logging import get_logger
+
+log = get_logger("jsworker.client")
 
 _HEAD = "NATS/1.0\r\n"
 _END = "\r\n\r\n"
@@ -29,6 +42,82 @@ _split_line = methodcaller("split", ": ", 1)
 
 #: Called with a message's subject, reply subject, body and headers (None when it has none).
 DirectHandler = Callable[[str, str, bytes, "dict[str, str] | None"], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Internal:
+    """One nats-py internal the fast paths rely on, and what it must look like.
+
+    ``method`` internals are checked on the class: a coroutine function (when ``coroutine``)
+    whose parameters start with ``params``. ``attribute`` internals are checked on a connected
+    client: present, and an instance of ``kind``.
+    """
+
+    name: str
+    what: str  # "method" or "attribute"
+    params: tuple[str, ...] = ()
+    coroutine: bool = False
+    kind: type | tuple[type, ...] = object
+
+
+#: Every nats-py private name jsworker uses, and why.
+INTERNALS: tuple[Internal, ...] = (
+    # Overridden: the read loop's per-message entry point (the direct route) ...
+    Internal("_process_msg", "method", ("self", "sid", "subject", "reply", "data", "headers"), True),
+    # ... and the header parser (plain blocks parsed here).
+    Internal("_process_headers", "method", ("self", "headers"), True),
+    # Overridden: unsubscribing ends a direct route.
+    Internal("_remove_sub", "method", ("self", "sid", "max_msgs")),
+    # Called by publish_many: queue bytes for the socket, and wake the flusher.
+    Internal("_send_command", "method", ("self", "cmd"), True),
+    Internal("_flush_pending", "method", ("self",), True),
+    # Read by publish_many: the limits and state nats-py's own publish checks.
+    Internal("_max_payload", "attribute", kind=int),
+    Internal("_pending_data_size", "attribute", kind=int),
+    Internal("_max_pending_size", "attribute", kind=int),
+    Internal("_flush_queue", "attribute"),
+    # Called by the direct route with a handler's error, as nats-py does with its own.
+    Internal("_error_cb", "attribute"),
+    # Read by subscribe_direct: which subscription a message belongs to.
+    Internal("_subs", "attribute", kind=dict),
+)
+
+#: The subscription's id, read by subscribe_direct; checked on every subscription it makes.
+SUBSCRIPTION_ID = "_id"
+
+
+def internals_problems(client: Client) -> list[str]:
+    """What differs from :data:`INTERNALS` in ``client``'s nats-py (empty when nothing does).
+
+    Attributes are checked only on a connected client; before that they may not exist yet.
+    """
+    problems: list[str] = []
+    for internal in INTERNALS:
+        if internal.what == "method":
+            found = getattr(Client, internal.name, None)
+            if found is None or not callable(found):
+                problems.append(f"Client.{internal.name} is missing")
+                continue
+            if internal.coroutine and not inspect.iscoroutinefunction(found):
+                problems.append(f"Client.{internal.name} is no longer a coroutine function")
+            params = tuple(inspect.signature(found).parameters)
+            if params[: len(internal.params)] != internal.params:
+                problems.append(f"Client.{internal.name}{params} is not {internal.params}")
+        elif client.is_connected:
+            value = getattr(client, internal.name, _MISSING)
+            if value is _MISSING:
+                problems.append(f"Client.{internal.name} is missing")
+            elif not isinstance(value, internal.kind):
+                problems.append(f"Client.{internal.name} is a {type(value).__name__}")
+    if client.is_connected and not callable(getattr(getattr(client, "_flush_queue", None), "empty", None)):
+        problems.append("Client._flush_queue has no empty()")
+    if not isinstance(getattr(client, "stats", None), dict):
+        problems.append("Client.stats is not a dict")
+    return problems
+
+
+_MISSING = object()
+_warned = False
 
 
 def parse_plain_headers(block: bytes) -> dict[str, str] | None:
@@ -59,11 +148,42 @@ def parse_plain_headers(block: bytes) -> dict[str, str] | None:
 
 class JetStreamClient(Client):
     """nats-py's client with :func:`parse_plain_headers` in front of its header parser,
-    :meth:`publish_many` for batches of small messages and :meth:`subscribe_direct`."""
+    :meth:`publish_many` for batches of small messages and :meth:`subscribe_direct`.
+
+    The fast paths are off until :meth:`enable_fast_path` found nats-py's internals as
+    expected; until then (or if it did not) every method here uses nats-py's public API.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
+        self.fast_path = False
+
+    async def connect(self, *args: Any, **kwargs: Any) -> None:
+        """nats-py's ``connect``, then :meth:`enable_fast_path`."""
+        await super().connect(*args, **kwargs)
+        self.enable_fast_path()
+
+    def enable_fast_path(self) -> bool:
+        """Check nats-py's internals on this connected client and, if they are as expected,
+        route messages and headers through the fast paths; True when they are on.
+
+        Logs one warning per process when they are not, naming what differs.
+        """
+        global _warned
+        problems = internals_problems(self)
+        if problems:
+            if not _warned:
+                _warned = True
+                log.warning("client.fast_path_off", nats_py_changed=problems)
+            return False
+        # Instance attributes shadow the class's methods: nats-py's read loop and its own
+        # _process_msg look these names up on the instance.
+        self._process_msg = self._direct_process_msg  # type: ignore[method-assign]
+        self._process_headers = self._plain_process_headers  # type: ignore[method-assign]
+        self._remove_sub = self._direct_remove_sub  # type: ignore[method-assign]
+        self.fast_path = True
+        return True
 
     async def subscribe_direct(self, subject: str, handler: DirectHandler) -> Subscription:
         """Subscribe to ``subject`` with ``handler`` called from the client's read loop.
@@ -71,32 +191,19 @@ class JetStreamClient(Client):
         Messages reach the handler in the order they arrive, one at a time; while it runs,
         nothing else is read, so it must be quick. What it raises goes to the connection's
         error callback. Unsubscribing (or draining) the returned subscription ends the route.
+        Without the fast path, the handler is an ordinary subscription callback.
         """
 
-        # nats-py's ordinary route, taken only by a message that reaches the subscription's
-        # queue instead of _process_msg below.
+        # nats-py's ordinary route: without the fast path, or for a message that reached the
+        # subscription's queue instead of the direct route.
         async def queued(msg: Msg) -> None:
             await handler(msg.subject, msg.reply, msg.data, msg.headers)
 
         sub = await self.subscribe(subject, cb=queued)
-        self._direct[sub._id] = handler
+        sid = getattr(sub, SUBSCRIPTION_ID, None)
+        if self.fast_path and isinstance(sid, int) and self._subs.get(sid) is sub:
+            self._direct[sid] = handler
         return sub
-
-    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        handler = self._direct.get(sid)
-        if handler is None:
-            await super()._process_msg(sid, subject, reply, data, headers)
-            return
-        self.stats["in_msgs"] += 1
-        self.stats["in_bytes"] += len(data)
-        try:
-            await handler(subject.decode(), reply.decode(), data, await self._process_headers(headers))
-        except Exception as exc:  # the read loop would take it for a broken connection
-            await self._error_cb(exc)
-
-    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
-        self._direct.pop(sid, None)
-        super()._remove_sub(sid, max_msgs)
 
     async def publish_many(self, messages: Sequence[tuple[str, bytes]]) -> None:
         """Publish ``(subject, payload)`` messages without headers or reply, in this order.
@@ -106,6 +213,10 @@ class JetStreamClient(Client):
         buffer them while it reconnects.
         """
         if not messages:
+            return
+        if not self.fast_path:
+            for subject, payload in messages:
+                await self.publish(subject, payload)
             return
         if self.is_closed:
             raise nats.errors.ConnectionClosedError
@@ -127,10 +238,35 @@ class JetStreamClient(Client):
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
 
-    async def _process_headers(self, headers: bytes) -> dict[str, str] | None:
+    # -- the fast paths, installed by enable_fast_path ---------------------------------------
+
+    async def _direct_process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        handler = self._direct.get(sid)
+        if handler is None:
+            await Client._process_msg(self, sid, subject, reply, data, headers)
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        try:
+            await handler(subject.decode(), reply.decode(), data, await self._process_headers(headers))
+        except Exception as exc:  # the read loop would take it for a broken connection
+            await self._error_cb(exc)
+
+    def _direct_remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        self._direct.pop(sid, None)
+        Client._remove_sub(self, sid, max_msgs)
+
+    async def _plain_process_headers(self, headers: bytes) -> dict[str, str] | None:
         if headers:
             plain = parse_plain_headers(headers)
             if plain is not None:
                 return plain
-        parsed: dict[str, str] | None = await super()._process_headers(headers)
+        parsed: dict[str, str] | None = await Client._process_headers(self, headers)
         return parsed
+
+    @property
+    def direct_routes(self) -> int:
+        """Subscriptions currently served by the direct route."""
+        return len(self._direct)

@@ -107,6 +107,20 @@ def _require_nkeys() -> None:
         )
 
 
+class _Listeners:
+    """Who wants to hear of reconnects and disconnects; the client's callbacks exist before
+    the :class:`Connection` does, so they reach its listeners through this."""
+
+    def __init__(self) -> None:
+        self.reconnect: list[Listener] = []
+        self.disconnect: list[Listener] = []
+
+    @staticmethod
+    async def fire(listeners: list[Listener]) -> None:
+        for listener in list(listeners):
+            await listener()
+
+
 class Connection:
     """A NATS connection with its JetStream context, owned by one event loop.
 
@@ -114,13 +128,18 @@ class Connection:
     can re-issue the pull requests that died with the old connection.
     """
 
-    def __init__(self, nc: JetStreamClient, js: JetStreamContext, options: ConnectOptions) -> None:
+    def __init__(
+        self,
+        nc: JetStreamClient,
+        js: JetStreamContext,
+        options: ConnectOptions,
+        listeners: _Listeners | None = None,
+    ) -> None:
         self.nc = nc
         self.js = js
         self.options = options
         self.loop = asyncio.get_running_loop()
-        self._reconnect_listeners: list[Listener] = []
-        self._disconnect_listeners: list[Listener] = []
+        self._listeners = listeners or _Listeners()
 
     @classmethod
     async def open(cls, options: ConnectOptions) -> Connection:
@@ -129,17 +148,15 @@ class Connection:
         Raises :class:`ConnectError` (with the client's last error chained) when no server
         answers in time or a server refuses the credentials.
         """
-        holder: list[Connection] = []
+        listeners = _Listeners()
         errors: list[Exception] = []
         refused = asyncio.Event()
 
         async def on_reconnect() -> None:
-            if holder:
-                await holder[0]._fire(holder[0]._reconnect_listeners)
+            await listeners.fire(listeners.reconnect)
 
         async def on_disconnect() -> None:
-            if holder:
-                await holder[0]._fire(holder[0]._disconnect_listeners)
+            await listeners.fire(listeners.disconnect)
 
         async def on_error(exc: Exception) -> None:
             # Every failed (re)connect attempt is reported here while the client keeps trying;
@@ -172,9 +189,7 @@ class Connection:
         )
         refusal.cancel()
         if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
-            conn = cls(nc, nc.jetstream(), options)
-            holder.append(conn)
-            return conn
+            return cls(nc, nc.jetstream(), options, listeners)
         if not connecting.done():
             connecting.cancel()
             with contextlib.suppress(BaseException):
@@ -217,13 +232,13 @@ class Connection:
 
     def on_reconnect(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` after every reconnect; returns a function that unregisters it."""
-        self._reconnect_listeners.append(listener)
-        return lambda: self._reconnect_listeners.remove(listener)
+        self._listeners.reconnect.append(listener)
+        return lambda: self._listeners.reconnect.remove(listener)
 
     def on_disconnect(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` whenever the connection drops; returns an unregister function."""
-        self._disconnect_listeners.append(listener)
-        return lambda: self._disconnect_listeners.remove(listener)
+        self._listeners.disconnect.append(listener)
+        return lambda: self._listeners.disconnect.remove(listener)
 
     async def publish_nowait(self, subject: str, body: bytes) -> bool:
         """Publish without asking for an acknowledgement; False when it could not be sent.
@@ -254,10 +269,6 @@ class Connection:
         # Reconnecting (nothing to drain to) or the drain failed: just close.
         with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
             await self.nc.close()
-
-    async def _fire(self, listeners: list[Listener]) -> None:
-        for listener in list(listeners):
-            await listener()
 
 
 def _describe(exc: BaseException | None) -> str:

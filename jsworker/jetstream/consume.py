@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import JsworkerError
+from .api import api_subject
 from .connection import Connection
 from .delivery import Delivery, VerbBatcher
 
@@ -104,7 +105,7 @@ class PullConsumer:
         self.stats: dict[str, int] = {e.value: 0 for e in EngineEvent}
 
         self._verbs = VerbBatcher(conn.nc)
-        self._subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._subject = api_subject("CONSUMER.MSG.NEXT", stream, consumer)
         self._inbox = ""
         self._sub: Any = None
         self._watchdog: asyncio.Task[None] | None = None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -21,11 +20,9 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from .api import ApiError, StreamRequestError, api_subject, failures_as, request_json
 from .connection import Connection
-from .failures import StreamRequestError, client_errors
 
-_NOT_FOUND = 404
-_TIMEOUT = 5.0
 # Without a message for this long, ask the server whether anything is left to deliver.
 _IDLE = 0.5
 # A read that makes no progress for this long has lost its server: give up, saying so.
@@ -72,18 +69,13 @@ async def seq_at_time(conn: Connection, stream: str, when: float) -> int | None:
     """
     conn.require_version("reading events from a start time", (2, 11, 0))
     stamp = datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z")
-    request = json.dumps({"start_time": stamp}).encode()
     with _errors(f"cannot read {stream}"):
-        msg = await conn.nc.request(f"{conn.js._prefix}.STREAM.MSG.GET.{stream}", request, timeout=_TIMEOUT)
-    try:
-        body = json.loads(msg.data)
-    except ValueError as exc:
-        raise HistoryError(f"cannot read {stream}: the server's answer is not JSON") from exc
-    error = body.get("error")
-    if error:
-        if error.get("code") == _NOT_FOUND:
-            return None  # no such stream, or nothing stored since then
-        raise HistoryError(f"cannot read {stream}: {error.get('description', error)}")
+        try:
+            body = await request_json(conn, api_subject("STREAM.MSG.GET", stream), {"start_time": stamp})
+        except ApiError as exc:
+            if exc.failure.not_found:
+                return None  # no such stream, or nothing stored since then
+            raise
     message = body["message"]
     # Times past 2262 overflow the server's nanoseconds and find the first message instead:
     # only an answer stored at or after the time asked for is one.
@@ -211,4 +203,4 @@ async def _nothing_left(sub: JetStreamContext.PushSubscription, state: _ReadStat
 
 
 def _errors(what: str) -> contextlib.AbstractContextManager[None]:
-    return client_errors(what, HistoryError)
+    return failures_as(what, HistoryError)

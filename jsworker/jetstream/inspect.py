@@ -12,19 +12,13 @@ seconds.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import nats.errors
-
 from ..errors import ConnectError, TopologyError
+from .api import REQUEST_ERRORS, UNAVAILABLE, ApiError, api_subject, classify, request_json
 from .connection import Connection
-
-_API = "$JS.API"
-_TIMEOUT = 5.0
-_NOT_FOUND = 404
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,30 +55,22 @@ class _NotFound(Exception):
 
 async def _request(conn: Connection, subject: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
     """One JetStream API call; raises _NotFound on 404, jsworker errors otherwise."""
-    data = json.dumps(payload).encode() if payload is not None else b""
     try:
-        msg = await conn.nc.request(f"{_API}.{subject}", data, timeout=_TIMEOUT)
-    except nats.errors.NoRespondersError as exc:
-        # Nobody listens on $JS.API: JetStream is off, or this account has none.
-        raise ConnectError("JetStream is not enabled on the server (no responders on $JS.API)") from exc
-    except (nats.errors.TimeoutError, TimeoutError) as exc:
-        raise ConnectError(f"JetStream did not answer {subject} within {_TIMEOUT:g}s") from exc
-    except nats.errors.Error as exc:
-        raise ConnectError(f"JetStream request {subject} failed: {type(exc).__name__} {exc}") from exc
-    try:
-        body = json.loads(msg.data)
-    except ValueError as exc:
-        raise TopologyError(f"JetStream answered {subject} with something that is not JSON") from exc
-    error = body.get("error")
-    if error:
-        if error.get("code") == _NOT_FOUND:
-            raise _NotFound(error.get("description", "not found"))
-        raise TopologyError(
-            f"JetStream refused {subject}: {error.get('description')} (code {error.get('err_code')})",
-            # 503: no leader (an election, a restart); asking again later may work.
-            transient=error.get("code") == 503,
-        )
-    return dict(body)
+        return await request_json(conn, api_subject(subject), payload)
+    except REQUEST_ERRORS as exc:
+        failure = classify(exc)
+        if failure.not_found:
+            raise _NotFound(failure.text) from exc
+        if failure.code == UNAVAILABLE and not isinstance(exc, ApiError):
+            # Nobody listens on $JS.API: JetStream is off, or this account has none.
+            raise ConnectError("JetStream is not enabled on the server (no responders on $JS.API)") from exc
+        if failure.code:
+            raise TopologyError(
+                f"JetStream refused {subject}: {failure.text} (code {failure.err_code})",
+                # 503: no leader (an election, a restart); asking again later may work.
+                transient=failure.transient,
+            ) from exc
+        raise ConnectError(f"JetStream request {subject} failed: {failure.text}") from exc
 
 
 def _unix(stamp: object) -> float | None:

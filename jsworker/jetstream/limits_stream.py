@@ -9,7 +9,6 @@ worker ever ran) reads as empty.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +18,8 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from .api import ApiError, StreamRequestError, api_subject, failures_as, request_json
 from .connection import Connection
-from .failures import StreamRequestError, client_errors
 
 # Added by the server to messages of a headers-only consumer: the size of the body left out.
 _MSG_SIZE = "Nats-Msg-Size"
@@ -162,11 +161,11 @@ class LimitsStream:
         with _errors(f"cannot purge {self.stream}"):
             try:
                 # nats-py's purge_stream keeps only "success"; the count is in the raw response.
-                response = await self.conn.js._api_request(
-                    f"{self.conn.js._prefix}.STREAM.PURGE.{self.stream}", json.dumps(request).encode()
-                )
-            except nats.js.errors.NotFoundError:
-                return 0
+                response = await request_json(self.conn, api_subject("STREAM.PURGE", self.stream), request)
+            except ApiError as exc:
+                if exc.failure.not_found:
+                    return 0
+                raise
         return int(response.get("purged", 0))
 
     async def count(self, subject: str | None = None) -> int:
@@ -210,4 +209,4 @@ def _stored(msg: Msg, bodies: bool) -> StoredMessage:
 
 
 def _errors(what: str) -> contextlib.AbstractContextManager[None]:
-    return client_errors(what, LimitsStreamError)
+    return failures_as(what, LimitsStreamError)

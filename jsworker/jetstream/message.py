@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
-
-from nats.js.api import PubAck
+from typing import Any, NamedTuple
 
 from ..errors import EnqueueError
 from ..wire import MSG_ID
@@ -62,9 +60,13 @@ class Stored(NamedTuple):
     duplicate: bool
 
 
-def stored_from(ack: PubAck) -> Stored:
-    """The :class:`Stored` of a client acknowledgement."""
-    return Stored(int(ack.seq), bool(ack.duplicate))
+def stored_from(answer: Mapping[str, Any]) -> Stored:
+    """The :class:`Stored` of the server's acknowledgement (its JSON body); ValueError when
+    it has no sequence."""
+    try:
+        return Stored(int(answer["seq"]), bool(answer.get("duplicate", False)))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"an acknowledgement without a sequence: {answer!r:.200}") from exc
 
 
 def headers_of(msg: OutMessage) -> dict[str, str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,8 +18,9 @@ from nats.aio.msg import Msg
 
 from ..errors import EnqueueError
 from ..wire import MSG_ID
+from .api import UNAVAILABLE, ApiError, parse_reply
 from .connection import Connection
-from .message import OutMessage, Stored, check_size, headers_of
+from .message import OutMessage, Stored, check_size, headers_of, stored_from
 
 StoredHook = Callable[[OutMessage, Stored], Awaitable[None]]
 
@@ -153,13 +153,13 @@ class AckPipeline:
 
 
 def _result(ack: Msg, msg: OutMessage) -> Stored | RefusedError:
-    job = msg.headers.get(MSG_ID)
-    if ack.headers and ack.headers.get("Status") == "503":
-        return RefusedError(f"no stream accepts subject {msg.subject}", no_stream=True)
     try:
-        answer = json.loads(ack.data)
-        if "error" in answer:
-            return RefusedError(f"server rejected job {job}: {answer['error'].get('description')}")
-        return Stored(int(answer["seq"]), bool(answer.get("duplicate", False)))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return RefusedError(f"unreadable acknowledgement for job {job}: {ack.data[:200]!r}")
+        return stored_from(parse_reply(ack.data, ack.headers))
+    except ApiError as exc:
+        if exc.failure.code == UNAVAILABLE:
+            return RefusedError(f"no stream accepts subject {msg.subject}", no_stream=True)
+        if exc.failure.code:
+            return RefusedError(f"server rejected job {msg.headers.get(MSG_ID)}: {exc.failure.text}")
+        return RefusedError(f"unreadable acknowledgement for job {msg.headers.get(MSG_ID)}: {exc}")
+    except ValueError as exc:
+        return RefusedError(f"unreadable acknowledgement for job {msg.headers.get(MSG_ID)}: {exc}")

@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 
 import nats.errors
-import nats.js.errors
 
 from ..errors import EnqueueError
 from ..wire import MSG_ID
+from .api import REQUEST_ERRORS, UNAVAILABLE, classify, parse_reply
 from .connection import Connection
 from .message import (
     NoStreamError,
@@ -67,14 +67,14 @@ class Publisher:
                 break
             attempts += 1
             try:
-                ack = await self.conn.js.publish(
+                answer = await self.conn.nc.request(
                     msg.subject,
                     msg.body,
                     timeout=max(0.001, min(self.timeout, remaining)),
                     headers=headers_of(msg),
                 )
-                return stored_from(ack)
-            except (TimeoutError, nats.errors.Error, OSError) as exc:
+                return stored_from(parse_reply(answer.data, answer.headers))
+            except REQUEST_ERRORS as exc:
                 _raise_final(exc, msg, self.conn.max_payload, self.retry_no_stream)
                 last = exc  # retried with the same Nats-Msg-Id: the server drops a second copy
             await asyncio.sleep(min(0.1 * 2**attempts, 1.0, max(0.0, deadline - time.monotonic())))
@@ -119,12 +119,13 @@ class Publisher:
 def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int, retry_no_stream: bool) -> None:
     """Raise the jsworker error for failures a retry cannot fix; return for those it can."""
     job = msg.headers.get(MSG_ID)
-    if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+    failure = classify(exc)
+    if failure.code == UNAVAILABLE:
         if retry_no_stream:
             return  # the stream exists: its leader is being elected, or the server is restarting
         raise NoStreamError(f"no stream accepts subject {msg.subject}") from exc
-    if isinstance(exc, nats.js.errors.APIError):
-        raise EnqueueError(f"server rejected job {job}: {exc.description}") from exc
+    if failure.code:
+        raise EnqueueError(f"server rejected job {job}: {failure.text}") from exc
     if isinstance(exc, nats.errors.MaxPayloadError):
         raise EnqueueError(
             f"job {job} is {len(msg.body)} bytes, over the server's max_payload of {max_payload} bytes"

@@ -20,6 +20,7 @@ from nats.js.api import (
 )
 
 from ..errors import TopologyError
+from .api import classify
 from .connection import Connection
 
 _STREAM_NAME_IN_USE = 10058
@@ -143,13 +144,12 @@ async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
         raise _failed(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
 
 
-def _failed(what: str, exc: nats.errors.Error) -> TopologyError:
+def _failed(what: str, exc: BaseException) -> TopologyError:
     """A TopologyError for ``exc``, transient when the server did not (or could not yet) answer."""
-    if isinstance(exc, nats.js.errors.APIError) and not isinstance(
-        exc, nats.js.errors.ServiceUnavailableError
-    ):
-        return TopologyError(f"{what}: {exc.description} (code {exc.err_code})")
-    return TopologyError(f"{what}: {type(exc).__name__} {exc}".rstrip(), transient=True)
+    failure = classify(exc)
+    if failure.code and not failure.transient:
+        return TopologyError(f"{what}: {failure.text} (code {failure.err_code})")
+    return TopologyError(f"{what}: {failure.text}", transient=True)
 
 
 def _close(a: float | None, b: float | None) -> bool:

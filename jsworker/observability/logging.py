@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from ..job import _current
+from ..job import running_job
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -30,7 +30,7 @@ def add_job_context(logger: Any, method_name: str, event_dict: dict[str, Any]) -
     processors to get the same fields. The job is looked up only when something is logged, so
     a job that logs nothing pays nothing for it.
     """
-    source = _current.get()
+    source = running_job.get()
     if source is not None:
         job = source()
         event_dict.setdefault("job_id", job.id)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Reject, Retry, SerializationError
-from ..job import JobContext, _current
+from ..job import JobContext, running_job
 from ..serializers import decode_call
 from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, TASK
 from .settlement import Outcome, OutcomeKind, exceeds_attempts
@@ -123,7 +123,7 @@ class Executor:
         """Run a job that passed :meth:`check`; its outcome. Raises only on cancellation."""
         task, args, kwargs = job.task, job.args, job.kwargs
         assert task is not None
-        token = _current.set(job.context)
+        token = running_job.set(job.context)
         timeout = task.options.timeout
         scope: asyncio.Timeout | None = None
         try:
@@ -148,7 +148,7 @@ class Executor:
         except (Exception, SystemExit) as exc:  # a sync task calling sys.exit() must not end the worker
             return _failed(exc, task.options.is_retryable(exc))
         finally:
-            _current.reset(token)
+            running_job.reset(token)
         return _SUCCEEDED
 
     async def _invoke(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:

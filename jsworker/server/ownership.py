@@ -13,11 +13,11 @@ if TYPE_CHECKING:
 # Servers that own a process or a temporary directory and were not stopped yet, so that an
 # interpreter exiting without stop() (a test run interrupted at the wrong moment, a failed
 # start nobody cleaned up) leaves neither a running server nor a directory behind.
-_OWNED: set[NatsServer | NatsCluster] = set()
+OWNED: set[NatsServer | NatsCluster] = set()
 
 
 @atexit.register
-def _stop_leftovers() -> None:
-    for owner in list(_OWNED):
+def stop_leftovers() -> None:
+    for owner in list(OWNED):
         with contextlib.suppress(Exception):
             owner.stop()

@@ -16,11 +16,11 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import JsworkerError
-from .binary import _NOT_FOUND_HELP, ServerNotFoundError, find_nats_server
-from .loopback import _HOST, _HTTP_TIMEOUT, _http_get, _port_is_free, _port_of
-from .ownership import _OWNED
+from .binary import NOT_FOUND_HELP, ServerNotFoundError, find_nats_server
+from .loopback import HOST, HTTP_TIMEOUT, http_get, port_is_free, port_of
+from .ownership import OWNED
 
-_POLL = 0.05
+POLL = 0.05
 _LOG_TAIL_LINES = 25
 # How a failed bind reads in the server log (POSIX, then Windows).
 _PORT_IN_USE_MARKERS = ("address already in use", "only one usage of each socket address")
@@ -47,7 +47,7 @@ def _failed_bind_line(log: str) -> str | None:
     return None
 
 
-def _remaining(deadline: float) -> float:
+def remaining(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
 
 
@@ -104,7 +104,7 @@ class NatsServer:
     @property
     def url(self) -> str:
         """Client URL, ``nats://127.0.0.1:PORT``."""
-        return f"nats://{_HOST}:{self.port}"
+        return f"nats://{HOST}:{self.port}"
 
     @property
     def port(self) -> int:
@@ -121,7 +121,7 @@ class NatsServer:
         port = self._cluster_port if self._cluster_port is not None else self._requested_cluster_port
         if port is None or not self._clustered:
             return None
-        return f"nats://{_HOST}:{port}"
+        return f"nats://{HOST}:{port}"
 
     @property
     def monitoring_url(self) -> str:
@@ -195,7 +195,7 @@ class NatsServer:
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
-        _OWNED.discard(self)
+        OWNED.discard(self)
 
     def kill(self) -> None:
         """Kill the process at once (SIGKILL) and wait for it; the store directory is kept."""
@@ -224,7 +224,7 @@ class NatsServer:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _configure_cluster(
+    def configure_cluster(
         self, *, cluster_port: int | None = None, routes: Sequence[str] | None = None
     ) -> None:
         """Used by :class:`NatsCluster` to wire members whose ports only become known later."""
@@ -236,7 +236,7 @@ class NatsServer:
     def _ensure_workdir(self) -> Path:
         if self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="jsworker-nats-"))
-            _OWNED.add(self)
+            OWNED.add(self)
         return self._workdir
 
     def _ports_dir(self) -> Path:
@@ -246,7 +246,7 @@ class NatsServer:
         args = [
             binary,
             "-js",
-            "-a", _HOST,
+            "-a", HOST,
             "-p", str(port if port is not None else -1),
             "-m", "-1",
             "-sd", str(self.store_dir),
@@ -258,15 +258,15 @@ class NatsServer:
             if self._cluster_name:
                 args += ["--cluster_name", self._cluster_name]
             cport = cluster_port if cluster_port is not None else -1
-            args += ["--cluster", f"nats://{_HOST}:{cport}"]
+            args += ["--cluster", f"nats://{HOST}:{cport}"]
             if self._routes:
                 args += ["--routes", ",".join(self._routes)]
         return args + self._extra_args
 
     def _launch(self, port: int | None, cluster_port: int | None, timeout: float) -> None:
         for fixed in (port, cluster_port if self._clustered else None):
-            if fixed is not None and not _port_is_free(fixed):
-                raise PortInUseError(f"port {fixed} on {_HOST} is already in use", fixed)
+            if fixed is not None and not port_is_free(fixed):
+                raise PortInUseError(f"port {fixed} on {HOST} is already in use", fixed)
         binary = self._binary or find_nats_server()
         self.store_dir.mkdir(parents=True, exist_ok=True)
         ports_dir = self._ports_dir()
@@ -288,9 +288,9 @@ class NatsServer:
                 )
             except OSError as exc:
                 raise ServerNotFoundError(
-                    f"cannot run nats-server {binary!r}: {exc}; {_NOT_FOUND_HELP}"
+                    f"cannot run nats-server {binary!r}: {exc}; {NOT_FOUND_HELP}"
                 ) from exc
-        _OWNED.add(self)
+        OWNED.add(self)
         try:
             self._wait_ready(time.monotonic() + timeout, timeout)
         except BaseException:
@@ -303,12 +303,12 @@ class NatsServer:
         while True:
             code = proc.poll()
             if code is not None:
-                tail = self._log_tail()
+                tail = self.log_tail()
                 failed_bind = _failed_bind_line(tail)
                 if failed_bind is not None:
-                    found = re.search(rf"{re.escape(_HOST)}:(\d+)", failed_bind)
+                    found = re.search(rf"{re.escape(HOST)}:(\d+)", failed_bind)
                     port = int(found.group(1)) if found else None
-                    where = f"port {port} on {_HOST}" if port else "a port"
+                    where = f"port {port} on {HOST}" if port else "a port"
                     raise PortInUseError(f"{where} is already in use; nats-server said:\n{tail}", port)
                 raise ServerStartError(
                     f"nats-server exited with code {code} while starting; log tail:\n{tail}"
@@ -316,9 +316,9 @@ class NatsServer:
             if self._monitoring_url is None:
                 self._read_ports_file(proc.pid)
             if self._monitoring_url is not None:
-                status, _ = _http_get(
+                status, _ = http_get(
                     f"{self._monitoring_url}/healthz?js-enabled-only=true",
-                    timeout=min(_HTTP_TIMEOUT, max(_remaining(deadline), 0.1)),
+                    timeout=min(HTTP_TIMEOUT, max(remaining(deadline), 0.1)),
                 )
                 if status == 200:
                     return
@@ -326,9 +326,9 @@ class NatsServer:
                 waited_for = "JetStream readiness" if self._monitoring_url else "its ports file"
                 raise ServerStartError(
                     f"nats-server (pid {proc.pid}) timed out after {timeout:g} s waiting for "
-                    f"{waited_for}; log tail:\n{self._log_tail()}"
+                    f"{waited_for}; log tail:\n{self.log_tail()}"
                 )
-            time.sleep(_POLL)
+            time.sleep(POLL)
 
     def _read_ports_file(self, pid: int) -> None:
         # The file is named <executable>_<pid>.ports; matching our pid (and not the executable
@@ -336,9 +336,9 @@ class NatsServer:
         for path in self._ports_dir().glob(f"*_{pid}.ports"):
             try:
                 data: Any = json.loads(path.read_text(encoding="utf-8"))
-                client = _port_of(data["nats"][0])
+                client = port_of(data["nats"][0])
                 monitoring = str(data["monitoring"][0]).rstrip("/")
-                cluster = _port_of(data["cluster"][0]) if self._clustered else None
+                cluster = port_of(data["cluster"][0]) if self._clustered else None
             except (OSError, ValueError, KeyError, IndexError, TypeError):
                 # Read while the server was still writing it: try again on the next poll.
                 return
@@ -357,7 +357,7 @@ class NatsServer:
                 proc.kill()
                 proc.wait()
 
-    def _log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
         try:
             with self.log_file.open("rb") as log:
                 log.seek(self._log_offset)
@@ -373,10 +373,10 @@ class NatsServer:
         kept = [line for line in all_lines if line.strip()][-lines:]
         return "\n".join(kept) if kept else "(the log is empty)"
 
-    def _jsz(self) -> dict[str, Any] | None:
+    def jsz(self) -> dict[str, Any] | None:
         if self._monitoring_url is None or not self.running:
             return None
-        status, body = _http_get(f"{self._monitoring_url}/jsz")
+        status, body = http_get(f"{self._monitoring_url}/jsz")
         if status != 200:
             return None
         try:

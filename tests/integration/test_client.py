@@ -9,7 +9,8 @@ import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
-from jsworker.jetstream.client import JetStreamClient
+from jsworker.jetstream import client as client_module
+from jsworker.jetstream.client import Internal, JetStreamClient, internals_problems
 from jsworker.jetstream.connection import Connection, ConnectOptions
 
 if TYPE_CHECKING:
@@ -18,20 +19,25 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 
-async def test_publish_many_arrives_in_order_with_headers_parsed(nats_server: NatsServer) -> None:
+@pytest.fixture(params=["fast path", "stock nats-py"])
+def fast_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Both routes: the fast paths, and nats-py's own when its internals look changed."""
+    if request.param == "fast path":
+        return True
+    monkeypatch.setattr(client_module, "INTERNALS", (Internal("_no_such_method", "method"),))
+    return False
+
+
+async def test_publish_many_arrives_in_order_with_headers_parsed(
+    nats_server: NatsServer, fast_path: bool
+) -> None:
     conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
     try:
         assert isinstance(conn.nc, JetStreamClient)
-        # The nats-py state publish_many and the direct route use (set up by connect()).
-        for attr in (
-            "_pending_data_size",
-            "_max_pending_size",
-            "_flush_queue",
-            "_max_payload",
-            "_error_cb",
-            "_subs",
-        ):
-            assert hasattr(conn.nc, attr), attr
+        # The nats-py state publish_many and the direct route use, as set up by connect().
+        assert conn.nc.fast_path is fast_path
+        if fast_path:
+            assert internals_problems(conn.nc) == []
         got: list[Msg] = []
         done = anyio.Event()
 
@@ -62,7 +68,7 @@ async def test_publish_many_after_close_raises(nats_server: NatsServer) -> None:
 
 
 async def test_subscribe_direct_delivers_in_order_and_survives_a_failing_handler(
-    nats_server: NatsServer,
+    nats_server: NatsServer, fast_path: bool
 ) -> None:
     errors: list[Exception] = []
 
@@ -79,7 +85,9 @@ async def test_subscribe_direct_delivers_in_order_and_survives_a_failing_handler
                 raise ValueError("handler failed")
             got.append((subject, reply, body, headers))
 
+        assert nc.fast_path is fast_path
         sub = await nc.subscribe_direct("direct.>", handler)
+        assert nc.direct_routes == (1 if fast_path else 0)
         await nc.publish("direct.a", b"1", reply="r.1", headers={"K": "v"})
         await nc.publish("direct.b", b"boom")
         for i in range(2, 200):
@@ -95,7 +103,7 @@ async def test_subscribe_direct_delivers_in_order_and_survives_a_failing_handler
         assert nc.is_connected  # the failure did not reach the read loop
 
         await sub.unsubscribe()
-        assert not nc._direct
+        assert nc.direct_routes == 0
         await nc.publish("direct.late", b"late")
         await nc.flush()
         await anyio.sleep(0.1)

@@ -127,7 +127,7 @@ def test_port_taken_after_the_check_is_read_from_the_log(
     held_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When the port is lost between the check and the bind, the server's log tells."""
-    monkeypatch.setattr(jsworker.server.process, "_port_is_free", lambda port: True)
+    monkeypatch.setattr(jsworker.server.process, "port_is_free", lambda port: True)
     server = NatsServer(port=held_port)
     with pytest.raises(PortInUseError, match="address already in use") as info:
         server.start()

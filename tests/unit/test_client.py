@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
-import inspect
 import random
+from pathlib import Path
 
 import pytest
+import structlog
 from nats.aio.client import Client
 
-from jsworker.jetstream.client import JetStreamClient, parse_plain_headers
+from jsworker.jetstream import client as client_module
+from jsworker.jetstream.client import (
+    INTERNALS,
+    SUBSCRIPTION_ID,
+    Internal,
+    JetStreamClient,
+    internals_problems,
+    parse_plain_headers,
+)
+
+ROOT = Path(__file__).parents[2]
+CLIENT_PY = ROOT / "jsworker" / "jetstream" / "client.py"
 
 
 def _parse(client: Client, block: bytes) -> dict[str, str] | None:
     async def run() -> dict[str, str] | None:
+        if isinstance(client, JetStreamClient):
+            return await client._plain_process_headers(block)
         return await client._process_headers(block)  # type: ignore[no-any-return]
 
     return asyncio.run(run())
@@ -109,27 +124,68 @@ def test_random_blocks_agree() -> None:
             ]
             block = b"NATS/1.0\r\n" + b"\r\n".join(lines) + b"\r\n\r\n"
             plain += parse_plain_headers(block) is not None
-            assert await ours._process_headers(block) == await theirs._process_headers(block), block
+            assert await ours._plain_process_headers(block) == await theirs._process_headers(block), block
 
     asyncio.run(run())
     assert 200 < plain < 2800, plain  # both paths were exercised
 
 
 def test_client_internals_the_subclass_relies_on() -> None:
-    # JetStreamClient overrides or calls these nats-py internals; a nats-py release that
-    # changes them must fail here rather than slow down or break the worker quietly.
-    assert inspect.iscoroutinefunction(Client._process_headers)
-    assert list(inspect.signature(Client._process_headers).parameters) == ["self", "headers"]
-    assert inspect.iscoroutinefunction(Client._send_command)
-    assert list(inspect.signature(Client._send_command).parameters)[:2] == ["self", "cmd"]
-    assert inspect.iscoroutinefunction(Client._flush_pending)
-    assert inspect.iscoroutinefunction(Client._process_msg)
-    assert list(inspect.signature(Client._process_msg).parameters) == [
-        "self",
-        "sid",
-        "subject",
-        "reply",
-        "data",
-        "headers",
-    ]
-    assert list(inspect.signature(Client._remove_sub).parameters) == ["self", "sid", "max_msgs"]
+    """nats-py's methods are as INTERNALS says (attributes are checked on a connected client,
+    in the integration tests); a nats-py release that changes them fails here."""
+    assert internals_problems(Client()) == []
+
+
+def test_every_private_name_client_py_uses_is_checked() -> None:
+    """client.py reads or calls no nats-py private name that INTERNALS does not list."""
+    tree = ast.parse(CLIENT_PY.read_text())
+    own = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("_")
+    } | {"_direct"}
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and isinstance(node.value, ast.Name)
+        and node.value.id in {"self", "client", "Client"}
+    }
+    checked = {internal.name for internal in INTERNALS}
+    assert used - own <= checked, used - own - checked
+    assert SUBSCRIPTION_ID in CLIENT_PY.read_text()
+
+
+def test_no_other_module_uses_a_private_name_of_another_object() -> None:
+    """Outside client.py, jsworker touches no ``_private`` attribute of anything but itself
+    (nats-py's objects included): the coupling to nats-py's internals stays in one file."""
+    offenders = []
+    for path in sorted((ROOT / "jsworker").rglob("*.py")):
+        if path == CLIENT_PY:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"})
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert offenders == []
+
+
+def test_a_mismatch_turns_the_fast_path_off_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed internal is reported and leaves the client on nats-py's own paths."""
+    changed = (*INTERNALS[:-1], Internal("_no_such_method", "method"))
+    monkeypatch.setattr(client_module, "INTERNALS", changed)
+    monkeypatch.setattr(client_module, "_warned", False)
+    with structlog.testing.capture_logs() as logs:
+        first, second = JetStreamClient(), JetStreamClient()
+        assert not first.enable_fast_path()
+        assert not second.enable_fast_path()
+    assert [entry["event"] for entry in logs] == ["client.fast_path_off"]
+    assert "Client._no_such_method is missing" in logs[0]["nats_py_changed"]
+    assert not first.fast_path
+    assert "_process_msg" not in vars(first)  # nats-py's read path is untouched
