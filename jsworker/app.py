@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ParamSpec, TypeVar, overload
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
+from .config import option, option_fields
 from .errors import ConfigurationError
-from .jetstream.connection import Connection, ConnectOptions, default_servers
+from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
 from .naming import Namespace, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
 from .serializers import JSONSerializer, Serializer
-from .task import ExceptionTypes, Task, TaskOptions, check_seconds
+from .task import ExceptionTypes, Task, TaskArguments, TaskOptions, check_seconds
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -24,24 +25,91 @@ R = TypeVar("R")
 _DAY = 86400.0
 
 
+@dataclass(frozen=True, slots=True)
+class AppOptions:
+    """App-wide settings of the streams and the producers (task defaults are :class:`TaskOptions`,
+    connection settings :class:`ConnectOptions`). Checked on construction."""
+
+    duplicate_window: float = option(
+        120.0, help="Seconds the job stream remembers a job id: an enqueue repeated within it is dropped."
+    )
+    replicas: int = option(1, help="Replicas of every stream (3 in a production cluster).")
+    dlq_max_age: float = option(7 * _DAY, help="Seconds dead letters are kept.")
+    events: bool = option(False, help="Producers and workers publish job events.")
+    events_max_age: float = option(7 * _DAY, help="Seconds job events are kept.")
+    max_ack_pending: int = option(
+        20_000, help="Jobs a queue may have delivered and not yet settled, across all workers."
+    )
+    publish_timeout: float = option(
+        15.0, help="Seconds one enqueue keeps trying through a restart or an election."
+    )
+
+    def __post_init__(self) -> None:
+        for what in ("duplicate_window", "dlq_max_age", "events_max_age", "publish_timeout"):
+            object.__setattr__(self, what, check_seconds(what, getattr(self, what)))
+        for what in ("replicas", "max_ack_pending"):
+            value = getattr(self, what)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigurationError(f"{what} must be an int >= 1, not {value!r}")
+        object.__setattr__(self, "events", bool(self.events))
+
+
+class AppArguments(TypedDict, total=False):
+    """The keyword arguments of :class:`App`: every field of :class:`TaskOptions` (``queue``
+    spelled ``default_queue``), :class:`AppOptions` and :class:`ConnectOptions`'s user-facing
+    ones. A test checks this list against those classes."""
+
+    default_queue: str
+    max_retries: int
+    timeout: float | None
+    ack_wait: float
+    retry_backoff: float
+    retry_backoff_max: float
+    retry_on: ExceptionTypes
+    dont_retry_on: ExceptionTypes
+    duplicate_window: float
+    replicas: int
+    dlq_max_age: float
+    events: bool
+    events_max_age: float
+    max_ack_pending: int
+    publish_timeout: float
+    user: str | None
+    password: str | None
+    token: str | None
+    credentials: str | None
+    nkey_seed: str | None
+    tls_ca: str | None
+    tls_cert: str | None
+    tls_key: str | None
+    connect_timeout: float
+    attempt_timeout: float
+    reconnect_wait: float
+
+
+# App keywords that name a field of another class.
+_ALIASES = {"default_queue": "queue"}
+
+
 class App:
     """A jsworker application: tasks declared with :meth:`task`, enqueued by producers and run
     by ``jsworker run``.
 
     ``name`` becomes the namespace on the server (stream ``JSW_<NAME>``, subjects
-    ``jsw.<name>.q.<queue>.<task>``), so two apps on one server never see each other's jobs.
-    ``servers`` defaults to ``JSWORKER_URL`` (comma separated) or ``nats://127.0.0.1:4222``.
-    Task options (``max_retries``, ``timeout``, ``ack_wait``, ``retry_*``) are defaults each
-    task may override. Credentials: ``user``/``password``, ``token``, ``credentials`` (a
-    ``.creds`` file), ``nkey_seed`` (a seed file), ``tls_ca``/``tls_cert``/``tls_key``; each
-    left out falls back to ``JSWORKER_USER``, ``JSWORKER_PASSWORD``, ``JSWORKER_TOKEN``,
-    ``JSWORKER_CREDS``, ``JSWORKER_NKEY_SEED``, ``JSWORKER_TLS_CA``, ``JSWORKER_TLS_CERT``,
-    ``JSWORKER_TLS_KEY``. ``publish_timeout`` is how long one enqueue keeps trying through a
-    server restart or a leader election (same job id, so never twice) before raising
-    :class:`~jsworker.EnqueueError`; ``connect_timeout`` bounds the first connection.
-    Metrics go to ``metrics_registry`` (prometheus-client's default registry if None).
-    ``events=True`` makes producers and workers publish job events (see :mod:`jsworker.events`)
-    to ``JSW_<NAME>_EVENTS``, kept for ``events_max_age`` seconds.
+    ``jsw.<name>.q.<queue>.<task>``). ``servers`` defaults to ``JSWORKER_URL`` (comma
+    separated) or ``nats://127.0.0.1:4222``. Every other keyword is an option of one of three
+    kinds (see :class:`AppArguments`), kept as objects on the app:
+
+    * ``app.defaults`` (:class:`TaskOptions`): ``max_retries``, ``timeout``, ``ack_wait``,
+      ``retry_*``, ``default_queue``: defaults each task may override;
+    * ``app.options`` (:class:`AppOptions`): stream and producer settings;
+    * ``app.connection`` (:class:`ConnectOptions`): credentials, TLS and timeouts, each left
+      out falling back to its ``JSWORKER_*`` variable (``JSWORKER_USER``,
+      ``JSWORKER_PASSWORD``, ``JSWORKER_TOKEN``, ``JSWORKER_CREDS``, ``JSWORKER_NKEY_SEED``,
+      ``JSWORKER_TLS_CA``, ``JSWORKER_TLS_CERT``, ``JSWORKER_TLS_KEY``).
+
+    ``task_defaults``, ``options`` and ``connection`` may also be passed whole; keywords win
+    over them. Metrics go to ``metrics_registry`` (prometheus-client's default registry if None).
     """
 
     def __init__(
@@ -50,71 +118,36 @@ class App:
         servers: str | Sequence[str] | None = None,
         *,
         serializer: Serializer | None = None,
-        default_queue: str = "default",
-        max_retries: int = 3,
-        timeout: float | None = None,
-        ack_wait: float = 30.0,
-        retry_backoff: float = 1.0,
-        retry_backoff_max: float = 600.0,
-        retry_on: ExceptionTypes = (Exception,),
-        dont_retry_on: ExceptionTypes = (),
-        duplicate_window: float = 120.0,
-        replicas: int = 1,
-        dlq_max_age: float = 7 * _DAY,
-        events: bool = False,
-        events_max_age: float = 7 * _DAY,
-        max_ack_pending: int = 20_000,
-        publish_timeout: float = 15.0,
-        connect_timeout: float = 5.0,
-        user: str | None = None,
-        password: str | None = None,
-        token: str | None = None,
-        credentials: str | None = None,
-        nkey_seed: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
         metrics_registry: CollectorRegistry | None = None,
+        task_defaults: TaskOptions | None = None,
+        options: AppOptions | None = None,
+        connection: ConnectOptions | None = None,
+        **arguments: Unpack[AppArguments],
     ) -> None:
         self.name = validate_name("app", name)
         self.namespace = Namespace(name)
-        if isinstance(servers, str):
-            servers = [s.strip() for s in servers.split(",") if s.strip()]
-        self.servers: list[str] = list(servers) if servers else default_servers()
         self.serializer: Serializer = serializer or JSONSerializer()
-        self.defaults = TaskOptions(
-            queue=default_queue,
-            max_retries=max_retries,
-            timeout=timeout,
-            ack_wait=ack_wait,
-            retry_backoff=retry_backoff,
-            retry_backoff_max=retry_backoff_max,
-            retry_on=retry_on,
-            dont_retry_on=dont_retry_on,
-        )
-        self.default_queue = self.defaults.queue
-        self.duplicate_window = check_seconds("duplicate_window", duplicate_window)
-        self.replicas = replicas
-        self.dlq_max_age = check_seconds("dlq_max_age", dlq_max_age)
-        self.events = bool(events)
-        self.events_max_age = check_seconds("events_max_age", events_max_age)
-        self.max_ack_pending = max_ack_pending
-        self.publish_timeout = check_seconds("publish_timeout", publish_timeout)
+        split = _split_arguments(dict(arguments))
+        self.defaults = dataclasses.replace(task_defaults or TaskOptions(), **split[TaskOptions])
+        self.options = dataclasses.replace(options or AppOptions(), **split[AppOptions])
+        given = dataclasses.asdict(connection) if connection is not None else {}
+        given.update(split[ConnectOptions])
+        if servers is not None:
+            given["servers"] = servers
         # Deployments keep secrets out of code: every credential falls back to JSWORKER_*.
-        self._credentials = ConnectOptions(
-            user=_or_env(user, "USER"),
-            password=_or_env(password, "PASSWORD"),
-            token=_or_env(token, "TOKEN"),
-            credentials=_or_env(credentials, "CREDS"),
-            nkey_seed=_or_env(nkey_seed, "NKEY_SEED"),
-            tls_ca=_or_env(tls_ca, "TLS_CA"),
-            tls_cert=_or_env(tls_cert, "TLS_CERT"),
-            tls_key=_or_env(tls_key, "TLS_KEY"),
-            connect_deadline=check_seconds("connect_timeout", connect_timeout),
-        )
+        self.connection = ConnectOptions.from_environment(**given)
         self.metrics = metrics_for(metrics_registry)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.producer = Producer(self)
+
+    @property
+    def servers(self) -> list[str]:
+        """The NATS server URLs (settable; applies to connections opened afterwards)."""
+        return list(self.connection.servers)
+
+    @servers.setter
+    def servers(self, servers: str | Sequence[str]) -> None:
+        self.connection = dataclasses.replace(self.connection, servers=servers)
 
     def __repr__(self) -> str:
         return f"<App {self.name} tasks={len(self.tasks)}>"
@@ -126,19 +159,7 @@ class App:
 
     @overload
     def task(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        ack_wait: float | None = None,
-        retry_backoff: float | None = None,
-        retry_backoff_max: float | None = None,
-        retry_on: ExceptionTypes | None = None,
-        dont_retry_on: ExceptionTypes | None = None,
+        self, fn: None = None, /, *, name: str | None = None, **options: Unpack[TaskArguments]
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -147,32 +168,19 @@ class App:
         /,
         *,
         name: str | None = None,
-        queue: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        ack_wait: float | None = None,
-        retry_backoff: float | None = None,
-        retry_backoff_max: float | None = None,
-        retry_on: ExceptionTypes | None = None,
-        dont_retry_on: ExceptionTypes | None = None,
+        **options: Unpack[TaskArguments],
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task, bare (``@app.task``) or with options.
 
         Async functions run on the worker's event loop; sync functions run in the worker's
-        thread pool. Options left out take the app's defaults (see :class:`TaskOptions`).
-        Names and values are checked now, so a bad one fails at import, not at enqueue.
+        thread pool. Options (see :class:`TaskOptions`) left out or None take the app's
+        defaults. Names and values are checked now, so a bad one fails at import, not at enqueue.
         """
-        overrides: dict[str, Any] = {
-            "queue": queue,
-            "max_retries": max_retries,
-            "timeout": timeout,
-            "ack_wait": ack_wait,
-            "retry_backoff": retry_backoff,
-            "retry_backoff_max": retry_backoff_max,
-            "retry_on": retry_on,
-            "dont_retry_on": dont_retry_on,
-        }
-        options = dataclasses.replace(self.defaults, **{k: v for k, v in overrides.items() if v is not None})
+        unknown = set(options) - set(TaskArguments.__annotations__)
+        if unknown:
+            raise TypeError(f"app.task() got unknown options: {', '.join(sorted(unknown))}")
+        chosen: dict[str, Any] = {k: v for k, v in options.items() if v is not None}
+        task_options = dataclasses.replace(self.defaults, **chosen)
 
         def register(func: Callable[P, R]) -> Task[P, R]:
             task_name = validate_name("task", name or func.__name__)
@@ -181,7 +189,7 @@ class App:
                     f"app {self.name} already has a task named {task_name!r}; "
                     "pass name=... to tell them apart"
                 )
-            task = Task(self, func, task_name, options)
+            task = Task(self, func, task_name, task_options)
             self.tasks[task_name] = task
             return task
 
@@ -196,25 +204,23 @@ class App:
 
     # -- topology -------------------------------------------------------------------------
 
-    def configure_connection(self, servers: Sequence[str] | None = None, **credentials: str | None) -> None:
+    def configure_connection(self, servers: Sequence[str] | None = None, **given: str | None) -> None:
         """Change where and how the app connects; used by the command line's flags.
 
-        ``credentials`` take the names of the constructor's (``user``, ``token``, ``tls_ca``,
-        ...); None leaves a value as it is. Applies to connections opened afterwards.
+        ``given`` takes the names of :class:`ConnectOptions` fields (``user``, ``token``,
+        ``tls_ca``, ...); None leaves a value as it is. Applies to connections opened afterwards.
         """
+        changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if servers:
-            self.servers = list(servers)
-        changes = {k: v for k, v in credentials.items() if v is not None}
+            changes["servers"] = servers
         try:
-            self._credentials = dataclasses.replace(self._credentials, **changes)  # type: ignore[arg-type]
+            self.connection = dataclasses.replace(self.connection, **changes)
         except TypeError as exc:
             raise ConfigurationError(f"unknown connection option: {exc}") from exc
 
     def connect_options(self, role: str) -> ConnectOptions:
         """How this app connects; ``role`` names the connection on the server (monitoring)."""
-        return dataclasses.replace(
-            self._credentials, servers=tuple(self.servers), name=f"jsworker:{self.name}:{role}"
-        )
+        return dataclasses.replace(self.connection, name=f"jsworker:{self.name}:{role}")
 
     def stream_spec(self) -> StreamSpec:
         """The job stream."""
@@ -223,8 +229,8 @@ class App:
             name=ns.stream,
             subjects=(ns.job_subjects,),
             work_queue=True,
-            replicas=self.replicas,
-            duplicate_window=self.duplicate_window,
+            replicas=self.options.replicas,
+            duplicate_window=self.options.duplicate_window,
         )
 
     def dlq_spec(self) -> StreamSpec:
@@ -234,9 +240,9 @@ class App:
             name=ns.dlq_stream,
             subjects=(ns.dlq_subjects,),
             work_queue=False,
-            replicas=self.replicas,
-            duplicate_window=min(self.duplicate_window, self.dlq_max_age),
-            max_age=self.dlq_max_age,
+            replicas=self.options.replicas,
+            duplicate_window=min(self.options.duplicate_window, self.options.dlq_max_age),
+            max_age=self.options.dlq_max_age,
         )
 
     def events_spec(self) -> StreamSpec:
@@ -246,10 +252,10 @@ class App:
             name=ns.events_stream,
             subjects=(ns.events_subjects,),
             work_queue=False,
-            replicas=self.replicas,
+            replicas=self.options.replicas,
             # Events carry no Nats-Msg-Id; the window only has to be valid (<= max_age).
-            duplicate_window=min(1.0, self.events_max_age),
-            max_age=self.events_max_age,
+            duplicate_window=min(1.0, self.options.events_max_age),
+            max_age=self.options.events_max_age,
         )
 
     def queue_ack_wait(self, queue: str) -> float:
@@ -264,14 +270,14 @@ class App:
             name=validate_name("queue", queue),
             filter_subject=self.namespace.queue_filter(queue),
             ack_wait=self.queue_ack_wait(queue),
-            max_ack_pending=self.max_ack_pending,
+            max_ack_pending=self.options.max_ack_pending,
         )
 
     async def provision_streams(self, conn: Connection) -> None:
         """Create or update the job and dead-letter streams, and the events stream if used."""
         await ensure_stream(conn, self.stream_spec())
         await ensure_stream(conn, self.dlq_spec())
-        if self.events:
+        if self.options.events:
             await ensure_stream(conn, self.events_spec())
 
     async def provision(self, conn: Connection | None = None, queues: Iterable[str] | None = None) -> None:
@@ -292,5 +298,15 @@ class App:
         self.producer.close()
 
 
-def _or_env(value: str | None, name: str) -> str | None:
-    return value if value is not None else (os.environ.get(f"JSWORKER_{name}") or None)
+def _split_arguments(arguments: dict[str, Any]) -> dict[type, dict[str, Any]]:
+    """The App's keyword arguments sorted by the class whose field each names."""
+    owners = (TaskOptions, AppOptions, ConnectOptions)
+    split: dict[type, dict[str, Any]] = {owner: {} for owner in owners}
+    fields = {f.name: owner for owner in owners for f in option_fields(owner)}
+    for key, value in arguments.items():
+        name = _ALIASES.get(key, key)
+        owner = fields.get(name)
+        if owner is None or key == "queue":
+            raise TypeError(f"App() got an unexpected keyword argument {key!r}")
+        split[owner][name] = value
+    return split

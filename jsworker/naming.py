@@ -93,7 +93,16 @@ class Namespace:
 
     def parse_job_subject(self, subject: str) -> tuple[str, str] | None:
         """Return ``(queue, task)`` from a job subject, or None when it is not one of ours."""
+        return self._parse(subject, "q")
+
+    def parse_dlq_subject(self, subject: str) -> tuple[str, str] | None:
+        """Return ``(queue, task)`` from a dead-letter subject, or None when it is not one."""
+        return self._parse(subject, "dlq")
+
+    def _parse(self, subject: str, kind: str) -> tuple[str, str] | None:
         parts = subject.split(".")
-        if len(parts) != 5 or parts[0] != "jsw" or parts[1] != self.app or parts[2] != "q":
+        if len(parts) != 5 or parts[0] != "jsw" or parts[1] != self.app or parts[2] != kind:
+            return None
+        if not parts[3] or not parts[4]:
             return None
         return parts[3], parts[4]

@@ -127,7 +127,7 @@ class Producer:
         self, task: Task[Any, Any], msgs: list[OutMessage], stored: list[Stored]
     ) -> None:
         app = self._app
-        if not app.events:
+        if not app.options.events:
             return
         events = EventEmitter(await self.connection(), app.namespace, app.metrics)
         for msg, receipt in zip(msgs, stored, strict=True):
@@ -138,7 +138,7 @@ class Producer:
         self, op: Callable[[Publisher], Awaitable[Stored | list[Stored]]], msgs: list[OutMessage]
     ) -> list[Stored]:
         conn = await self.connection()
-        publisher = Publisher(conn, timeout=_ATTEMPT_TIMEOUT, retry_for=self._app.publish_timeout)
+        publisher = Publisher(conn, timeout=_ATTEMPT_TIMEOUT, retry_for=self._app.options.publish_timeout)
         try:
             result = await op(publisher)
         except NoStreamError:

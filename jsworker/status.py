@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,20 +56,12 @@ class QueueStatus:
         return asdict(self)
 
 
-def _queue_of(subject: str, prefix: str) -> str | None:
-    """``<queue>`` of ``<prefix><queue>.<task>``, else None."""
-    if not subject.startswith(prefix):
-        return None
-    rest = subject[len(prefix) :].split(".")
-    return rest[0] if len(rest) == 2 and rest[0] else None
-
-
-def _per_queue(facts: StreamFacts, prefix: str) -> dict[str, int]:
+def _per_queue(facts: StreamFacts, parse: Callable[[str], tuple[str, str] | None]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for subject, count in (facts.subjects or {}).items():
-        queue = _queue_of(subject, prefix)
-        if queue is not None:
-            totals[queue] = totals.get(queue, 0) + count
+        parsed = parse(subject)
+        if parsed is not None:
+            totals[parsed[0]] = totals.get(parsed[0], 0) + count
     return totals
 
 
@@ -93,8 +86,8 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
         stream_facts(conn, ns.dlq_stream, ns.dlq_subjects),
         consumer_facts(conn, ns.stream),
     )
-    stored = _per_queue(jobs, f"jsw.{ns.app}.q.")
-    dead = _per_queue(dlq, f"jsw.{ns.app}.dlq.")
+    stored = _per_queue(jobs, ns.parse_job_subject)
+    dead = _per_queue(dlq, ns.parse_dlq_subject)
     # A consumer with another filter is not a jsworker queue (someone's own inspector, say).
     by_queue: dict[str, ConsumerFacts] = {
         c.name: c for c in consumers if c.filter_subject == ns.queue_filter(c.name)

@@ -7,8 +7,9 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
 
+from .config import option
 from .errors import ConfigurationError
 from .job import Job
 from .naming import validate_name
@@ -38,14 +39,16 @@ class TaskOptions:
     Values are checked on construction: a bad one raises :class:`ConfigurationError`.
     """
 
-    queue: str = "default"
-    max_retries: int = 3
-    timeout: float | None = None
-    ack_wait: float = 30.0
-    retry_backoff: float = 1.0
-    retry_backoff_max: float = 600.0
-    retry_on: ExceptionTypes = (Exception,)
-    dont_retry_on: ExceptionTypes = ()
+    queue: str = option("default", help="The queue the task's jobs go to.")
+    max_retries: int = option(3, help="Retries after the first attempt before a job is dead-lettered.")
+    timeout: float | None = option(
+        None, help="Seconds a run may take before it is cancelled (None: no limit)."
+    )
+    ack_wait: float = option(30.0, help="Seconds without a sign of life before the server redelivers a job.")
+    retry_backoff: float = option(1.0, help="Seconds before the first retry; doubles per retry.")
+    retry_backoff_max: float = option(600.0, help="Most seconds any retry waits.")
+    retry_on: ExceptionTypes = option((Exception,), help="Exceptions that retry.")
+    dont_retry_on: ExceptionTypes = option((), help="Exceptions that never retry, even if in retry_on.")
 
     def __post_init__(self) -> None:
         validate_name("queue", self.queue)
@@ -71,6 +74,20 @@ class TaskOptions:
     def is_retryable(self, exc: BaseException) -> bool:
         """Whether a failure with ``exc`` may be retried (attempts permitting)."""
         return isinstance(exc, self.retry_on) and not isinstance(exc, self.dont_retry_on)
+
+
+class TaskArguments(TypedDict, total=False):
+    """The keyword options of ``app.task(...)``: the fields of :class:`TaskOptions`, each None
+    for the app's default. A test checks this list against :class:`TaskOptions`."""
+
+    queue: str | None
+    max_retries: int | None
+    timeout: float | None
+    ack_wait: float | None
+    retry_backoff: float | None
+    retry_backoff_max: float | None
+    retry_on: ExceptionTypes | None
+    dont_retry_on: ExceptionTypes | None
 
 
 def check_seconds(what: str, value: object, *, positive: bool = True) -> float:

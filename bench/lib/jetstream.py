@@ -54,7 +54,7 @@ async def provision(url: str) -> None:
     await bench_app.app.aclose()
     nc = await connect(url)
     try:
-        spec = bench_app.app.consumer_spec(bench_app.app.default_queue)
+        spec = bench_app.app.consumer_spec(bench_app.app.defaults.queue)
         await nc.jetstream().add_consumer(
             STREAM,
             ConsumerConfig(

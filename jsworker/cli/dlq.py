@@ -15,12 +15,11 @@ from typing import Any, TypeVar
 
 import click
 
-from ..deadletters import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, DeadLetters, ReplayedJob
-from ..errors import ConfigurationError, ConnectError, JsworkerError, SerializationError
-from ..jetstream.limits_stream import LimitsStreamError
+from ..deadletters import DeadLetter, DeadLetters, ReplayedJob
+from ..errors import SerializationError
 from ..observability.logging import configure_logging
 from .connection import connection_options, load_connected_app
-from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
+from .errors import EXIT_USAGE, command_errors, fail
 
 T = TypeVar("T")
 
@@ -45,20 +44,8 @@ def _run(app_spec: str, connection: dict[str, Any], work: Callable[[DeadLetters]
         async with DeadLetters(app) as letters:
             return await work(letters)
 
-    try:
+    with command_errors():
         return asyncio.run(main())
-    except ConnectError as exc:
-        fail(str(exc), EXIT_CONNECT)
-    except LimitsStreamError as exc:
-        fail(str(exc), EXIT_CONNECT if exc.transient else EXIT_CRASH)
-    except (DeadLetterNotFound, DeadLetterNotReplayable, ConfigurationError) as exc:
-        fail(str(exc), EXIT_USAGE)
-    except JsworkerError as exc:
-        fail(str(exc), EXIT_CRASH)
-    except click.Abort:
-        raise  # Ctrl-C at the confirmation: click says "Aborted!" itself
-    except Exception as exc:
-        fail(f"crashed: {type(exc).__name__}: {exc}", EXIT_CRASH)
 
 
 @dlq.command("list")

@@ -10,13 +10,11 @@ import asyncio
 
 import click
 
-from ..errors import ConnectError, JsworkerError
 from ..events.export import ExportReport, aexport_events
-from ..events.reader import EventsNotFound, parse_time
-from ..jetstream.history import HistoryError
+from ..events.reader import parse_time
 from ..observability.logging import configure_logging
 from .connection import connection_options, load_connected_app
-from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
+from .errors import command_errors
 
 
 class _Time(click.ParamType[float]):
@@ -86,22 +84,10 @@ def export(
         raise click.UsageError("--until is before --since")
     configure_logging("warning")
     app = load_connected_app(app_spec, connection)
-    try:
+    with command_errors("export failed"):
         report = asyncio.run(
             aexport_events(app, to, since=since, until=until, start_seq=from_seq, rows_per_file=rows_per_file)
         )
-    except ImportError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except ConnectError as exc:
-        fail(str(exc), EXIT_CONNECT)
-    except HistoryError as exc:
-        fail(str(exc), EXIT_CONNECT if exc.transient else EXIT_CRASH)
-    except EventsNotFound as exc:
-        fail(str(exc), EXIT_USAGE)
-    except JsworkerError as exc:
-        fail(str(exc), EXIT_CRASH)
-    except Exception as exc:
-        fail(f"export failed: {type(exc).__name__}: {exc}", EXIT_CRASH)
     _summary(report, to)
 
 

@@ -5,50 +5,21 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable
+from typing import Any
 
 import click
 import prometheus_client
 
-from ..errors import ConfigurationError, ConnectError, TopologyError
-from ..observability.logging import LEVELS, configure_logging, get_logger
+from ..observability.logging import LEVELS, configure_logging
 from ..runtime.worker import Worker, WorkerSettings
 from .connection import connection_options, load_connected_app
-from .errors import EXIT_CONNECT, EXIT_CRASH, EXIT_USAGE, fail
-
-log = get_logger("jsworker.cli")
+from .errors import EXIT_USAGE, command_errors, fail
+from .options import flag_fields, options_from
 
 
 @click.command()
 @click.argument("app_spec", metavar="MODULE[:ATTR]")
-@click.option("--queues", "-Q", help="Comma-separated queues to work on (default: every queue with a task).")
-@click.option(
-    "--concurrency",
-    "-c",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="Jobs run at once (async slots; sync jobs also need a thread).",
-)
-@click.option(
-    "--threads",
-    type=click.IntRange(min=1),
-    default=WorkerSettings.threads,
-    show_default=True,
-    help="Threads for sync tasks.",
-)
-@click.option(
-    "--max-messages",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Prefetch: jobs pulled ahead of free slots, per queue [default: min(concurrency, 128)].",
-)
-@click.option(
-    "--grace",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    help="Seconds running jobs get to finish after SIGTERM before they are cancelled and requeued.",
-)
+@options_from(WorkerSettings)
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
@@ -72,28 +43,17 @@ log = get_logger("jsworker.cli")
 @click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
 def run(
     app_spec: str,
-    queues: str | None,
-    concurrency: int,
-    threads: int,
-    max_messages: int | None,
-    grace: float,
     metrics_port: int | None,
     metrics_addr: str,
     loop_kind: str,
     log_level: str,
     log_format: str,
-    **connection: str | None,
+    **options: Any,
 ) -> None:
     """Run a worker for the App in MODULE (or MODULE:ATTR) until SIGTERM or Ctrl-C."""
     configure_logging(log_level, log_format)
-    app = load_connected_app(app_spec, connection)
-    settings = WorkerSettings(
-        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
-        concurrency=concurrency,
-        threads=threads,
-        max_messages=max_messages,
-        grace=grace,
-    )
+    app = load_connected_app(app_spec, options)
+    settings = WorkerSettings(**{f.name: options.pop(f.name) for f in flag_fields(WorkerSettings)})
     if metrics_port is not None:
         try:
             prometheus_client.start_http_server(metrics_port, metrics_addr, registry=app.metrics.registry)
@@ -104,18 +64,8 @@ def run(
         factory = loop_factory(loop_kind)
     except ImportError:
         fail("--loop uvloop needs uvloop: pip install 'jsworker[uvloop]'", EXIT_USAGE)
-    try:
-        with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(_serve(worker))
-    except ConnectError as exc:
-        fail(str(exc), EXIT_CONNECT)
-    except TopologyError as exc:
-        fail(str(exc), EXIT_CONNECT if exc.transient else EXIT_USAGE)
-    except ConfigurationError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except Exception as exc:
-        log.exception("worker.crashed")
-        fail(f"worker crashed: {type(exc).__name__}: {exc}", EXIT_CRASH)
+    with command_errors("worker crashed"), asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_serve(worker))
 
 
 def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import signal
@@ -18,7 +19,7 @@ from ..errors import ConnectError, TopologyError
 from ..jetstream.connection import Connection
 from ..status import QueueStatus, format_age, queue_status
 from .connection import connection_options, load_connected_app
-from .errors import EXIT_CONNECT, EXIT_CRASH, fail
+from .errors import command_errors
 
 T = TypeVar("T")
 
@@ -57,16 +58,9 @@ def status(app_spec: str, as_json: bool, watch: float | None, **connection: str 
     # In a terminal --watch redraws the table in place instead of scrolling.
     redraw = watch is not None and sys.stdout.isatty()
     emit = _json_lines if as_json else functools.partial(_table, clear=redraw)
-    try:
+    with contextlib.suppress(KeyboardInterrupt), command_errors("status failed"):
+        # KeyboardInterrupt: Ctrl-C before the signal handlers were in place, a clean stop.
         asyncio.run(_show(app, emit, watch))
-    except ConnectError as exc:
-        fail(str(exc), EXIT_CONNECT)
-    except TopologyError as exc:
-        fail(str(exc), EXIT_CONNECT if exc.transient else EXIT_CRASH)
-    except KeyboardInterrupt:
-        pass  # Ctrl-C before the signal handlers were in place: still a clean stop
-    except Exception as exc:
-        fail(f"status failed: {type(exc).__name__}: {exc}", EXIT_CRASH)
 
 
 async def _show(app: App, emit: Callable[[App, list[QueueStatus]], None], every: float | None) -> None:

@@ -256,7 +256,7 @@ class DeadLetters:
         the same Nats-Msg-Id, so the server drops it instead of running the job twice.
         """
         conn = await self._connection()
-        publisher = Publisher(conn, retry_for=self.app.publish_timeout)
+        publisher = Publisher(conn, retry_for=self.app.options.publish_timeout)
         msgs = [msg for _, msg in chunk]
         try:
             stored = await publisher.publish_many(msgs)

@@ -10,13 +10,15 @@ import os
 import ssl
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from .. import config
+from ..config import option
 from ..errors import ConnectError, ServerVersionError
 from .client import JetStreamClient
 
@@ -25,10 +27,15 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 Listener = Callable[[], Awaitable[None]]
 
 
+def parse_servers(value: str | Sequence[str] | None) -> list[str]:
+    """Server URLs from a comma-separated string or a sequence of them; [] for none."""
+    items = value.split(",") if isinstance(value, str) else (value or ())
+    return [url.strip() for url in items if url.strip()]
+
+
 def default_servers() -> list[str]:
     """Servers from ``JSWORKER_URL`` (comma separated), else the local default."""
-    raw = os.environ.get("JSWORKER_URL", "").strip()
-    return [url.strip() for url in raw.split(",") if url.strip()] or [DEFAULT_URL]
+    return parse_servers(os.environ.get("JSWORKER_URL")) or [DEFAULT_URL]
 
 
 @dataclass(frozen=True)
@@ -37,25 +44,69 @@ class ConnectOptions:
 
     ``credentials`` (a ``.creds`` file) and ``nkey_seed`` (a seed file) are paths; TLS takes
     a CA bundle and, for mutual TLS, a client certificate and key. Secret values are kept out
-    of ``repr``, so they never reach a log line.
+    of ``repr``, so they never reach a log line. Each option with an environment variable
+    falls back to it when built by :meth:`from_environment` (as an App does).
     """
 
-    servers: Sequence[str] = field(default_factory=default_servers)
+    servers: Sequence[str] = option(
+        default_factory=default_servers,
+        env="URL",
+        flag="--url",
+        help="NATS server URL(s), comma separated [default: the app's, else JSWORKER_URL].",
+    )
+    user: str | None = option(None, env="USER", flag="--user", help="User name.")
+    password: str | None = option(
+        None,
+        env="PASSWORD",
+        flag="--password",
+        help="Password (prefer JSWORKER_PASSWORD: flags are visible in ps).",
+        repr=False,
+    )
+    token: str | None = option(
+        None, env="TOKEN", flag="--token", help="Auth token (prefer JSWORKER_TOKEN).", repr=False
+    )
+    credentials: str | None = option(
+        None, env="CREDS", flag="--creds", help="A .creds file (JWT + NKey seed)."
+    )
+    nkey_seed: str | None = option(None, env="NKEY_SEED", flag="--nkey-seed", help="An NKey seed file.")
+    tls_ca: str | None = option(
+        None, env="TLS_CA", flag="--tls-ca", help="CA bundle to verify the servers with."
+    )
+    tls_cert: str | None = option(
+        None, env="TLS_CERT", flag="--tls-cert", help="Client certificate (mutual TLS)."
+    )
+    tls_key: str | None = option(
+        None, env="TLS_KEY", flag="--tls-key", help="Client certificate key (mutual TLS)."
+    )
+    connect_timeout: float = option(
+        5.0, help="Seconds the first connection may take, all servers and attempts together."
+    )
+    attempt_timeout: float = option(2.0, help="Seconds one connection attempt to one server may take.")
+    reconnect_wait: float = option(0.5, help="Seconds between reconnect attempts to one server.")
+    # Set by jsworker itself, not by users: the connection's name on the server, and whether
+    # the client checks each subject published to (False only for connections whose every
+    # subject is a reply subject the server gave or one made of validated names: the check is
+    # a regex search per publish).
     name: str | None = None
-    user: str | None = None
-    password: str | None = field(default=None, repr=False)
-    token: str | None = field(default=None, repr=False)
-    credentials: str | None = None
-    nkey_seed: str | None = None
-    tls_ca: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    connect_timeout: float = 2.0
-    connect_deadline: float = 5.0
-    reconnect_wait: float = 0.5
-    # False only for connections whose every subject is a reply subject the server gave or
-    # one made of validated names: the client's own check is a regex search per publish.
     check_subjects: bool = True
+
+    def __post_init__(self) -> None:
+        # JSWORKER_URL and --url arrive as one comma-separated string.
+        object.__setattr__(self, "servers", tuple(parse_servers(self.servers)) or (DEFAULT_URL,))
+        for what in ("connect_timeout", "attempt_timeout", "reconnect_wait"):
+            value = getattr(self, what)
+            if isinstance(value, str):
+                try:
+                    value = float(value)
+                except ValueError:
+                    raise ConnectError(f"{what} must be a number of seconds, not {value!r}") from None
+                object.__setattr__(self, what, value)
+
+    @classmethod
+    def from_environment(cls, **given: Any) -> ConnectOptions:
+        """Options from ``given``, each one left out (or None) taken from its ``JSWORKER_*``
+        variable when that is set."""
+        return cls(**config.from_environment(cls, given))
 
     def client_kwargs(self) -> dict[str, Any]:
         """The authentication and TLS arguments of ``nats.connect``; raises ConnectError on bad files."""
@@ -143,7 +194,7 @@ class Connection:
 
     @classmethod
     async def open(cls, options: ConnectOptions) -> Connection:
-        """Connect, trying the server list for up to ``options.connect_deadline`` seconds.
+        """Connect, trying the server list for up to ``options.connect_timeout`` seconds.
 
         Raises :class:`ConnectError` (with the client's last error chained) when no server
         answers in time or a server refuses the credentials.
@@ -170,7 +221,7 @@ class Connection:
         kwargs: dict[str, Any] = {
             "servers": list(options.servers),
             "name": options.name,
-            "connect_timeout": options.connect_timeout,
+            "connect_timeout": options.attempt_timeout,
             "reconnect_time_wait": options.reconnect_wait,
             # Reconnect forever once connected; the first connect is bounded by the deadline.
             "max_reconnect_attempts": -1,
@@ -185,7 +236,7 @@ class Connection:
         connecting = asyncio.ensure_future(nc.connect(**kwargs))
         refusal = asyncio.ensure_future(refused.wait())
         await asyncio.wait(
-            {connecting, refusal}, timeout=options.connect_deadline, return_when=FIRST_COMPLETED
+            {connecting, refusal}, timeout=options.connect_timeout, return_when=FIRST_COMPLETED
         )
         refusal.cancel()
         if connecting.done() and not connecting.cancelled() and connecting.exception() is None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import __version__
+from ..config import option
 from ..deadletters.format import dead_letter_message
 from ..errors import ConfigurationError, EnqueueError, JsworkerError, TopologyError
 from ..events.emit import EventEmitter
@@ -47,18 +48,47 @@ _PROVISION_PATIENCE = 30.0
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """Knobs of ``jsworker run``; see its ``--help`` for each."""
+    """Knobs of one worker process; those with a flag are ``jsworker run``'s options."""
 
-    queues: Sequence[str] | None = None
-    concurrency: int = 100
-    threads: int = min(32, (os.cpu_count() or 1) + 4)
-    max_messages: int | None = None
-    grace: float = 30.0
-    expires: float = 30.0
-    # 2 x this is how long a silently dropped pull (server restart, leader lost) goes unnoticed.
-    idle_heartbeat: float = 2.5
-    blocked_loop_warning: float = 1.0
-    stats_interval: float = 5.0
+    queues: Sequence[str] | None = option(
+        None, flag="--queues -Q", help="Comma-separated queues to work on (default: every queue with a task)."
+    )
+    concurrency: int = option(
+        100,
+        flag="--concurrency -c",
+        minimum=1,
+        help="Jobs run at once (async slots; sync jobs also need a thread).",
+    )
+    threads: int = option(
+        min(32, (os.cpu_count() or 1) + 4), flag="--threads", minimum=1, help="Threads for sync tasks."
+    )
+    max_messages: int | None = option(
+        None,
+        flag="--max-messages",
+        minimum=1,
+        help="Prefetch: jobs pulled ahead of free slots, per queue [default: min(concurrency, 128)].",
+    )
+    grace: float = option(
+        30.0,
+        flag="--grace",
+        minimum=0,
+        help="Seconds running jobs get to finish after SIGTERM before they are cancelled and requeued.",
+    )
+    expires: float = option(30.0, help="Seconds a pull request stays open on the server.")
+    idle_heartbeat: float = option(
+        2.5,
+        # 2 x this is how long a silently dropped pull (server restart, leader lost) goes unnoticed.
+        help="Seconds between the server's heartbeats on an idle pull request.",
+    )
+    blocked_loop_warning: float = option(1.0, help="Seconds of event-loop lag reported as blocked.")
+    stats_interval: float = option(5.0, help="Seconds between reads of the server's queue figures.")
+
+    def __post_init__(self) -> None:
+        # --queues arrives as one comma-separated string.
+        if isinstance(self.queues, str):
+            object.__setattr__(
+                self, "queues", [q.strip() for q in self.queues.split(",") if q.strip()] or None
+            )
 
     @property
     def prefetch(self) -> int:
@@ -114,8 +144,8 @@ class Worker:
             # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
             self._create_task = asyncio.get_running_loop().create_task
             self._executor = Executor(app, settings.threads)
-            self._dlq = Publisher(conn, retry_for=app.publish_timeout)
-            self._events = EventEmitter(conn, app.namespace, app.metrics) if app.events else None
+            self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
+            self._events = EventEmitter(conn, app.namespace, app.metrics) if app.options.events else None
             self._report = JobReporter(app.metrics, self.counts)
             loops = [
                 asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues

@@ -84,7 +84,7 @@ def enqueue_dataframe(
         "key": ",".join(keys),
         "window": str(window),
         "timeout": str(timeout),
-        "events": "true" if app.events else "false",
+        "events": "true" if app.options.events else "false",
         **Connect.options_of(app.connect_options("spark")),
     }
     if run_id is not None:

@@ -7,19 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
+from ..config import option_fields
 from ..errors import ConfigurationError
-from ..jetstream.connection import ConnectOptions
+from ..jetstream.connection import ConnectOptions, parse_servers
 
-# Options naming credentials, as on the command line, and the App argument each sets.
+# Options naming credentials, as the command-line flags do ("creds", "nkey_seed"), and the
+# ConnectOptions field each sets.
 CREDENTIAL_OPTIONS = {
-    "user": "user",
-    "password": "password",
-    "token": "token",
-    "creds": "credentials",
-    "nkey_seed": "nkey_seed",
-    "tls_ca": "tls_ca",
-    "tls_cert": "tls_cert",
-    "tls_key": "tls_key",
+    f.metadata["flag"].removeprefix("--").replace("-", "_"): f.name
+    for f in option_fields(ConnectOptions)
+    if f.metadata.get("flag") and f.name != "servers"
 }
 
 
@@ -39,7 +36,7 @@ class Connect:
             return options.get(option) or (options.get("credentials") if option == "creds" else None)
 
         return cls(
-            servers=names(options.get("servers") or ""),
+            servers=tuple(parse_servers(options.get("servers"))),
             credentials=tuple(
                 (argument, value)
                 for option, argument in CREDENTIAL_OPTIONS.items()

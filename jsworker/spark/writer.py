@@ -212,7 +212,7 @@ async def write_partition(
             window=settings.window,
             timeout=settings.timeout,
             stop_on_refusal=True,
-            on_stored=on_stored if app.events else None,
+            on_stored=on_stored if app.options.events else None,
         )
         async with pipe:
             rows = 0

@@ -47,9 +47,9 @@ def fault_app() -> Iterator[ModuleType]:
         sys.path.insert(0, str(APPS))
     import fault_app as module  # type: ignore[import-not-found]
 
-    saved = (list(module.app.servers), module.app.replicas)
+    saved = (list(module.app.servers), module.app.options)
     try:
         yield module
     finally:
         module.app.close()
-        module.app.servers, module.app.replicas = saved
+        module.app.servers, module.app.options = saved

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from datetime import datetime
@@ -66,7 +67,8 @@ def test_cluster_stream_leader_sigkill(
     enqueued after the failover must reach w2 too, within 30 s: no worker is left stranded."""
     urls = nats_cluster.urls
     fault_app.app.servers = urls
-    fault_app.app.replicas = 3  # the producer's view of the stream must match the workers'
+    # The producer's view of the stream must match the workers'.
+    fault_app.app.options = dataclasses.replace(fault_app.app.options, replicas=3)
     w1 = workers.start(urls, "w1", *WORKER_ARGS, env=R3)
     w1.wait_started()
     (x,) = [i for i, n in worker_connections(nats_cluster).items() if n]

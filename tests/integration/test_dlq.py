@@ -33,7 +33,8 @@ from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.naming import Namespace
 from jsworker.testing import NatsServer, parse_execution
 
-from .workers import APPS, start_worker, stop, stream_messages, wait_until, worker_env
+from ..support import stream_messages, wait_consumer_settled, wait_until
+from .workers import APPS, start_worker, stop, worker_env
 
 sys.path.insert(0, str(APPS))
 import dlq_app
@@ -84,7 +85,12 @@ def dlq(work: Callable[[DeadLetters], Awaitable[T]]) -> T:
 
 def wait_for_letters(n: int) -> None:
     """Wait until the dead-letter stream holds ``n`` dead letters."""
-    wait_until(lambda: dlq(lambda d: d.count()) == n, 20, f"{n} dead letters")
+    wait_until(
+        lambda: dlq(lambda d: d.count()),
+        until=lambda count: count == n,
+        timeout=20,
+        message=f"{n} dead letters",
+    )
 
 
 def executions(record: Path) -> Counter[tuple[str, int]]:
@@ -253,7 +259,7 @@ def test_replay_all_leaves_what_cannot_be_replayed(nats_server: NatsServer, app:
     assert dlq(lambda d: d.count()) == 3
     assert [j.id for j in dlq(lambda d: d.replay(all=True))] == ["a", "b"]
     assert [d.job_id for d in dlq(lambda d: d.list())] == ["cut"]
-    assert asyncio.run(stream_messages(nats_server.url, "JSW_DLQ")) == 2
+    assert stream_messages(nats_server.url, "JSW_DLQ") == 2
 
 
 def test_replay_by_ref_task_and_all(
@@ -290,7 +296,7 @@ def test_replay_by_ref_task_and_all(
         seqs["order-1"],
         False,
     )
-    wait_until(lambda: ("order-1", 1) in executions(record), 20, "order-1 to run again")
+    wait_until(lambda: ("order-1", 1) in executions(record), timeout=20, message="order-1 to run again")
     with pytest.raises(DeadLetterNotFound):
         dlq(lambda d: d.get(seqs["order-1"]))
 
@@ -301,7 +307,7 @@ def test_replay_by_ref_task_and_all(
     with monkeypatch.context() as patched:
         patched.setattr(LimitsStream, "delete", crash_before_delete)
         [first] = dlq(lambda d: d.replay([seqs["order-0"]]))
-    wait_until(lambda: ("order-0", 1) in executions(record), 20, "order-0 to run")
+    wait_until(lambda: ("order-0", 1) in executions(record), timeout=20, message="order-0 to run")
     [again] = dlq(lambda d: d.replay([str(seqs["order-0"])]))
     assert again.duplicate and again.seq == first.seq
     with pytest.raises(DeadLetterNotFound):
@@ -310,11 +316,14 @@ def test_replay_by_ref_task_and_all(
     assert [j.id for j in dlq(lambda d: d.replay(task="charge"))] == ["order-2"]
     assert [j.id for j in dlq(lambda d: d.replay(all=True))] == ["mail-1"]
     assert dlq(lambda d: d.replay(all=True)) == []
-    wait_until(lambda: len(executions(record)) == 4, 20, "every replayed job to run")
-    time.sleep(0.5)  # a second run of any of them would show up now
+    wait_until(lambda: len(executions(record)) == 4, timeout=20, message="every replayed job to run")
+    # Each queue delivered its first attempts (all failed) and one replay per job, all acked:
+    # a further delivery, hence a second run, would count here.
+    assert wait_consumer_settled(nats_server.url, "JSW_DLQ", "default").delivered == 3 + 3
+    assert wait_consumer_settled(nats_server.url, "JSW_DLQ", "emails").delivered == 1 + 1
     assert executions(record) == {(job_id, 1): 1 for job_id in ("order-0", "order-1", "order-2", "mail-1")}
     assert dlq(lambda d: d.count()) == 0
-    assert asyncio.run(stream_messages(nats_server.url, "JSW_DLQ")) == 0
+    assert stream_messages(nats_server.url, "JSW_DLQ") == 0
 
 
 def test_a_replayed_job_that_fails_again_is_dead_lettered_again(app: Any, worker: Any) -> None:
@@ -322,7 +331,12 @@ def test_a_replayed_job_that_fails_again_is_dead_lettered_again(app: Any, worker
     app.charge.apply(args=(9,), job_id="order-9")
     wait_for_letters(1)
     [job] = dlq(lambda d: d.replay(["order-9"]))
-    wait_until(lambda: dlq(lambda d: d.count()) == 1, 3, "the job to be dead-lettered again")
+    wait_until(
+        lambda: dlq(lambda d: d.count()),
+        until=lambda n: n == 1,
+        timeout=20,
+        message="the job to be dead-lettered again",
+    )
     letter = dlq(lambda d: d.get("order-9"))
     assert isinstance(job, ReplayedJob)
     assert letter.headers[REPLAYED_FROM] == str(job.replayed_from)
@@ -375,7 +389,7 @@ def test_cli(nats_server: NatsServer, app: Any, worker: Any, broken: Path, recor
     assert twice.returncode == 2 and str(seqs["mail-1"]) in one_error_line(twice)
     rest = cli(url, "replay", "dlq_app", "--all")
     assert rest.returncode == 0 and rest.stdout.startswith(f"{seqs['mail-0']} -> job mail-0 "), rest.stderr
-    wait_until(lambda: len(executions(record)) == 2, 20, "the replayed jobs to run")
+    wait_until(lambda: len(executions(record)) == 2, timeout=20, message="the replayed jobs to run")
     assert executions(record) == {("mail-0", 1): 1, ("mail-1", 1): 1}
     assert cli(url, "list", "dlq_app").stdout.strip() == "no dead letters"
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +14,8 @@ from prometheus_client import CollectorRegistry
 import jsworker
 from jsworker.testing import NatsServer
 
-from .workers import APPS, free_port, scrape, stop, value, wait_until, worker_env
+from ..support import wait_consumer_settled, wait_until
+from .workers import APPS, Samples, scrape, start_metrics_worker, stop, value, worker_env
 
 sys.path.insert(0, str(APPS))
 import metrics_app
@@ -25,29 +24,29 @@ import metrics_app
 @pytest.fixture
 def worker(nats_server: NatsServer, tmp_path: Path) -> Iterator[int]:
     """A worker of metrics_app serving metrics on a free port; yields the port."""
-    port = free_port()
-    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below, after the process
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jsworker", "run", "metrics_app", "-c", "7", "--metrics-port", str(port),
-         "--metrics-addr", "127.0.0.1", "--log-level", "warning"],
-        env=worker_env(nats_server.url),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    env = worker_env(nats_server.url)
+    proc, port = start_metrics_worker(
+        env, tmp_path / "worker.log", "metrics_app", "-c", "7", "--log-level", "warning"
+    )
     try:
-        wait_until(lambda: _answers(port), 20, "the metrics endpoint")
         yield port
     finally:
         stop(proc)
-        log.close()
 
 
-def _answers(port: int) -> bool:
-    try:
-        scrape(port)
-        return True
-    except OSError:
-        return False
+def _key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted(labels.items()))
+
+
+def _differences(
+    samples: Samples, expected: dict[tuple[str, tuple[tuple[str, str], ...]], float]
+) -> dict[str, tuple[float, float]]:
+    """(got, expected) of every sample that is not as expected, absent ones counting as 0."""
+    return {
+        f"{name}{dict(labels)}": (samples.get((name, labels), 0.0), want)
+        for (name, labels), want in expected.items()
+        if samples.get((name, labels), 0.0) != want
+    }
 
 
 async def _publish_unknown(url: str) -> None:
@@ -78,47 +77,52 @@ def test_metrics_count_a_known_mix_of_outcomes(nats_server: NatsServer, worker: 
         assert not dup.duplicate
         asyncio.run(_publish_unknown(nats_server.url))
 
-        def settled() -> bool:
-            s = scrape(worker)
-            return (
-                value(s, "jsworker_jobs_succeeded_total", queue="default", task="ok") == 6
-                and value(s, "jsworker_jobs_succeeded_total", queue="default", task="flaky") == 2
-                and value(
-                    s, "jsworker_jobs_dead_lettered_total", queue="default", task="slow", outcome="timed_out"
-                )
-                == 1
-            )
-
-        wait_until(settled, 30, "every job to settle")
-        time.sleep(0.3)
-        s = scrape(worker)
+        # Once the queue is settled nothing more runs: the counters are heading for their final
+        # values, and one that overshoots never matches.
+        wait_consumer_settled(nats_server.url, "JSW_MET", "default")
+        d = {"queue": "default"}
+        final: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {
+            _key("jsworker_jobs_succeeded_total", **d, task="ok"): 6,
+            _key("jsworker_jobs_succeeded_total", **d, task="flaky"): 2,
+            _key("jsworker_jobs_started_total", **d, task="ok"): 6,
+            _key("jsworker_jobs_started_total", **d, task="flaky"): 4,
+            _key("jsworker_jobs_retried_total", **d, task="flaky"): 2,
+            _key("jsworker_jobs_failed_total", **d, task="flaky"): 0,  # Retry is not a failure
+            _key("jsworker_jobs_started_total", **d, task="slow"): 2,
+            _key("jsworker_jobs_timed_out_total", **d, task="slow"): 2,
+            _key("jsworker_jobs_retried_total", **d, task="slow"): 1,
+            _key("jsworker_jobs_dead_lettered_total", **d, task="slow", outcome="timed_out"): 1,
+            _key("jsworker_jobs_started_total", **d, task="refuse"): 1,
+            _key("jsworker_jobs_dead_lettered_total", **d, task="refuse", outcome="rejected"): 1,
+            _key("jsworker_jobs_dead_lettered_total", **d, task="_unknown", outcome="bad_input"): 1,
+            _key("jsworker_jobs_started_total", **d, task="_unknown"): 0,
+            _key("jsworker_job_duration_seconds_count", **d, task="ok"): 6,
+            _key("jsworker_job_queue_wait_seconds_count", **d, task="ok"): 6,
+            _key("jsworker_job_queue_wait_seconds_count", **d, task="flaky"): 2,  # first attempts only
+            _key("jsworker_jobs_in_flight"): 0,
+        }
+        s = wait_until(
+            lambda: scrape(worker),
+            until=lambda samples: not _differences(samples, final),
+            timeout=30,
+            message=f"the counters to reach {final}",
+        )
 
         def v(name: str, **labels: str) -> float:
             return value(s, name, **labels)
 
-        d = {"queue": "default"}
-        assert v("jsworker_jobs_started_total", **d, task="ok") == 6
-        assert v("jsworker_jobs_started_total", **d, task="flaky") == 4
-        assert v("jsworker_jobs_retried_total", **d, task="flaky") == 2
-        assert v("jsworker_jobs_failed_total", **d, task="flaky") == 0  # Retry is not a failure
-        assert v("jsworker_jobs_started_total", **d, task="slow") == 2
-        assert v("jsworker_jobs_timed_out_total", **d, task="slow") == 2
-        assert v("jsworker_jobs_retried_total", **d, task="slow") == 1
-        assert v("jsworker_jobs_started_total", **d, task="refuse") == 1
-        assert v("jsworker_jobs_dead_lettered_total", **d, task="refuse", outcome="rejected") == 1
-        assert v("jsworker_jobs_dead_lettered_total", **d, task="_unknown", outcome="bad_input") == 1
-        assert v("jsworker_jobs_started_total", **d, task="_unknown") == 0
-        assert v("jsworker_job_duration_seconds_count", **d, task="ok") == 6
-        assert v("jsworker_job_queue_wait_seconds_count", **d, task="ok") == 6
-        assert v("jsworker_job_queue_wait_seconds_count", **d, task="flaky") == 2  # first attempts only
         assert v("jsworker_jobs_in_flight") == 0
         assert v("jsworker_concurrency_limit") == 7
         assert v("jsworker_worker_info", version=jsworker.__version__, app="met", queues="default") == 1
         assert v("jsworker_pull_requests_total", queue="default") >= 1
         assert not [key for key in s if any(label == "job_id" for label, _ in key[1])]
         # Server-side figures are read every few seconds, not per scrape.
-        wait_until(lambda: value(scrape(worker), "jsworker_dead_letters") == 3, 15, "the dead-letter gauge")
-        s = scrape(worker)
+        s = wait_until(
+            lambda: scrape(worker),
+            until=lambda samples: value(samples, "jsworker_dead_letters") == 3,
+            timeout=15,
+            message="the dead-letter gauge",
+        )
         assert v("jsworker_queue_pending", queue="default") == 0
         assert v("jsworker_queue_ack_pending", queue="default") == 0
         assert v("jsworker_queue_waiting_pulls", queue="default") >= 1

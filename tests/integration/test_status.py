@@ -19,7 +19,8 @@ import pytest
 from jsworker.status import format_age
 from jsworker.testing import NatsServer
 
-from .workers import APPS, records, running_worker, wait_until, worker_env
+from ..support import wait_until
+from .workers import APPS, records, running_worker, worker_env
 
 sys.path.insert(0, str(APPS))
 import acceptance_app as acc
@@ -121,6 +122,7 @@ def test_pending_is_exact_on_two_queues_and_oldest_age_grows(nats_server: NatsSe
     app.sleep_async.delay(1.0)
     app.sleep_sync.delay(2.0)
 
+    started = time.monotonic()
     first = _status(nats_server.url)
     assert first["default"]["pending"] == 5
     assert first["slow"]["pending"] == 2
@@ -130,14 +132,24 @@ def test_pending_is_exact_on_two_queues_and_oldest_age_grows(nats_server: NatsSe
         assert isinstance(row["oldest_pending_age"], float)
         assert row["in_flight"] == row["redelivered"] == row["dead_letters"] == row["waiting_pulls"] == 0
 
-    time.sleep(1.5)
     _provision(app)  # consumers now exist: the numbers come from them and must not change
-    second = _status(nats_server.url)
+
+    def grown(rows: dict[str, dict[str, Any]], queue: str) -> float:
+        return float(rows[queue]["oldest_pending_age"]) - float(first[queue]["oldest_pending_age"])
+
+    # Ages come from the jobs' stored times: they grow with the clock, a second in a second.
+    second = wait_until(
+        lambda: _status(nats_server.url),
+        until=lambda rows: all(grown(rows, queue) >= 1.0 for queue in ("default", "slow")),
+        timeout=20,
+        interval=0.2,
+        message="the oldest jobs to age by a second",
+    )
+    elapsed = time.monotonic() - started
     assert second["default"]["has_consumer"] is True
     assert (second["default"]["pending"], second["slow"]["pending"]) == (5, 2)
     for queue in ("default", "slow"):
-        grown = second[queue]["oldest_pending_age"] - first[queue]["oldest_pending_age"]
-        assert 1.0 <= grown < 10, (queue, first[queue], second[queue])
+        assert grown(second, queue) <= elapsed + 1.0, (queue, elapsed, first[queue], second[queue])
 
     table = _run("acceptance_app", url=nats_server.url).stdout.splitlines()
     default = table[2].split()
@@ -151,14 +163,15 @@ def test_worker_holding_a_long_job_is_in_flight(nats_server: NatsServer, app: An
     app.record_async.delay(1)  # on "default", which this worker does not serve
     with running_worker(nats_server.url, record, tmp_path / "w.log", "--queues", "slow", "--grace", "0"):
         app.sleep_async.delay(30.0)
-        wait_until(lambda: len(records(record, "start")) == 1, 30, "the long job to start")
+        wait_until(lambda: len(records(record, "start")) == 1, timeout=30, message="the long job to start")
 
-        def settled() -> bool:
-            rows = _status(nats_server.url)
-            return rows["slow"]["in_flight"] == 1 and rows["slow"]["waiting_pulls"] >= 1
-
-        wait_until(settled, 15, "in flight 1 and a waiting pull on slow", interval=0.3)
-        rows = _status(nats_server.url)
+        rows = wait_until(
+            lambda: _status(nats_server.url),
+            until=lambda rows: rows["slow"]["in_flight"] == 1 and rows["slow"]["waiting_pulls"] >= 1,
+            timeout=15,
+            interval=0.3,
+            message="in flight 1 and a waiting pull on slow",
+        )
     slow, default = rows["slow"], rows["default"]
     assert (slow["pending"], slow["in_flight"], slow["redelivered"]) == (0, 1, 0)
     assert slow["oldest_pending_age"] is None  # the only job is running, not pending
@@ -170,19 +183,24 @@ def test_dead_letters_are_counted_per_queue(nats_server: NatsServer, app: Any, t
     """Bad jobs a worker dead-letters, and a dead letter of a queue the app no longer has."""
     record = tmp_path / "record.log"
     with running_worker(nats_server.url, record, tmp_path / "w.log"):
-        wait_until(lambda: _status(nats_server.url)["default"]["has_consumer"], 30, "the worker's consumers")
+        wait_until(
+            lambda: _status(nats_server.url)["default"]["has_consumer"],
+            timeout=30,
+            message="the worker's consumers",
+        )
         url = nats_server.url
         asyncio.run(_publish(url, "jsw.acc.q.default.no_such_task", b'{"args": [], "kwargs": {}}', "bad-1"))
         asyncio.run(_publish(url, "jsw.acc.q.default.record_async", b"not json", "bad-2"))
         asyncio.run(_publish(url, "jsw.acc.q.slow.sleep_async", b'{"args": ["x", "y"]}', "bad-3"))
         asyncio.run(_publish(url, "jsw.acc.dlq.retired.old_task", b"{}", "bad-4"))
 
-        def counted() -> bool:
-            rows = _status(url)
-            return rows["default"]["dead_letters"] == 2 and rows["slow"]["dead_letters"] == 1
-
-        wait_until(counted, 30, "three dead letters", interval=0.3)
-        rows = _status(url)
+        rows = wait_until(
+            lambda: _status(url),
+            until=lambda rows: rows["default"]["dead_letters"] == 2 and rows["slow"]["dead_letters"] == 1,
+            timeout=30,
+            interval=0.3,
+            message="three dead letters",
+        )
     assert rows["retired"]["dead_letters"] == 1
     assert rows["retired"]["has_consumer"] is False
     assert all(row["pending"] == 0 and row["in_flight"] == 0 for row in rows.values())

@@ -11,21 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.js.errors
 import pytest
 
 from jsworker.testing import NatsServer
 
-from .workers import (
-    APPS,
-    counts,
-    records,
-    running_worker,
-    start_worker,
-    stop,
-    stream_messages,
-    wait_until,
-    waiting_pulls,
-)
+from ..support import consumer_state, stream_messages, wait_consumer_settled, wait_until
+from .workers import APPS, counts, records, running_worker, start_worker, stop
 
 sys.path.insert(0, str(APPS))
 import acceptance_app as acc
@@ -62,13 +54,14 @@ def test_delay_and_adelay_each_run_exactly_once(
         ids = {j.id for j in sync_jobs + async_jobs}
         assert len(ids) == 2000
         assert not any(j.duplicate for j in sync_jobs + async_jobs)
-        wait_until(lambda: len(records(record)) >= 2000, 60, "2,000 executions")
-        time.sleep(0.5)  # a duplicate execution would show up now
+        wait_until(lambda: len(records(record)) >= 2000, timeout=60, message="2,000 executions")
+        # Each run is recorded before its ack: once all are acked, every run is in the record.
+        assert wait_consumer_settled(nats_server.url, "JSW_ACC", "default").delivered == 2000
         done = counts(record)
         assert set(done) == ids
         assert max(done.values()) == 1
         assert {task for _, task, _ in records(record)} == {"record_async", "record_sync"}
-        assert asyncio.run(stream_messages(nats_server.url, "JSW_ACC")) == 0
+        assert stream_messages(nats_server.url, "JSW_ACC") == 0
         assert worker.poll() is None
 
 
@@ -80,10 +73,11 @@ def test_same_job_id_runs_once(nats_server: NatsServer, app: Any, record: Path, 
     assert second.duplicate
     assert second.seq == first.seq
     with running_worker(nats_server.url, record, tmp_path / "w.log"):
-        wait_until(lambda: "order-42" in counts(record), 20, "the job to run")
+        wait_until(lambda: "order-42" in counts(record), timeout=20, message="the job to run")
         third = app.record_async.apply(args=(1,), job_id="order-42")
         assert third.duplicate  # still inside the window, even though the job is done and gone
-        time.sleep(1.0)
+        assert stream_messages(nats_server.url, "JSW_ACC") == 0
+        assert wait_consumer_settled(nats_server.url, "JSW_ACC", "default").delivered == 1
     assert counts(record) == {"order-42": 1}
 
 
@@ -95,11 +89,15 @@ def test_two_workers_share_a_queue(nats_server: NatsServer, app: Any, record: Pa
     ):
         # Both pulling before the jobs arrive: a worker still starting would find none left.
         wait_until(
-            lambda: asyncio.run(waiting_pulls(nats_server.url, "JSW_ACC", "default")) >= 2, 30, "two pulls"
+            lambda: consumer_state(nats_server.url, "JSW_ACC", "default").waiting,
+            until=lambda waiting: waiting >= 2,
+            timeout=30,
+            message="a pull request of each worker",
+            ignore=(nats.js.errors.NotFoundError,),
         )
         jobs = app.record_async.delay_many([(i,) for i in range(2000)])
-        wait_until(lambda: len(records(record)) >= 2000, 60, "2,000 executions")
-        time.sleep(0.5)
+        wait_until(lambda: len(records(record)) >= 2000, timeout=60, message="2,000 executions")
+        assert wait_consumer_settled(nats_server.url, "JSW_ACC", "default").delivered == 2000
         done = counts(record)
         assert set(done) == {j.id for j in jobs}
         assert max(done.values()) == 1
@@ -113,8 +111,9 @@ def test_long_jobs_are_held_by_heartbeats(
     """Jobs running 3x the queue's ack_wait (1.5 s) are never redelivered: heartbeats hold them."""
     jobs = [app.sleep_async.delay(4.5), app.sleep_sync.delay(4.5)]
     with running_worker(nats_server.url, record, tmp_path / "w.log"):
-        wait_until(lambda: len(records(record)) >= 2, 20, "both long jobs to finish")
-        time.sleep(2.0)  # longer than ack_wait: a redelivery would start the job again
+        wait_until(lambda: len(records(record)) >= 2, timeout=20, message="both long jobs to finish")
+        # Settled, nothing can be redelivered any more; two deliveries means none happened.
+        assert wait_consumer_settled(nats_server.url, "JSW_ACC", "slow").delivered == 2
     assert counts(record, "start") == {j.id: 1 for j in jobs}
     assert counts(record) == {j.id: 1 for j in jobs}
 
@@ -145,7 +144,7 @@ def test_bad_input_is_dead_lettered_and_work_goes_on(
     """Unknown task, undecodable body, wrong arguments: each dead-lettered with a reason; good jobs run on."""
     with running_worker(nats_server.url, record, tmp_path / "w.log") as worker:
         app.record_async.delay(0)  # creates the streams
-        wait_until(lambda: len(records(record)) == 1, 20, "the first job")
+        wait_until(lambda: len(records(record)) == 1, timeout=20, message="the first job")
         asyncio.run(
             _publish_raw(
                 nats_server.url,
@@ -169,7 +168,7 @@ def test_bad_input_is_dead_lettered_and_work_goes_on(
             )
         )
         after = [app.record_async.delay(i) for i in range(1, 21)]
-        wait_until(lambda: len(records(record)) == 21, 20, "the good jobs after the bad ones")
+        wait_until(lambda: len(records(record)) == 21, timeout=20, message="the good jobs after the bad ones")
         letters = {m.headers["Jsw-Job-Id"]: m for m in asyncio.run(_dead_letters(nats_server.url))}
         assert set(letters) == {"bad-unknown", "bad-body", "bad-args"}
         assert "unknown task" in letters["bad-unknown"].headers["Jsw-Dlq-Reason"]
@@ -177,7 +176,7 @@ def test_bad_input_is_dead_lettered_and_work_goes_on(
         assert "bad arguments" in letters["bad-args"].headers["Jsw-Dlq-Reason"]
         assert letters["bad-body"].data == b"\x00\xffnot json{"
         assert set(counts(record)) >= {j.id for j in after}
-        assert asyncio.run(stream_messages(nats_server.url, "JSW_ACC")) == 0
+        assert stream_messages(nats_server.url, "JSW_ACC") == 0
         assert worker.poll() is None
 
 
@@ -195,7 +194,7 @@ def test_sigterm_with_jobs_in_flight_loses_nothing(
     jobs = [app.sleep_async.delay(job_seconds) for _ in range(10)]
     first = start_worker(nats_server.url, record, tmp_path / "w1.log", "-c", "5", "--grace", str(grace))
     try:
-        wait_until(lambda: len(records(record, "start")) >= 5, 20, "5 jobs to start")
+        wait_until(lambda: len(records(record, "start")) >= 5, timeout=20, message="5 jobs to start")
         started = time.monotonic()
         stop(first, timeout=grace + 10)
         took = time.monotonic() - started
@@ -209,10 +208,13 @@ def test_sigterm_with_jobs_in_flight_loses_nothing(
     else:
         assert not done_on_first
     with running_worker(nats_server.url, record, tmp_path / "w2.log"):
-        wait_until(lambda: set(counts(record)) >= {j.id for j in jobs}, 30, "every job to complete")
+        wait_until(
+            lambda: set(counts(record)) >= {j.id for j in jobs}, timeout=30, message="every job to complete"
+        )
+        wait_consumer_settled(nats_server.url, "JSW_ACC", "slow")
     done = counts(record)
     assert max(done.values()) == 1
-    assert asyncio.run(stream_messages(nats_server.url, "JSW_ACC")) == 0
+    assert stream_messages(nats_server.url, "JSW_ACC") == 0
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -223,7 +225,7 @@ def test_worker_runs_on_the_chosen_event_loop(
     log = tmp_path / "w.log"
     with running_worker(nats_server.url, record, log, "--loop", loop, "--log-level", "info"):
         jobs = [app.record_async.delay(i) for i in range(50)] + [app.record_sync.delay(i) for i in range(50)]
-        wait_until(lambda: len(records(record)) >= 100, 30, "100 executions")
+        wait_until(lambda: len(records(record)) >= 100, timeout=30, message="100 executions")
     assert set(counts(record)) == {j.id for j in jobs}
     started = [line for line in log.read_text().splitlines() if "worker.started" in line]
     assert len(started) == 1 and f"loop={loop}" in started[0]

@@ -5,24 +5,22 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import nats
-import nats.js.errors
 from prometheus_client.parser import text_string_to_metric_families
 
 from jsworker import App
 from jsworker.runtime.worker import Worker, WorkerSettings
 from jsworker.testing import parse_execution
+
+from ..support import PortTaken, on_a_free_port, wait_until, wait_until_async
 
 APPS = Path(__file__).parent / "apps"
 ROOT = Path(__file__).parents[2]
@@ -90,26 +88,6 @@ def counts(path: Path, event: str = "done") -> Counter[str]:
     return Counter(job_id for job_id, _, _ in records(path, event))
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
-    """Poll ``predicate`` until true; fail the test with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-async def stream_messages(url: str, stream: str) -> int:
-    """Messages stored in ``stream`` right now."""
-    nc = await nats.connect(url)
-    try:
-        info = await nc.jetstream().stream_info(stream)
-        return int(info.state.messages)
-    finally:
-        await nc.close()
-
-
 @asynccontextmanager
 async def in_process_worker(app: App, **settings: Any) -> AsyncIterator[Worker]:
     """A :class:`Worker` of ``app`` on this event loop for the block, pulling before it starts;
@@ -117,8 +95,13 @@ async def in_process_worker(app: App, **settings: Any) -> AsyncIterator[Worker]:
     worker = Worker(app, WorkerSettings(**{"concurrency": 10, "grace": 1, **settings}))
     task = asyncio.create_task(worker.run())
     try:
-        while worker.conn is None or not worker._consumers:
-            await asyncio.sleep(0.05)
+
+        def pulling() -> bool:
+            if task.done():  # a worker that could not start: its exception, not a timeout
+                task.result()
+            return worker.conn is not None and bool(worker._consumers)
+
+        await wait_until_async(pulling, timeout=30, message="the worker to pull")
         yield worker
     finally:
         worker.stop()
@@ -126,25 +109,45 @@ async def in_process_worker(app: App, **settings: Any) -> AsyncIterator[Worker]:
         await app.aclose()
 
 
-async def waiting_pulls(url: str, stream: str, consumer: str) -> int:
-    """Pull requests waiting on ``consumer`` right now: one per idle worker pull loop."""
-    nc = await nats.connect(url)
-    try:
-        return int((await nc.jetstream().consumer_info(stream, consumer)).num_waiting)
-    except nats.js.errors.NotFoundError:
-        return 0
-    finally:
-        await nc.close()
-
-
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def free_port() -> int:
-    """A loopback port free right now (a hint: whoever binds it first gets it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def start_metrics_worker(
+    env: dict[str, str], log: Path, module: str, *args: str, timeout: float = 30.0
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``jsworker run module --metrics-port P ARGS`` with its output in ``log``, on a port that
+    was free a moment ago (on another one if the worker finds it taken); the process and its
+    port, once the process serves its metrics there."""
+
+    def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
+        offset = log.stat().st_size if log.exists() else 0
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jsworker", "run", module, "--metrics-port", str(port),
+                 "--metrics-addr", "127.0.0.1", *args],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+
+        def serving() -> bool:
+            if proc.poll() is not None:
+                said = log.read_bytes()[offset:].decode(errors="replace")
+                if "cannot serve metrics" in said:
+                    raise PortTaken(said)
+                raise AssertionError(f"the worker exited with {proc.returncode}:\n{said}")
+            try:
+                # Our worker's figures, not those of whatever else may answer on the port.
+                return value(scrape(port), "jsworker_concurrency_limit") > 0
+            except OSError:
+                return False
+
+        try:
+            wait_until(serving, timeout=timeout, message=f"the worker's metrics on port {port}")
+        except BaseException:
+            stop(proc)
+            raise
+        return proc, port
+
+    return on_a_free_port(start)
 
 
 def scrape(port: int) -> Samples:

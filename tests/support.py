@@ -1,0 +1,232 @@
+"""Waiting for conditions and reading a server's stream and consumer state, for every suite.
+
+A test waits for what it needs to be true, never for a length of time: :func:`wait_until`
+(and :func:`wait_until_async` on an event loop) polls a condition and fails the test with the
+last value it saw. The server readers open a connection of their own per call, so they work
+whatever the code under test did to its connections, and never depend on that code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+
+T = TypeVar("T")
+
+Servers = str | Sequence[str]
+
+#: What a server answers (or what connecting to it raises) while it restarts or while its
+#: cluster elects a leader: worth asking again.
+UNSETTLED: tuple[type[Exception], ...] = (nats.errors.Error, TimeoutError, OSError)
+
+
+class _Nothing:
+    def __repr__(self) -> str:
+        return "nothing (the condition was never evaluated)"
+
+
+def _timed_out(message: str, timeout: float, last: object) -> AssertionError:
+    return AssertionError(f"timed out after {timeout:g}s waiting for {message}; last observed: {last!r}")
+
+
+def wait_until(
+    condition: Callable[[], T],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    message: str = "the condition",
+    until: Callable[[T], object] = bool,
+    ignore: tuple[type[Exception], ...] = (),
+) -> T:
+    """Call ``condition`` every ``interval`` seconds until ``until(value)`` holds (by default:
+    until the value is truthy); return that value.
+
+    An exception of a type in ``ignore`` counts as "not yet". After ``timeout`` seconds the
+    condition is tried once more, then AssertionError names ``message`` and the last value
+    (or exception) observed.
+    """
+    deadline = time.monotonic() + timeout
+    last: object = _Nothing()
+    while True:
+        expired = time.monotonic() >= deadline
+        try:
+            value = condition()
+        except ignore as exc:
+            last = exc
+        else:
+            if until(value):
+                return value
+            last = value
+        if expired:
+            raise _timed_out(message, timeout, last)
+        time.sleep(interval)
+
+
+@overload
+async def wait_until_async(
+    condition: Callable[[], Awaitable[T]],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    message: str = ...,
+    until: Callable[[T], object] = ...,
+    ignore: tuple[type[Exception], ...] = ...,
+) -> T: ...
+
+
+@overload
+async def wait_until_async(
+    condition: Callable[[], T],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    message: str = ...,
+    until: Callable[[T], object] = ...,
+    ignore: tuple[type[Exception], ...] = ...,
+) -> T: ...
+
+
+async def wait_until_async(
+    condition: Callable[[], Any],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    message: str = "the condition",
+    until: Callable[[Any], object] = bool,
+    ignore: tuple[type[Exception], ...] = (),
+) -> Any:
+    """:func:`wait_until` for a test running on an event loop: the condition may be a plain
+    function or return an awaitable, and the loop keeps running between tries."""
+    deadline = time.monotonic() + timeout
+    last: object = _Nothing()
+    while True:
+        expired = time.monotonic() >= deadline
+        try:
+            value = condition()
+            if inspect.isawaitable(value):
+                value = await value
+        except ignore as exc:
+            last = exc
+        else:
+            if until(value):
+                return value
+            last = value
+        if expired:
+            raise _timed_out(message, timeout, last)
+        await asyncio.sleep(interval)
+
+
+# -- the server ---------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def connected(servers: Servers) -> AsyncIterator[Client]:
+    """A plain nats-py connection of our own, closed after the block. Short timeouts and few
+    reconnect attempts: a caller polling a server that is down must get an error, not a hang."""
+    urls = [servers] if isinstance(servers, str) else list(servers)
+    nc = await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=3)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+async def stream_messages_async(servers: Servers, stream: str) -> int:
+    """Messages stored in ``stream`` now, from the server's stream info."""
+    async with connected(servers) as nc:
+        return int((await nc.jetstream().stream_info(stream)).state.messages)
+
+
+def stream_messages(servers: Servers, stream: str) -> int:
+    """Messages stored in ``stream`` now (from a test that is not on an event loop)."""
+    return asyncio.run(stream_messages_async(servers, stream))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerState:
+    """A durable consumer as the server reports it."""
+
+    delivered: int  # deliveries made, redeliveries included (the last consumer sequence)
+    delivered_stream_seq: int  # the last stream sequence delivered
+    ack_floor: int  # consumer sequence up to which every delivery is acknowledged
+    ack_pending: int  # delivered, not acknowledged yet
+    redelivered: int  # of those, delivered more than once
+    pending: int  # matching messages not delivered yet
+    waiting: int  # pull requests waiting for messages
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left to deliver and nothing delivered that is not acknowledged."""
+        return self.pending == 0 and self.ack_pending == 0
+
+
+async def consumer_state_async(servers: Servers, stream: str, consumer: str) -> ConsumerState:
+    """The state of ``consumer`` on ``stream`` now; nats.js.errors.NotFoundError when it does not exist."""
+    async with connected(servers) as nc:
+        info = await nc.jetstream().consumer_info(stream, consumer)
+    delivered, floor = info.delivered, info.ack_floor
+    return ConsumerState(
+        delivered=(delivered.consumer_seq or 0) if delivered else 0,
+        delivered_stream_seq=(delivered.stream_seq or 0) if delivered else 0,
+        ack_floor=(floor.consumer_seq or 0) if floor else 0,
+        ack_pending=info.num_ack_pending or 0,
+        redelivered=info.num_redelivered or 0,
+        pending=info.num_pending or 0,
+        waiting=info.num_waiting or 0,
+    )
+
+
+def consumer_state(servers: Servers, stream: str, consumer: str) -> ConsumerState:
+    """The state of ``consumer`` on ``stream`` now (from a test that is not on an event loop)."""
+    return asyncio.run(consumer_state_async(servers, stream, consumer))
+
+
+def wait_consumer_settled(
+    servers: Servers, stream: str, consumer: str, *, timeout: float = 30.0
+) -> ConsumerState:
+    """Wait until ``consumer`` has nothing left to deliver and every delivery acknowledged; its
+    state then. From here on the server delivers nothing more, so ``delivered`` is final: equal
+    to the number of jobs, it proves none was delivered (and run) twice."""
+    return wait_until(
+        lambda: consumer_state(servers, stream, consumer),
+        until=lambda state: state.settled,
+        timeout=timeout,
+        interval=0.1,
+        message=f"consumer {consumer} of {stream} to have every message delivered and acknowledged",
+        ignore=UNSETTLED,
+    )
+
+
+# -- ports ----------------------------------------------------------------------------------
+
+
+class PortTaken(Exception):
+    """A process we started could not bind the port it was given: someone else took it."""
+
+
+def free_port() -> int:
+    """A loopback port nobody had bound a moment ago: a hint, whoever binds it first gets it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def on_a_free_port(start: Callable[[int], T], attempts: int = 5) -> T:
+    """``start(port)`` on a :func:`free_port`; on another one while ``start`` raises
+    :class:`PortTaken` (the last attempt's PortTaken reaches the caller)."""
+    for _ in range(attempts - 1):
+        try:
+            return start(free_port())
+        except PortTaken:
+            continue
+    return start(free_port())

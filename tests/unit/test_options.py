@@ -1,0 +1,170 @@
+"""Each option is declared once: the App's keywords, app.task's options, the command-line flags
+and the environment variables all come from (or are checked against) the option fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import click
+import pytest
+
+from jsworker import App
+from jsworker.app import AppArguments, AppOptions
+from jsworker.cli import cli
+from jsworker.cli.options import flag_fields
+from jsworker.config import env_name, option_fields
+from jsworker.jetstream.connection import ConnectOptions
+from jsworker.runtime.worker import WorkerSettings
+from jsworker.spark.options import CREDENTIAL_OPTIONS
+from jsworker.task import TaskArguments, TaskOptions
+
+# Flags of `jsworker run` that are about the process, not a setting of the worker or the app.
+PROCESS_FLAGS = {"app_spec", "metrics_port", "metrics_addr", "loop_kind", "log_level", "log_format", "help"}
+# ConnectOptions fields jsworker sets itself.
+INTERNAL_CONNECTION_FIELDS = {"servers", "name", "check_subjects"}
+
+
+def _names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def test_app_keywords_are_the_option_fields() -> None:
+    """AppArguments lists exactly TaskOptions (queue as default_queue), AppOptions and the
+    user-facing ConnectOptions fields, with the same types."""
+    expected = (
+        (_names(TaskOptions) - {"queue"})
+        | {"default_queue"}
+        | _names(AppOptions)
+        | (_names(ConnectOptions) - INTERNAL_CONNECTION_FIELDS)
+    )
+    assert set(AppArguments.__annotations__) == expected
+    hints = typing.get_type_hints(AppArguments)
+    for owner in (TaskOptions, AppOptions, ConnectOptions):
+        owner_hints = typing.get_type_hints(owner)
+        for name, hint in owner_hints.items():
+            key = "default_queue" if (owner, name) == (TaskOptions, "queue") else name
+            if key in hints:
+                assert hints[key] == hint, key
+
+
+def test_task_keywords_are_the_task_option_fields() -> None:
+    """app.task(...) takes every TaskOptions field, each also None (the app's default)."""
+    assert set(TaskArguments.__annotations__) == _names(TaskOptions)
+    hints = typing.get_type_hints(TaskArguments)
+    for name, hint in typing.get_type_hints(TaskOptions).items():
+        assert hints[name] == hint | None, name
+
+
+def test_every_option_field_has_help() -> None:
+    """Every setting a user can give is an option field, with its help."""
+    for cls in (TaskOptions, AppOptions, ConnectOptions, WorkerSettings):
+        internal = {"name", "check_subjects"} if cls is ConnectOptions else set()
+        assert {f.name for f in option_fields(cls)} == _names(cls) - internal, cls
+        assert all(f.metadata["help"] for f in option_fields(cls)), cls
+
+
+def test_run_flags_and_worker_settings_agree() -> None:
+    """Every flagged WorkerSettings and ConnectOptions field is a `jsworker run` option with
+    the field's name and default, and every other option is about the process."""
+    command = cli.commands["run"]
+    params = {p.name: p for p in command.params}
+    for f in flag_fields(WorkerSettings):
+        assert f.name in params, f.name
+        assert params[f.name].default == f.default, f.name
+        assert set(params[f.name].opts) == set(f.metadata["flag"].split())
+    for f in flag_fields(ConnectOptions):
+        assert f.name in params, f.name
+        assert params[f.name].default is None  # left out, the app's own value stands
+    settings = {f.name for f in flag_fields(WorkerSettings)} | {f.name for f in flag_fields(ConnectOptions)}
+    assert set(params) - settings == PROCESS_FLAGS - {"help"}
+
+
+def test_every_command_that_connects_has_every_connection_flag() -> None:
+    wanted = {f.name for f in flag_fields(ConnectOptions)}
+
+    def commands(group: click.Group) -> typing.Iterator[click.Command]:
+        for command in group.commands.values():
+            if isinstance(command, click.Group):
+                yield from commands(command)
+            else:
+                yield command
+
+    for command in commands(cli):
+        names = {p.name for p in command.params}
+        if names & wanted:
+            assert wanted <= names, command.name
+
+
+def test_spark_credential_options_follow_the_flags() -> None:
+    assert CREDENTIAL_OPTIONS == {
+        "user": "user",
+        "password": "password",
+        "token": "token",
+        "creds": "credentials",
+        "nkey_seed": "nkey_seed",
+        "tls_ca": "tls_ca",
+        "tls_cert": "tls_cert",
+        "tls_key": "tls_key",
+    }
+
+
+def test_app_keywords_land_in_their_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JSWORKER_TOKEN", "from-env")
+    app = App(
+        "opts",
+        "nats://a:4222,nats://b:4222",
+        default_queue="mail",
+        max_retries=5,
+        duplicate_window=60,
+        replicas=3,
+        user="u",
+        password="p",
+        connect_timeout=1.5,
+    )
+    assert app.defaults.queue == "mail" and app.defaults.max_retries == 5
+    assert app.options.duplicate_window == 60.0 and app.options.replicas == 3
+    assert app.connection.user == "u" and app.connection.password == "p"
+    assert app.connection.token == "from-env"  # not given: JSWORKER_TOKEN
+    assert app.connection.connect_timeout == 1.5
+    assert app.servers == ["nats://a:4222", "nats://b:4222"]
+
+
+def test_objects_and_keywords_combine_keywords_winning() -> None:
+    app = App(
+        "opts",
+        task_defaults=TaskOptions(max_retries=7, timeout=5.0),
+        options=AppOptions(replicas=3),
+        connection=ConnectOptions(user="obj"),
+        timeout=9.0,
+    )
+    assert (app.defaults.max_retries, app.defaults.timeout) == (7, 9.0)
+    assert app.options.replicas == 3
+    assert app.connection.user == "obj"
+
+
+def test_unknown_or_bad_keywords_fail_at_once() -> None:
+    with pytest.raises(TypeError, match="no_such_option"):
+        App("opts", no_such_option=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="queue"):
+        App("opts", queue="q")  # type: ignore[call-arg]
+    with pytest.raises(Exception, match="replicas"):
+        App("opts", replicas=0)
+    app = App("opts")
+    with pytest.raises(TypeError, match="retries"):
+        app.task(retries=3)  # type: ignore[call-overload]
+
+
+def test_environment_variables_are_the_documented_ones() -> None:
+    names = {env_name(f) for f in option_fields(ConnectOptions)} - {None}
+    assert names == {
+        "JSWORKER_URL",
+        "JSWORKER_USER",
+        "JSWORKER_PASSWORD",
+        "JSWORKER_TOKEN",
+        "JSWORKER_CREDS",
+        "JSWORKER_NKEY_SEED",
+        "JSWORKER_TLS_CA",
+        "JSWORKER_TLS_CERT",
+        "JSWORKER_TLS_KEY",
+    }
