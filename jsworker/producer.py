@@ -159,7 +159,13 @@ class Producer:
     # -- the sync bridge ------------------------------------------------------------------
 
     def run_sync(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``fn(*args)`` on the background loop and wait for its result."""
+        """Run ``fn(*args)`` on the background loop and wait for its result.
+
+        A plain loop on a daemon thread and ``run_coroutine_threadsafe``, not an anyio
+        blocking portal: through a portal, ``task.delay()`` made 2.2k jobs/s against 3.0-3.2k
+        this way (same server, same run), and anyio's own portal thread would also keep a
+        process from exiting until the app is closed.
+        """
         if not self._warned:
             try:
                 asyncio.get_running_loop()

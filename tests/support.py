@@ -191,18 +191,40 @@ def consumer_state(servers: Servers, stream: str, consumer: str) -> ConsumerStat
     return asyncio.run(consumer_state_async(servers, stream, consumer))
 
 
+def _settled(state: ConsumerState) -> bool:
+    return state.settled
+
+
+def _settling(stream: str, consumer: str) -> str:
+    return f"consumer {consumer} of {stream} to have every message delivered and acknowledged"
+
+
 def wait_consumer_settled(
     servers: Servers, stream: str, consumer: str, *, timeout: float = 30.0
 ) -> ConsumerState:
     """Wait until ``consumer`` has nothing left to deliver and every delivery acknowledged; its
     state then. From here on the server delivers nothing more, so ``delivered`` is final: equal
-    to the number of jobs, it proves none was delivered (and run) twice."""
+    to the number of jobs, it proves that none was delivered (and run) twice."""
     return wait_until(
         lambda: consumer_state(servers, stream, consumer),
-        until=lambda state: state.settled,
+        until=_settled,
         timeout=timeout,
         interval=0.1,
-        message=f"consumer {consumer} of {stream} to have every message delivered and acknowledged",
+        message=_settling(stream, consumer),
+        ignore=UNSETTLED,
+    )
+
+
+async def wait_consumer_settled_async(
+    servers: Servers, stream: str, consumer: str, *, timeout: float = 30.0
+) -> ConsumerState:
+    """:func:`wait_consumer_settled` on an event loop."""
+    return await wait_until_async(
+        lambda: consumer_state_async(servers, stream, consumer),
+        until=_settled,
+        timeout=timeout,
+        interval=0.1,
+        message=_settling(stream, consumer),
         ignore=UNSETTLED,
     )
 

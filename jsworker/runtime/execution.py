@@ -129,7 +129,8 @@ class Executor:
         try:
             if timeout is None:
                 # Most tasks have no timeout: no timeout scope and no extra coroutine layer for
-                # them, both measurable in a short job's cost.
+                # them, both measurable in a short job's cost (asyncio.timeout is 3.0 us a job,
+                # anyio.fail_after 7.0 us: bench/hotpath.py).
                 if task.is_async:
                     await task.fn(*args, **kwargs)
                 else:

@@ -14,6 +14,10 @@ class Limiter:
     messages pulled but not finished never exceed the slots plus the pull loops' buffers.
     :meth:`try_acquire` lets a message that arrives while a slot is free start at once, from
     the code that received it, without waking the pull loop; it never overtakes a waiter.
+
+    Hand-written because it is taken and given back once per job: 0.15 us per acquire and
+    release against 5.6 us for ``anyio.CapacityLimiter`` and 5.0 us for ``anyio.Semaphore``,
+    which yield to the event loop even when a slot is free (bench/hotpath.py).
     """
 
     def __init__(self, limit: int) -> None:

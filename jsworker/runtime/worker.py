@@ -15,9 +15,11 @@ import functools
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from .. import __version__
 from ..config import option
@@ -107,6 +109,8 @@ class Worker:
         self.queues: list[str] = []
         self._stop = asyncio.Event()
         self._grace = self.settings.grace
+        self._grace_scope: anyio.CancelScope | None = None
+        self._stop_now = False
         self._consumers: dict[str, PullConsumer] = {}
         self._jobs: dict[JobRun, asyncio.Task[None]] = {}
         self._crash: BaseException | None = None
@@ -116,9 +120,12 @@ class Worker:
     # -- control --------------------------------------------------------------------------
 
     def stop(self, *, now: bool = False) -> None:
-        """Begin a graceful stop; ``now`` skips the grace period (running jobs are cancelled)."""
+        """Begin a graceful stop; ``now`` ends the grace period at once, even one under way
+        (running jobs are cancelled and handed back)."""
         if now:
-            self._grace = 0.0
+            self._stop_now = True
+            if self._grace_scope is not None:
+                self._grace_scope.cancel()
         self._stop.set()
 
     @property
@@ -147,25 +154,32 @@ class Worker:
             self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
             self._events = EventEmitter(conn, app.namespace, app.metrics) if app.options.events else None
             self._report = JobReporter(app.metrics, self.counts)
-            loops = [
-                asyncio.create_task(self._queue_loop(q), name=f"jsworker-queue-{q}") for q in self.queues
-            ]
-            loops.append(asyncio.create_task(self._heartbeats(), name="jsworker-heartbeats"))
-            loops.append(asyncio.create_task(self._watch_event_loop(), name="jsworker-loop-watch"))
-            loops.append(asyncio.create_task(self._server_stats(), name="jsworker-server-stats"))
-            for loop_task in loops:
-                loop_task.add_done_callback(self._loop_done)
-            log.info(
-                "worker.started",
-                app=app.name,
-                queues=self.queues,
-                concurrency=settings.concurrency,
-                prefetch=settings.prefetch,
-                server=".".join(map(str, conn.server_version)),
-                loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
-            )
-            await self._stop.wait()
-            await self._shutdown(loops)
+            # The pull loops and the worker's own services run in one task group; each job
+            # runs in a task of its own, outside it (see _spawn).
+            async with anyio.create_task_group() as services:
+                for queue in self.queues:
+                    services.start_soon(
+                        self._supervised, self._queue_loop, queue, name=f"jsworker-queue-{queue}"
+                    )
+                for service in (self._heartbeats, self._watch_event_loop, self._server_stats):
+                    services.start_soon(self._supervised, service, name=f"jsworker-{service.__name__[1:]}")
+                log.info(
+                    "worker.started",
+                    app=app.name,
+                    queues=self.queues,
+                    concurrency=settings.concurrency,
+                    prefetch=settings.prefetch,
+                    server=".".join(map(str, conn.server_version)),
+                    loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
+                )
+                await self._stop.wait()
+                # Heartbeats go on while running jobs get their grace period.
+                await self._finish_jobs()
+                services.cancel_scope.cancel()
+            for consumer in list(self._consumers.values()):
+                await consumer.close()
+            self._executor.close()
+            await conn.flush()
         finally:
             await conn.close()
         if self._crash is not None:
@@ -247,13 +261,14 @@ class Worker:
     def _engine_event(self, queue: str) -> EngineObserver:
         return EngineObserver(queue, self.app.metrics, self.counts)
 
-    def _loop_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None and self._crash is None:
-            self._crash = exc
-            log.error("worker.crashed", loop=task.get_name(), error=repr(exc))
+    async def _supervised(self, service: Callable[..., Awaitable[None]], *args: Any) -> None:
+        # A service that fails stops the worker, which then hands its jobs back as on SIGTERM.
+        try:
+            await service(*args)
+        except Exception as exc:
+            if self._crash is None:
+                self._crash = exc
+                log.error("worker.crashed", loop=getattr(service, "__name__", "?"), error=repr(exc))
             self._stop.set()
 
     async def _heartbeats(self) -> None:
@@ -307,6 +322,10 @@ class Worker:
     # -- running --------------------------------------------------------------------------
 
     def _spawn(self, job: JobRun) -> None:
+        # A task of the loop's own, not of an anyio task group: starting one costs 4.0 us
+        # against 18.3 us for start_soon (bench/hotpath.py), on a no-op job of about 14 us.
+        # The worker keeps the structure itself: _jobs holds every task until it has settled,
+        # and _finish_jobs waits for, cancels and hands back what is left.
         self._jobs[job] = self._create_task(self._run_job(job))
 
     async def _run_job(self, job: JobRun) -> None:
@@ -391,29 +410,25 @@ class Worker:
 
     # -- stopping -------------------------------------------------------------------------
 
-    async def _shutdown(self, loops: list[asyncio.Task[None]]) -> None:
+    async def _finish_jobs(self) -> None:
         log.info("worker.stopping", in_flight=self.in_flight, grace=self._grace)
         for consumer in list(self._consumers.values()):
             for delivery in await consumer.drain():
                 await delivery.nak()
-        if self._jobs:
-            await asyncio.wait(list(self._jobs.values()), timeout=self._grace)
+        with anyio.move_on_after(self._grace) as self._grace_scope:
+            if self._stop_now:  # a second signal before the grace period began
+                self._grace_scope.cancel()
+            if self._jobs:
+                await asyncio.wait(list(self._jobs.values()))
         if self._jobs:
             log.warning("worker.cancelling", in_flight=self.in_flight)
             self._cancelling = True
             running = list(self._jobs.values())
             for task in running:
                 task.cancel()
-            await asyncio.wait(running, timeout=2.0)
+            with anyio.move_on_after(2.0):
+                await asyncio.wait(running)
             # A job cancelled before its first step never ran its own clean-up: give it back.
             for job in list(self._jobs):
                 await job.delivery.nak()
             self._jobs.clear()
-        for loop_task in loops:
-            loop_task.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
-        for consumer in list(self._consumers.values()):
-            await consumer.close()
-        self._executor.close()
-        if self.conn is not None:
-            await self.conn.flush()

@@ -13,6 +13,8 @@ from jsworker.jetstream import client as client_module
 from jsworker.jetstream.client import Internal, JetStreamClient, internals_problems
 from jsworker.jetstream.connection import Connection, ConnectOptions
 
+from ..support import wait_until_async
+
 if TYPE_CHECKING:
     from jsworker.testing import NatsServer
 
@@ -93,9 +95,7 @@ async def test_subscribe_direct_delivers_in_order_and_survives_a_failing_handler
         for i in range(2, 200):
             await nc.publish(f"direct.{i}", str(i).encode())
         await nc.flush()
-        with anyio.fail_after(10):
-            while len(got) < 199:
-                await anyio.sleep(0.01)
+        await wait_until_async(lambda: len(got) >= 199, timeout=10, message="199 messages handled")
         assert got[0] == ("direct.a", "r.1", b"1", {"K": "v"})
         assert [body for _, _, body, _ in got[1:]] == [str(i).encode() for i in range(2, 200)]
         assert got[1][3] is None  # no headers
@@ -104,9 +104,17 @@ async def test_subscribe_direct_delivers_in_order_and_survives_a_failing_handler
 
         await sub.unsubscribe()
         assert nc.direct_routes == 0
+        sentinels: list[bytes] = []
+
+        async def sentinel(subject: str, reply: str, body: bytes, headers: dict[str, str] | None) -> None:
+            sentinels.append(body)
+
+        await nc.subscribe_direct("sentinel", sentinel)
         await nc.publish("direct.late", b"late")
-        await nc.flush()
-        await anyio.sleep(0.1)
+        await nc.publish("sentinel", b"after the late one")
+        # The read loop takes messages in the order the server sent them: once the sentinel is
+        # handled, the late message has been handled, or dropped, before it.
+        await wait_until_async(lambda: sentinels, timeout=10, message="the sentinel")
         assert len(got) == 199
     finally:
         await nc.close()

@@ -3,7 +3,6 @@ job never depends on an event being sent."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 
 import nats
@@ -14,6 +13,7 @@ from jsworker import App, Reject, Retry, current_job
 from jsworker.events import JobEvent, decode_event
 from jsworker.testing import NatsServer
 
+from ..support import stream_messages_async, wait_until_async
 from .workers import in_process_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -39,12 +39,15 @@ def _app(url: str, events: bool = True) -> App:
 
 
 async def _events(url: str, stream: str, expect: int, timeout: float = 15.0) -> list[JobEvent]:
+    await wait_until_async(
+        lambda: stream_messages_async(url, stream),
+        until=lambda n: n >= expect,
+        timeout=timeout,
+        message=f"{expect} events in {stream}",
+    )
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        async with asyncio.timeout(timeout):
-            while (await js.stream_info(stream)).state.messages < expect:
-                await asyncio.sleep(0.05)
         sub = await js.pull_subscribe(">", stream=stream)
         out: list[JobEvent] = []
         while len(out) < expect:
@@ -110,9 +113,9 @@ async def test_no_events_stream_without_the_option(nats_server: NatsServer) -> N
     app = _app(nats_server.url, events=False)
     async with in_process_worker(app) as worker:
         await app.tasks["ok"].aapply((1,))
-        async with asyncio.timeout(10):
-            while worker.counts["succeeded"] < 1:
-                await asyncio.sleep(0.05)
+        await wait_until_async(
+            lambda: worker.counts["succeeded"] >= 1, timeout=10, message="the job to succeed"
+        )
     nc = await nats.connect(nats_server.url)
     try:
         names = [s.config.name for s in await nc.jetstream().streams_info()]

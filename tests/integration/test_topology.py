@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 
 import nats
+import nats.js.errors
 import pytest
 from nats.js.api import RetentionPolicy
 
@@ -14,6 +15,8 @@ from jsworker.jetstream.connection import Connection
 from jsworker.jetstream.publish import OutMessage, Publisher
 from jsworker.runtime.worker import Worker, WorkerSettings
 from jsworker.testing import NatsServer
+
+from ..support import consumer_state_async, wait_consumer_settled_async, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -79,15 +82,36 @@ async def test_two_apps_on_one_server_do_not_interfere(nats_server: NatsServer) 
     alpha, beta = _app("alpha", nats_server.url, ran), _app("beta", nats_server.url, ran)
     workers = [Worker(a, WorkerSettings(concurrency=10, grace=1)) for a in (alpha, beta)]
     runs = [asyncio.create_task(w.run()) for w in workers]
+    queues = [(stream, queue) for stream in ("JSW_ALPHA", "JSW_BETA") for queue in ("default", "slow")]
     try:
-        await asyncio.sleep(0.5)
+        # Both workers pulling on all their queues before any job exists: each job is then
+        # offered to every worker that could (wrongly) take it.
+        for stream, queue in queues:
+            await wait_until_async(
+                lambda stream=stream, queue=queue: consumer_state_async(nats_server.url, stream, queue),
+                until=lambda state: state.waiting >= 1,
+                timeout=20,
+                message=f"a pull request on {stream}/{queue}",
+                ignore=(nats.js.errors.NotFoundError,),
+            )
         await alpha.tasks["work"].aapply((1,))
         await beta.tasks["work"].aapply((2,))
         await alpha.tasks["slow"].aapply((3,))
-        async with asyncio.timeout(10):
-            while len(ran) < 3:
-                await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
+        await wait_until_async(
+            lambda: sum(w.counts["succeeded"] for w in workers),
+            until=lambda n: n >= 3,
+            timeout=10,
+            message="three jobs to succeed",
+        )
+        deliveries = {
+            (s, q): (await wait_consumer_settled_async(nats_server.url, s, q)).delivered for s, q in queues
+        }
+        assert deliveries == {
+            ("JSW_ALPHA", "default"): 1,
+            ("JSW_ALPHA", "slow"): 1,
+            ("JSW_BETA", "default"): 1,
+            ("JSW_BETA", "slow"): 0,
+        }
         assert sorted(ran) == [("alpha", -3), ("alpha", 1), ("beta", 2)]
         assert workers[0].counts["succeeded"] == 2
         assert workers[1].counts["succeeded"] == 1
@@ -110,10 +134,13 @@ async def test_retried_publish_never_makes_a_second_job(nats_server: NatsServer)
         msg = OutMessage("jsw.shop.q.default.work", b'{"args":[1],"kwargs":{}}', {"Nats-Msg-Id": "once"})
         with contextlib.suppress(EnqueueError):
             await publisher.publish(msg)
-        await asyncio.sleep(0.2)
+        # A stream stores one connection's messages in the order they were sent: every attempt
+        # above is stored (or dropped as a duplicate) before this one.
+        after = await conn.js.publish(msg.subject, msg.body, headers={"Nats-Msg-Id": "after"})
+        assert after.seq == 2
         info = await conn.js.stream_info("JSW_SHOP")
-        assert info.state.messages == 1
-        assert info.state.last_seq == 1
+        assert info.state.messages == 2
+        assert (await conn.js.get_msg("JSW_SHOP", 1)).headers == dict(msg.headers)
     finally:
         await conn.close()
         await app.aclose()

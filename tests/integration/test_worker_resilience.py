@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -14,6 +13,7 @@ from jsworker.jetstream.connection import Connection
 from jsworker.jetstream.consume import ConsumeError, PullConsumer
 from jsworker.testing import NatsServer
 
+from ..support import stream_messages_async, wait_until_async
 from .workers import in_process_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -33,12 +33,6 @@ def _app(url: str, done: list[int]) -> App:
     return app
 
 
-async def _until(predicate: Callable[[], bool], timeout: float) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.05)
-
-
 @pytest.mark.parametrize("delete", ["consumer", "stream"])
 async def test_deleted_consumer_or_stream_is_recreated(nats_server: NatsServer, delete: str) -> None:
     """Delete the queue's consumer (or the whole stream) under a running worker: it re-creates it
@@ -47,22 +41,28 @@ async def test_deleted_consumer_or_stream_is_recreated(nats_server: NatsServer, 
     app = _app(nats_server.url, done)
     async with in_process_worker(app) as worker:
         await app.tasks["work"].aapply((1,))
-        await _until(lambda: done == [1], 10)
+        await wait_until_async(lambda: done == [1], timeout=10, message="job 1 to run")
         assert worker.conn is not None
         js = worker.conn.js
         # Acks leave in batches within a millisecond: deleting the consumer before job 1's ack
         # got there would (rightly) deliver job 1 again from the re-created consumer.
-        async with asyncio.timeout(10):
-            while (await js.stream_info("JSW_RES")).state.messages:
-                await asyncio.sleep(0.02)
+        await wait_until_async(
+            lambda: stream_messages_async(nats_server.url, "JSW_RES"),
+            until=lambda n: n == 0,
+            timeout=10,
+            message="job 1's ack",
+        )
         if delete == "consumer":
             await js.delete_consumer("JSW_RES", "default")
         else:
             await js.delete_stream("JSW_RES")
-        await asyncio.sleep(0.5)
+        # The pull loop noticed: what follows tests the recovery, not a job that the old
+        # consumer still happened to deliver.
+        await wait_until_async(
+            lambda: worker.counts["engine.error"], timeout=20, message="the pull loop to see the deletion"
+        )
         await app.tasks["work"].aapply((2,))  # re-creates the stream when it is gone
-        await _until(lambda: done == [1, 2], 20)
-        assert worker.counts["engine.error"] >= 1
+        await wait_until_async(lambda: done == [1, 2], timeout=20, message="job 2 to run")
 
 
 async def test_pull_from_a_consumer_that_never_answers_stops(nats_server: NatsServer) -> None:
@@ -92,6 +92,11 @@ async def test_blocked_event_loop_is_reported(nats_server: NatsServer) -> None:
     app = _app(nats_server.url, done)
     async with in_process_worker(app, blocked_loop_warning=0.5) as worker:
         await app.tasks["hog"].aapply((1.5,))
-        await _until(lambda: worker.counts["succeeded"] >= 1, 10)
-        await asyncio.sleep(0.5)
-        assert worker.counts["event_loop_blocked"] >= 1
+        await wait_until_async(
+            lambda: worker.counts["succeeded"] >= 1, timeout=10, message="the hog to finish"
+        )
+        await wait_until_async(
+            lambda: worker.counts["event_loop_blocked"] >= 1,
+            timeout=10,
+            message="the blocked loop to be counted",
+        )
