@@ -220,9 +220,7 @@ class PullConsumer:
         if not self._buffer:
             return None
         delivery = self._buffer.popleft()
-        self._pending -= 1
-        if self._pending < self.threshold:
-            await self._refill()
+        await self._handed_out()
         return delivery
 
     def buffered(self) -> tuple[Delivery, ...]:
@@ -249,6 +247,12 @@ class PullConsumer:
         self._last_rx = time.monotonic()
         self._count(EngineEvent.PULL, str(batch))
         await self.conn.nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
+
+    async def _handed_out(self) -> None:
+        """One message went to the caller, from the buffer or on arrival: top up if due."""
+        self._pending -= 1
+        if self._pending < self.threshold:
+            await self._refill()
 
     async def _refill(self) -> None:
         if (
@@ -279,9 +283,7 @@ class PullConsumer:
             return
         if not self._buffer and self.handler is not None and self.handler(delivery):
             # Taken on arrival: the caller had room, so no buffer round and no wake-up.
-            self._pending -= 1
-            if self._pending < self.threshold:
-                await self._refill()
+            await self._handed_out()
             return
         self._buffer.append(delivery)
         self._wake()

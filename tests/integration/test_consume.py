@@ -25,6 +25,8 @@ from jsworker.jetstream.consume import ConsumeError, EngineEvent, PullConsumer
 from jsworker.jetstream.delivery import Delivery
 from jsworker.jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
 
+from ..support import UNSETTLED, consumer_state_async, stream_messages_async, wait_until_async
+
 if TYPE_CHECKING:
     from jsworker.testing import NatsCluster, NatsServer
 
@@ -101,37 +103,22 @@ async def publish(conn: Connection, first: int, count: int, chunk: int = 250) ->
 async def publish_retrying(conn: Connection, body: bytes, within: float = 10.0) -> None:
     """One publish that tolerates a server that is still coming back (no responders, timeouts);
     a message id keeps a retry after a lost PubAck from storing the body twice."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            await conn.js.publish(SUBJECT, body, timeout=1.0, headers={"Nats-Msg-Id": body.decode()})
-            return
-        except (nats.errors.Error, TimeoutError):
-            if time.monotonic() > deadline:
-                raise
-            await anyio.sleep(0.1)
+    await wait_until_async(
+        lambda: conn.js.publish(SUBJECT, body, timeout=1.0, headers={"Nats-Msg-Id": body.decode()}),
+        timeout=within,
+        interval=0.1,
+        message=f"the server to store {body!r}",
+        ignore=(nats.errors.Error, TimeoutError),
+    )
 
 
-async def stream_messages(conn: Connection, stream: str = STREAM) -> int | None:
-    """Messages left in the stream, or None when the server cannot say right now."""
-    try:
-        info = await conn.js.stream_info(stream)
-    except (nats.errors.Error, TimeoutError):
-        return None
-    return info.state.messages
-
-
-async def wait_until(pred: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await anyio.sleep(0.02)
+async def wait_stream_empty(url: str) -> None:
+    await wait_until_async(
+        lambda: stream_messages_async(url, STREAM),
+        until=lambda n: n == 0,
+        timeout=5,
+        message="an empty stream",
+    )
 
 
 async def call_blocking(fn: Callable[[], Any]) -> None:
@@ -183,11 +170,7 @@ async def test_all_delivered_once_and_acked_with_bounded_pending(nats_server: Na
         assert stats["pull"] >= 2000 // 100, stats
         assert stats["error"] == 0 and stats["missed_heartbeats"] == 0, stats
         assert max_pending <= 100
-        await wait_until(lambda: _is_zero(stream_messages(conn)), 5, "an empty stream")
-
-
-async def _is_zero(value: Any) -> bool:
-    return (await value) == 0
+        await wait_stream_empty(nats_server.url)
 
 
 @pytest.mark.timeout(30)
@@ -222,7 +205,7 @@ async def test_handler_takes_arrivals_and_leaves_the_rest_buffered(nats_server: 
         assert set(seen) == {str(i).encode() for i in range(1000)}
         assert max(seen.values()) == 1
         assert 0 < len(taken) < 1000
-        await wait_until(lambda: _is_zero(stream_messages(conn)), 5, "an empty stream")
+        await wait_stream_empty(nats_server.url)
 
 
 # -- 2. refill threshold ------------------------------------------------------------------
@@ -238,7 +221,9 @@ async def test_refill_only_when_pending_falls_below_threshold(nats_server: NatsS
         events = Events()
         async with PullConsumer(conn, STREAM, DURABLE, max_messages=10, expires=30.0, on_event=events) as pc:
             assert pc.threshold == 5
-            await wait_until(lambda: len(pc.buffered()) == 10, 5, "the first batch to be buffered")
+            await wait_until_async(
+                lambda: len(pc.buffered()) == 10, timeout=5, message="the first batch to be buffered"
+            )
             assert events.details(EngineEvent.PULL) == ["10"]
             for k in range(1, 6):
                 d = await pc.next(timeout=1)
@@ -252,8 +237,12 @@ async def test_refill_only_when_pending_falls_below_threshold(nats_server: NatsS
             assert events.details(EngineEvent.PULL) == ["10", "6"]
             assert pc.pending == 10
             # The refill is served: the buffer fills up to max_messages again, no more pulls.
-            await wait_until(lambda: len(pc.buffered()) == 10, 5, "the refill to arrive")
-            await anyio.sleep(0.2)
+            await wait_until_async(
+                lambda: len(pc.buffered()) == 10, timeout=5, message="the refill to arrive"
+            )
+            # Nothing is outstanding beyond the buffer, so no refill is due: neither the watchdog
+            # nor an arrival pulls again before a take.
+            assert pc.pending == len(pc.buffered()) == 10
             assert events.details(EngineEvent.PULL) == ["10", "6"]
 
 
@@ -319,11 +308,15 @@ async def _kill_restart_and_receive(
 ) -> None:
     """SIGKILL and restart the server under an idle consumer; a job published afterwards must
     arrive within 2 x idle_heartbeat + margin."""
-    await wait_until(lambda: events.count(EngineEvent.HEARTBEAT) >= 1, 3, "a first heartbeat")
+    await wait_until_async(
+        lambda: events.count(EngineEvent.HEARTBEAT) >= 1, timeout=3, message="a first heartbeat"
+    )
     await call_blocking(nats_server.kill)
-    await wait_until(lambda: not conn.is_connected, 5, "the client to see the server gone")
+    await wait_until_async(
+        lambda: not conn.is_connected, timeout=5, message="the client to see the server gone"
+    )
     await call_blocking(nats_server.restart)
-    await wait_until(lambda: conn.is_connected, 10, "the client to reconnect")
+    await wait_until_async(lambda: conn.is_connected, timeout=10, message="the client to reconnect")
     await publish_retrying(conn, b"after-restart")
     published = time.monotonic()
     d = await pc.next(timeout=2 * hb + 2.0)
@@ -399,17 +392,25 @@ async def test_busy_consumer_loses_nothing_across_server_kill(nats_server: NatsS
             ) as pc,
         ):
 
-            async def restart_later() -> None:
-                await anyio.sleep(0.5)
+            async def restart_when_noticed() -> None:
+                await wait_until_async(
+                    lambda: not conn.is_connected, timeout=5, message="the client to see the server gone"
+                )
                 await call_blocking(nats_server.restart)
+
+            async def left() -> int | str:
+                try:
+                    return await stream_messages_async(nats_server.url, STREAM)
+                except UNSETTLED as exc:
+                    return repr(exc)
 
             while True:
                 assert time.monotonic() < deadline, (
-                    f"{len(seen)}/{total} seen, stream {await stream_messages(conn)}: {events.summary()}"
+                    f"{len(seen)}/{total} seen, stream {await left()}: {events.summary()}"
                 )
                 d = await pc.next(timeout=1.0)
                 if d is None:
-                    if len(seen) == total and conn.is_connected and await stream_messages(conn) == 0:
+                    if len(seen) == total and conn.is_connected and await left() == 0:
                         break
                     continue
                 now = time.monotonic()
@@ -423,7 +424,7 @@ async def test_busy_consumer_loses_nothing_across_server_kill(nats_server: NatsS
                 if killed_at is None and acked >= 1000:
                     killed_at = time.monotonic()
                     await call_blocking(nats_server.kill)
-                    tg.start_soon(restart_later)
+                    tg.start_soon(restart_when_noticed)
             stats = dict(pc.stats)
         assert killed_at is not None
         assert set(seen) == {str(i).encode() for i in range(total)}
@@ -474,7 +475,9 @@ async def test_drain_returns_buffer_and_naks_late_arrivals(nats_server: NatsServ
         pc1 = PullConsumer(conn, STREAM, DURABLE, max_messages=20, expires=30.0, idle_heartbeat=1.0)
         await pc1.start()
         try:
-            await wait_until(lambda: len(pc1.buffered()) == 10, 5, "10 buffered messages")
+            await wait_until_async(
+                lambda: len(pc1.buffered()) == 10, timeout=5, message="10 buffered messages"
+            )
             for d in await take(pc1, 3):
                 await d.ack()
             left = await pc1.drain()
@@ -484,11 +487,18 @@ async def test_drain_returns_buffer_and_naks_late_arrivals(nats_server: NatsServ
                 assert await pc1.next() is None
             for d in left:
                 await d.ack()
-            # pc1's request (20 asked, 10 delivered) is still waiting on the server: what is
-            # published now is delivered to pc1's inbox, and must be given straight back.
+            # pc1's request (20 asked, 10 delivered) may still wait on the server: what is
+            # published now is then delivered to pc1's inbox, and must be given straight back.
+            # Or the server, seeing nobody listen on that inbox any more, drops the request and
+            # keeps the messages. Either way it has decided once one or the other shows.
             await publish(conn, 100, 5)
-            await anyio.sleep(0.5)
-            went_to_pc1 = await _delivered_at_least(conn, 15)
+            decided = await wait_until_async(
+                lambda: consumer_state_async(nats_server.url, STREAM, DURABLE),
+                until=lambda c: c.delivered_stream_seq >= 15 or (c.waiting == 0 and c.pending == 5),
+                timeout=5,
+                message="the late messages to go to pc1 or to stay on the server",
+            )
+            went_to_pc1 = decided.delivered_stream_seq >= 15
             assert await pc1.next(timeout=0.1) is None
             started = time.monotonic()
             async with PullConsumer(conn, STREAM, DURABLE, max_messages=20, expires=30.0) as pc2:
@@ -506,7 +516,7 @@ async def test_drain_returns_buffer_and_naks_late_arrivals(nats_server: NatsServ
                 for d in got:
                     await d.ack()
             await conn.flush()
-            await wait_until(lambda: _is_zero(stream_messages(conn)), 5, "an empty stream")
+            await wait_stream_empty(nats_server.url)
         finally:
             await pc1.close()
 
@@ -521,10 +531,22 @@ async def test_drain_does_not_inflate_attempts_of_later_jobs(nats_server: NatsSe
         pc1 = PullConsumer(conn, STREAM, DURABLE, max_messages=50, expires=30.0, idle_heartbeat=1.0)
         await pc1.start()
         try:
-            await anyio.sleep(0.2)
+            await wait_until_async(
+                lambda: consumer_state_async(nats_server.url, STREAM, DURABLE),
+                until=lambda c: c.waiting == 1,
+                timeout=5,
+                message="pc1's request to wait on the server",
+            )
             assert await pc1.drain() == []
             await conn.js.publish(SUBJECT, b"job")
-            await anyio.sleep(1.0)
+            # The drained request is gone from the server (dropped at once, or after the job
+            # bounced on it until it was used up): pc2 below is the only one to ask for the job.
+            await wait_until_async(
+                lambda: consumer_state_async(nats_server.url, STREAM, DURABLE),
+                until=lambda c: c.waiting == 0,
+                timeout=5,
+                message="pc1's request to be dropped",
+            )
             async with PullConsumer(conn, STREAM, DURABLE, max_messages=50, expires=30.0) as pc2:
                 d = await pc2.next(timeout=5.0)
                 assert d is not None
@@ -533,11 +555,6 @@ async def test_drain_does_not_inflate_attempts_of_later_jobs(nats_server: NatsSe
                 assert d.attempt <= 2
         finally:
             await pc1.close()
-
-
-async def _delivered_at_least(conn: Connection, stream_seq: int) -> bool:
-    info = await conn.js.consumer_info(STREAM, DURABLE)
-    return info.delivered.stream_seq >= stream_seq
 
 
 # -- 9. cluster: leadership change -------------------------------------------------------------------
@@ -549,7 +566,7 @@ async def test_consumer_leader_stepdown_in_cluster(nats_cluster: NatsCluster) ->
     waits voids its request (409 Leadership Change, or 503 while no leader is elected): the engine
     re-pulls and a message published afterwards is still received."""
     async with connected(*nats_cluster.urls) as conn:
-        await wait_until(lambda: _jetstream_ready(conn), 15, "a JetStream meta leader")
+        await wait_until_async(lambda: _jetstream_ready(conn), timeout=15, message="a JetStream meta leader")
         await make_queue(conn, replicas=3)
 
         async def consumer_leader() -> str | None:
@@ -559,19 +576,23 @@ async def test_consumer_leader_stepdown_in_cluster(nats_cluster: NatsCluster) ->
                 return None
             return info.cluster.leader if info.cluster else None
 
-        await wait_until(consumer_leader, 10, "a consumer leader")
+        await wait_until_async(consumer_leader, timeout=10, message="a consumer leader")
         old_leader = await consumer_leader()
         events = Events()
         async with PullConsumer(
             conn, STREAM, DURABLE, max_messages=10, expires=10.0, idle_heartbeat=0.5, on_event=events
         ) as pc:
-            await wait_until(lambda: events.count(EngineEvent.HEARTBEAT) >= 1, 3, "a first heartbeat")
+            await wait_until_async(
+                lambda: events.count(EngineEvent.HEARTBEAT) >= 1, timeout=3, message="a first heartbeat"
+            )
             resp = await conn.nc.request(
                 f"$JS.API.CONSUMER.LEADER.STEPDOWN.{STREAM}.{DURABLE}", b"", timeout=5
             )
             assert b'"success":true' in resp.data.replace(b" ", b""), resp.data
-            await wait_until(
-                lambda: _leader_changed(consumer_leader, old_leader), 10, "a new consumer leader"
+            await wait_until_async(
+                lambda: _leader_changed(consumer_leader, old_leader),
+                timeout=10,
+                message="a new consumer leader",
             )
             await publish_retrying(conn, b"after-stepdown")
             d = await pc.next(timeout=5.0)

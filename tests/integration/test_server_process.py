@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
 
 import anyio
 import anyio.to_thread
 import nats
 import pytest
 from nats.aio.client import Client
+from nats.js.api import StreamInfo
 
 import jsworker.server.process
 from jsworker.server import NatsCluster, NatsServer, PortInUseError, ServerStartError
 
-T = TypeVar("T")
+from ..support import UNSETTLED, wait_until_async
 
 
 @asynccontextmanager
@@ -35,18 +35,6 @@ async def connected(*urls: str) -> AsyncIterator[Client]:
         yield nc
     finally:
         await nc.close()
-
-
-async def eventually(fn: Callable[[], Awaitable[T]], timeout: float = 10.0) -> T:
-    """Retry ``fn`` until it returns without raising (a leader may be changing meanwhile)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return await fn()
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await anyio.sleep(0.1)
 
 
 @pytest.fixture
@@ -107,10 +95,20 @@ async def test_restart_keeps_port_and_stream(nats_server: NatsServer) -> None:
         assert nats_server.port == port
 
         # The same client, still holding the old URL, gets back to the restarted server.
-        await eventually(lambda: js.publish("keep.b", b"2", timeout=1))
+        await wait_until_async(
+            lambda: js.publish("keep.b", b"2", timeout=1),
+            timeout=10,
+            message="a publish after the restart",
+            ignore=UNSETTLED,
+        )
         await anyio.to_thread.run_sync(nats_server.restart)
         assert nats_server.port == port
-        info = await eventually(lambda: js.stream_info("KEEP"))
+        info = await wait_until_async(
+            lambda: js.stream_info("KEEP"),
+            timeout=10,
+            message="the stream after the restart",
+            ignore=UNSETTLED,
+        )
         assert info.state.messages == 2
 
 
@@ -154,30 +152,58 @@ async def test_cluster_r3_stream_survives_node_restart(nats_cluster: NatsCluster
     assert len(set(nats_cluster.urls)) == 3
     async with connected(*nats_cluster.urls) as nc:
         js = nc.jetstream()
-        info = await eventually(lambda: js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3))
+        info = await wait_until_async(
+            lambda: js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3),
+            timeout=10,
+            message="the R3 stream to be created",
+            ignore=UNSETTLED,
+        )
         assert info.config.num_replicas == 3
         # The new stream's own leader is elected just after it is created.
-        await eventually(lambda: js.publish("r3.a", b"1", timeout=1))
+        await wait_until_async(
+            lambda: js.publish("r3.a", b"1", timeout=1),
+            timeout=10,
+            message="a stream leader",
+            ignore=UNSETTLED,
+        )
 
         victim = nats_cluster.node(0)
         await anyio.to_thread.run_sync(victim.kill)
         # Two of three nodes are a quorum: the stream keeps taking messages.
-        await eventually(lambda: js.publish("r3.b", b"2", timeout=1), timeout=15)
+        await wait_until_async(
+            lambda: js.publish("r3.b", b"2", timeout=1),
+            timeout=15,
+            message="a publish with one node down",
+            ignore=UNSETTLED,
+        )
         await anyio.to_thread.run_sync(victim.restart)
         assert victim.running
 
-        async def all_replicas_current() -> None:
-            info = await js.stream_info("R3")
-            assert info.state.messages == 2
-            assert info.cluster is not None and info.cluster.leader
-            replicas = info.cluster.replicas or []
-            assert len(replicas) == 2
-            assert all(r.current and not r.offline for r in replicas), replicas
+        def all_replicas_current(info: StreamInfo) -> bool:
+            replicas = (info.cluster.replicas if info.cluster else None) or []
+            return (
+                info.state.messages == 2
+                and info.cluster is not None
+                and bool(info.cluster.leader)
+                and len(replicas) == 2
+                and all(r.current and not r.offline for r in replicas)
+            )
 
-        await eventually(all_replicas_current, timeout=15)
+        await wait_until_async(
+            lambda: js.stream_info("R3"),
+            until=all_replicas_current,
+            timeout=15,
+            message="both other replicas to be current",
+            ignore=UNSETTLED,
+        )
 
     # The restarted node serves the stream to its own clients as well.
     async with connected(victim.url) as nc:
-        info = await eventually(lambda: nc.jetstream().stream_info("R3"))
+        info = await wait_until_async(
+            lambda: nc.jetstream().stream_info("R3"),
+            timeout=10,
+            message="the stream on the restarted node",
+            ignore=UNSETTLED,
+        )
         assert info.state.messages == 2
     assert time.monotonic() - started < 20

@@ -368,3 +368,42 @@ async def test_system_exit_in_task_is_a_failure(app: App, is_async: bool) -> Non
     out = await _run(app, _job(app, "t"))
     assert out.kind is OutcomeKind.FAILED
     assert isinstance(out.error, SystemExit)
+
+
+# -- the call with and without a timeout scope ------------------------------------------
+
+_BEHAVIOURS: dict[str, Any] = {
+    "returns": lambda: 42,
+    "raises": lambda: (_ for _ in ()).throw(ValueError("bad")),
+    "retry": lambda: (_ for _ in ()).throw(Retry(delay=3, reason="later")),
+    "reject": lambda: (_ for _ in ()).throw(Reject("never")),
+    "exits": lambda: sys.exit(3),
+}
+
+
+@pytest.mark.parametrize("behaviour", sorted(_BEHAVIOURS))
+@pytest.mark.parametrize("is_async", [True, False], ids=["async", "sync"])
+async def test_the_timeout_free_path_classifies_like_the_timed_one(behaviour: str, is_async: bool) -> None:
+    """Tasks without a timeout skip the timeout scope: their outcomes must be the ones a
+    timed task gets for the same behaviour (a timeout that never fires)."""
+    outcomes = []
+    body = _BEHAVIOURS[behaviour]
+    for timeout in (None, 60.0):
+        app = App("unit", "nats://127.0.0.1:1")
+        if is_async:
+
+            async def run_async() -> Any:
+                return body()
+
+            app.task(name="t", timeout=timeout)(run_async)
+        else:
+
+            def run_sync() -> Any:
+                return body()
+
+            app.task(name="t", timeout=timeout)(run_sync)
+        outcome = await _run(app, _job(app, "t"))
+        outcomes.append(
+            (outcome.kind, outcome.reason, type(outcome.error), outcome.retry_delay, outcome.retryable)
+        )
+    assert outcomes[0] == outcomes[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jsworker.runtime.settlement import (
+    ACK,
     Outcome,
     OutcomeKind,
     RetryPolicy,
@@ -159,3 +160,9 @@ def test_non_retryable_failure_is_dead_lettered_at_once() -> None:
     decision = decide(outcome, 1, RetryPolicy(5, 1.0, 60.0))
     assert decision.verb is Verb.DEAD_LETTER
     assert "not retryable" in decision.reason
+
+
+@pytest.mark.parametrize("attempt", [1, 4, 9])
+def test_the_success_shortcut_is_what_decide_says(attempt: int) -> None:
+    """The worker acks a success without calling decide(); the two must agree."""
+    assert decide(Outcome(OutcomeKind.SUCCEEDED), attempt, POLICY) is ACK
