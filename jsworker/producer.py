@@ -198,7 +198,7 @@ class Producer:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 # Daemon: a process must be able to exit without closing the app first.
-                thread = threading.Thread(target=loop.run_forever, name="jsworker-producer", daemon=True)
+                thread = threading.Thread(target=_serve, args=(loop,), name="jsworker-producer", daemon=True)
                 thread.start()
                 self._loop = loop
             return self._loop
@@ -211,3 +211,9 @@ class Producer:
             return
         asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The background thread: run ``loop`` until :meth:`Producer.close` stops it, then close it."""
+    loop.run_forever()
+    loop.close()
