@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
@@ -108,6 +109,24 @@ class Call(NamedTuple):
     job_id: str
 
 
+_JOB_ID = re.compile(r"[A-Za-z0-9_=-]{1,128}")
+
+
+def check_job_id(job_id: object) -> str:
+    """``job_id`` if it is a valid job id, else :class:`ConfigurationError`.
+
+    A job id is 1 to 128 letters, digits, ``_``, ``-`` or ``=``: it is sent as a header and
+    becomes part of key and subject names on the server, where dots, wildcards, spaces and
+    ``:`` (jsworker's own separator in dedup keys) would split or widen them.
+    """
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+        raise ConfigurationError(
+            f"invalid job_id {job_id!r:.140}: use 1-128 letters, digits, '_', '-' or '=' "
+            "(no dots, spaces, ':', '*' or '>')"
+        )
+    return job_id
+
+
 def new_job_id() -> str:
     """A random job id: 128 random bits as 32 hex digits (``uuid.uuid4().hex`` costs twice as much)."""
     return os.urandom(16).hex()
@@ -154,19 +173,38 @@ class Task(Generic[P, R]):
         return f"<Task {self.name} queue={self.queue} app={self.app.name}>"
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """Raise ``TypeError`` if the arguments do not fit the function's signature."""
+        """Raise ``TypeError`` if the arguments do not fit the function's signature: their
+        number and names (types are not checked). Every keyword the function does not take
+        is named, not only the first missing parameter."""
         if not kwargs and self._arity is not None and self._arity[0] <= len(args) <= self._arity[1]:
             return  # plain positional call of a plain signature: nothing bind() could reject
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"task {self.name}: {exc}") from None
+            unexpected = self._unexpected_keywords(kwargs)
+            extra = (
+                f" (unexpected: {', '.join(unexpected)})"
+                if unexpected and "unexpected" not in str(exc)
+                else ""
+            )
+            raise TypeError(f"task {self.name}: {exc}{extra}") from None
+
+    def _unexpected_keywords(self, kwargs: Mapping[str, Any]) -> list[str]:
+        params = self.signature.parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return []
+        named = {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+        return [repr(k) for k in kwargs if k not in named]
 
     def _call(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None, job_id: str | None) -> Call:
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise TypeError(f"task {self.name}: args must be a sequence (a tuple or list), not {args!r:.100}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"task {self.name}: kwargs must be a mapping (a dict), not {kwargs!r:.100}")
         kw = dict(kwargs or {})
         self.check_arguments(args, kw)
-        if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 256):
-            raise ConfigurationError("job_id must be a non-empty string of at most 256 characters")
+        if job_id is not None:
+            check_job_id(job_id)
         return Call(tuple(args), kw, job_id or new_job_id())
 
     def _calls(self, items: Iterable[CallArgs]) -> list[Call]:

@@ -9,6 +9,8 @@ import sys
 from ..app import App
 from ..errors import JsworkerError
 
+_MISSING = object()
+
 
 class AppNotFound(JsworkerError):
     """The module could not be imported, or holds no (or more than one) App."""
@@ -35,12 +37,15 @@ def load_app(spec: str) -> App:
         raise AppNotFound(f"importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:
         raise AppNotFound(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
-    if attr:
-        found = getattr(module, attr, None)
-        if not isinstance(found, App):
-            raise AppNotFound(f"{module_name}:{attr} is not a jsworker App")
-        return found
     apps = {name: value for name, value in vars(module).items() if isinstance(value, App)}
+    if attr:
+        found = getattr(module, attr, _MISSING)
+        if isinstance(found, App):
+            return found
+        has = f"; its Apps: {', '.join(sorted(apps))}" if apps else "; it has no App"
+        if found is _MISSING:
+            raise AppNotFound(f"module {module_name!r} has no attribute {attr!r}{has}")
+        raise AppNotFound(f"{module_name}:{attr} is a {type(found).__name__}, not a jsworker App{has}")
     if not apps:
         raise AppNotFound(
             f"module {module_name!r} has no jsworker App; define one or name it as {module_name}:ATTR"

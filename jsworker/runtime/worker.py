@@ -139,6 +139,13 @@ class Worker:
         self.queues = list(settings.queues or app.queues)
         if not self.queues:
             raise ConfigurationError(f"app {app.name} has no tasks, so no queue to work on")
+        unknown = sorted(set(self.queues) - set(app.queues))
+        if unknown:
+            # A queue no task uses would only leave a durable consumer behind on the server.
+            raise ConfigurationError(
+                f"no task of app {app.name} uses queue(s) {', '.join(unknown)}; "
+                f"its queues: {', '.join(app.queues)}"
+            )
         # The worker publishes acks to reply subjects from the server and otherwise only
         # subjects built from validated names, so the client need not check each one.
         options = dataclasses.replace(app.connect_options("worker"), check_subjects=False)

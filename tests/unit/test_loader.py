@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -103,11 +104,20 @@ def test_module_with_two_apps(project: Callable[[str], str]) -> None:
     assert f"{mod}:ATTR" in str(info.value)
 
 
-@pytest.mark.parametrize("attr", ["VALUE", "missing", "App"])
-def test_attr_that_is_not_an_app(project: Callable[[str], str], attr: str) -> None:
-    """MODULE:ATTR naming something that is not an App instance is AppNotFound."""
+@pytest.mark.parametrize(
+    ("attr", "says"),
+    [
+        ("VALUE", "is a int, not a jsworker App; its Apps: app"),
+        ("App", "is a type, not a jsworker App; its Apps: app"),
+        ("missing", "has no attribute 'missing'; its Apps: app"),
+        ("ap", "has no attribute 'ap'; its Apps: app"),
+    ],
+)
+def test_attr_that_is_not_an_app(project: Callable[[str], str], attr: str, says: str) -> None:
+    """MODULE:ATTR naming something that is not an App instance is AppNotFound, saying what the
+    name is (or that it does not exist) and which Apps the module has."""
     mod = project("from jsworker import App\nVALUE = 1\napp = App('x', 'nats://127.0.0.1:1')\n")
-    with pytest.raises(AppNotFound, match=f"{mod}:{attr} is not a jsworker App"):
+    with pytest.raises(AppNotFound, match=re.escape(says)):
         load_app(f"{mod}:{attr}")
 
 
