@@ -141,15 +141,35 @@ async def connected(servers: Servers) -> AsyncIterator[Client]:
         await nc.close()
 
 
-async def stream_messages_async(servers: Servers, stream: str) -> int:
-    """Messages stored in ``stream`` now, from the server's stream info."""
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """A stream as the server reports it."""
+
+    messages: int  # stored now
+    first_seq: int
+    last_seq: int  # the last sequence ever stored (0 for none)
+
+
+async def stream_state_async(servers: Servers, stream: str) -> StreamState:
+    """The state of ``stream`` now; nats.js.errors.NotFoundError when it does not exist."""
     async with connected(servers) as nc:
-        return int((await nc.jetstream().stream_info(stream)).state.messages)
+        state = (await nc.jetstream().stream_info(stream)).state
+    return StreamState(int(state.messages), int(state.first_seq), int(state.last_seq))
+
+
+def stream_state(servers: Servers, stream: str) -> StreamState:
+    """The state of ``stream`` now (from a test that is not on an event loop)."""
+    return asyncio.run(stream_state_async(servers, stream))
+
+
+async def stream_messages_async(servers: Servers, stream: str) -> int:
+    """Messages stored in ``stream`` now."""
+    return (await stream_state_async(servers, stream)).messages
 
 
 def stream_messages(servers: Servers, stream: str) -> int:
     """Messages stored in ``stream`` now (from a test that is not on an event loop)."""
-    return asyncio.run(stream_messages_async(servers, stream))
+    return stream_state(servers, stream).messages
 
 
 @dataclass(frozen=True, slots=True)

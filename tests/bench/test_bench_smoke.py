@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,9 +48,9 @@ MAY_BE_ZERO = {"memory.growth_mb"}
 COMPARED = {"enqueue.adelay", "enqueue.adelay_many", "processing.async", "latency.jsworker_200.p50"}
 
 
-def parse_figures(stdout: str) -> dict[str, dict]:
+def parse_figures(stdout: str) -> dict[str, dict[str, Any]]:
     """The JSON figure lines of the suite's output, by figure name."""
-    figures: dict[str, dict] = {}
+    figures: dict[str, dict[str, Any]] = {}
     for line in stdout.splitlines():
         if not line.startswith("{"):
             continue
@@ -59,7 +60,7 @@ def parse_figures(stdout: str) -> dict[str, dict]:
     return figures
 
 
-def check_figures(figures: dict[str, dict]) -> None:
+def check_figures(figures: dict[str, dict[str, Any]]) -> None:
     """Every expected figure is there with a finite (and, mostly, positive) value."""
     missing = [name for name in EXPECTED if name not in figures]
     assert not missing, f"figures missing from the output: {missing}"

@@ -45,7 +45,7 @@ def fault_app() -> Iterator[ModuleType]:
     """The fault app module, as producers in this process use it; its settings are restored after."""
     if str(APPS) not in sys.path:
         sys.path.insert(0, str(APPS))
-    import fault_app as module  # type: ignore[import-not-found]
+    import fault_app as module
 
     saved = (list(module.app.servers), module.app.options)
     try:

@@ -4,7 +4,7 @@ and the one-line JSON summary each test prints.
 Workers are real ``jsworker run fault_app`` processes (``apps/`` on their PYTHONPATH) that we
 start, signal and reap through their own ``Popen`` handles only. Servers come from the
 ``nats_server`` / ``nats_cluster`` fixtures; everything here talks to them over loopback with
-plain nats-py, so a helper never depends on the package code under test.
+plain nats-py, so nothing here depends on the package code under test.
 """
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import nats
-from nats.aio.client import Client
+import nats.js.errors
 
 from jsworker.testing import Execution, parse_execution
+
+from ..support import UNSETTLED, connected, stream_messages, wait_until
 
 if TYPE_CHECKING:
     from jsworker.testing import NatsCluster
@@ -113,7 +113,7 @@ class WorkerProc:
                 raise AssertionError(f"worker {self.pid} exited with {self.proc.returncode}:\n{self.tail()}")
             return any(e.get("event") == "worker.started" for e in self.log_events())
 
-        wait_until(started, timeout, f"worker {self.pid} to start")
+        wait_until(started, timeout=timeout, message=f"worker {self.pid} to start")
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self._log_lines()[-lines:])
@@ -204,39 +204,7 @@ def longest_gap(times: Iterable[float], after: float | None = None) -> float:
     return max((b - a for a, b in pairwise(ts)), default=0.0)
 
 
-# -- waiting ------------------------------------------------------------------------------
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
-    """Poll ``predicate`` until true; fail the test naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    if predicate():
-        return
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 # -- the server ---------------------------------------------------------------------------
-
-
-async def _connect(urls: str | Sequence[str]) -> Client:
-    return await nats.connect(servers=_urls(urls), connect_timeout=2, max_reconnect_attempts=3)
-
-
-async def _stream_messages(urls: str | Sequence[str], stream: str) -> int:
-    nc = await _connect(urls)
-    try:
-        return int((await nc.jetstream().stream_info(stream)).state.messages)
-    finally:
-        await nc.close()
-
-
-def stream_messages(urls: str | Sequence[str], stream: str = STREAM) -> int:
-    """Messages stored in ``stream`` now, from the server's stream info."""
-    return asyncio.run(_stream_messages(urls, stream))
 
 
 def wait_stream_empty(urls: str | Sequence[str], timeout: float, stream: str = STREAM) -> None:
@@ -245,20 +213,14 @@ def wait_stream_empty(urls: str | Sequence[str], timeout: float, stream: str = S
     This, not "every id was seen", is the proof that nothing is left: a job completed once but
     whose ack was lost is still in the stream, and will run again.
     """
-    last: list[object] = [None]
-
-    def empty() -> bool:
-        try:
-            last[0] = stream_messages(urls, stream)
-        except Exception as exc:  # a cluster electing a leader answers nothing for a while
-            last[0] = repr(exc)
-            return False
-        return last[0] == 0
-
-    try:
-        wait_until(empty, timeout, f"stream {stream} to be empty", interval=0.2)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; last stream info: {last[0]} messages") from None
+    wait_until(
+        lambda: stream_messages(urls, stream),
+        until=lambda n: n == 0,
+        timeout=timeout,
+        interval=0.2,
+        message=f"stream {stream} to be empty",
+        ignore=UNSETTLED,  # a cluster electing a leader answers nothing for a while
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +234,7 @@ class Letter:
 
 
 async def _dead_letters(urls: str | Sequence[str], stream: str) -> list[Letter]:
-    nc = await _connect(urls)
-    try:
+    async with connected(urls) as nc:
         js = nc.jetstream()
         try:
             state = (await js.stream_info(stream)).state
@@ -290,8 +251,6 @@ async def _dead_letters(urls: str | Sequence[str], stream: str) -> list[Letter]:
             # nats-py reads an empty body back as None.
             out.append(Letter(seq, m.subject or "", dict(m.headers or {}), m.data or b""))
         return out
-    finally:
-        await nc.close()
 
 
 def dead_letters(urls: str | Sequence[str], stream: str = DLQ_STREAM) -> dict[str, Letter]:
@@ -303,12 +262,9 @@ def dead_letters(urls: str | Sequence[str], stream: str = DLQ_STREAM) -> dict[st
 async def _request_json(
     urls: str | Sequence[str], subject: str, payload: bytes, timeout: float
 ) -> dict[str, Any]:
-    nc = await _connect(urls)
-    try:
+    async with connected(urls) as nc:
         reply = await nc.request(subject, payload, timeout=timeout)
         return dict(json.loads(reply.data))
-    finally:
-        await nc.close()
 
 
 def request_json(
@@ -408,4 +364,4 @@ def move_leaders(urls: Sequence[str], stream: str, consumer: str, to: str, timeo
             request_json(urls, f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}", placement)
         return False
 
-    wait_until(placed, timeout, f"stream and consumer leaders on {to}", interval=0.5)
+    wait_until(placed, timeout=timeout, interval=0.5, message=f"stream and consumer leaders on {to}")

@@ -12,7 +12,8 @@ import pytest
 from jsworker import App
 from jsworker.testing import NatsServer
 
-from .harness import Records, Workers, summarize, wait_stream_empty, wait_until, worker_env
+from ..support import wait_until
+from .harness import Records, Workers, summarize, wait_stream_empty, worker_env
 
 pytestmark = pytest.mark.faults
 
@@ -76,7 +77,7 @@ def test_wrong_credentials_exit_3_right_ones_work(
     finally:
         app.close()
     enqueued = {j.id for j in jobs}
-    wait_until(lambda: records.done_ids() >= enqueued, 30, "the jobs to run")
+    wait_until(lambda: records.done_ids() >= enqueued, timeout=30, message="the jobs to run")
     # Our own plain connection must authenticate too.
     wait_stream_empty(f"nats://{USER}:{PASSWORD}@127.0.0.1:{auth_server.port}", 10)
     summary = summarize("auth", enqueued, records, [], refused_exit=refused.returncode)

@@ -12,6 +12,7 @@ import pytest
 
 from jsworker.testing import NatsCluster
 
+from ..support import wait_until
 from .harness import (
     STREAM,
     Records,
@@ -24,7 +25,6 @@ from .harness import (
     node_index,
     summarize,
     wait_stream_empty,
-    wait_until,
     worker_connections,
 )
 
@@ -83,7 +83,9 @@ def test_cluster_stream_leader_sigkill(
     # enqueue takes, so the kill lands mid-run however fast the workers are.
     jobs = fault_app.work.delay_many([(i, JOB_MS) for i in range(5000)])
     enqueued = {j.id for j in jobs}
-    wait_until(lambda: len(records.done_ids()) >= 1500, 60, "1,500 completions", interval=0.01)
+    wait_until(
+        lambda: len(records.done_ids()) >= 1500, timeout=60, interval=0.01, message="1,500 completions"
+    )
     completions_at_kill = len(records.done_ids())
     assert completions_at_kill < len(enqueued), "every job was done before the kill"
     killed_at, killed_wall = time.monotonic(), time.time()
@@ -96,10 +98,10 @@ def test_cluster_stream_leader_sigkill(
         new_leader[0] = leaders(survivors, STREAM, "default")[0]
         return new_leader[0] not in (None, target)
 
-    wait_until(elected, 60, "a new stream leader", interval=0.1)
+    wait_until(elected, timeout=60, interval=0.1, message="a new stream leader")
     election_s = time.monotonic() - killed_at
 
-    wait_until(lambda: records.done_ids() >= enqueued, 120, "every job to complete")
+    wait_until(lambda: records.done_ids() >= enqueued, timeout=120, message="every job to complete")
     wait_stream_empty(survivors, 30)
     done = records.of("done")
 
@@ -114,19 +116,21 @@ def test_cluster_stream_leader_sigkill(
         def reacted(worker: WorkerProc = worker) -> bool:
             return _first_pull_event(worker, killed_wall) is not None
 
-        wait_until(reacted, 30, f"{name} to re-pull")
+        wait_until(reacted, timeout=30, message=f"{name} to re-pull")
         repull[name] = _first_pull_event(worker, killed_wall)
     # Probes in batches until w2 has run one: its first pull after the kill may have gone out
     # before a new consumer leader existed, and a single batch could be taken whole by w1
     # before w2's next pull arrives. 30 s is several watchdog rounds.
     probe: set[str] = set()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        probe |= {j.id for j in fault_app.work.delay_many([(i, JOB_MS) for i in range(100)])}
-        time.sleep(1.0)
-        if any(r.pid == w2.pid for r in records.of("done") if r.job_id in probe):
-            break
-    wait_until(lambda: records.done_ids() >= probe, 30, "the jobs enqueued after the failover")
+
+    def w2_ran_a_probe() -> bool:
+        batch = {j.id for j in fault_app.work.delay_many([(i, JOB_MS) for i in range(100)])}
+        probe.update(batch)
+        # One batch at a time, each run to the end: the workers set the pace, not a clock.
+        wait_until(lambda: records.done_ids() >= batch, timeout=30, message="a batch of probe jobs")
+        return any(r.pid == w2.pid for r in records.of("done") if r.job_id in probe)
+
+    wait_until(w2_ran_a_probe, timeout=30, interval=0, message="w2 to run one of the probe jobs")
     probe_done_by = Counter(r.pid for r in records.of("done") if r.job_id in probe)
     # Per worker, the longest gap runs from the kill (or a completion after it) to the worker's
     # next completion; the probe jobs give a worker that got nothing more of the first batch one.

@@ -14,7 +14,8 @@ import pytest
 
 from jsworker.testing import NatsServer
 
-from .harness import Records, WorkerProc, Workers, dead_letters, summarize, wait_stream_empty, wait_until
+from ..support import wait_until
+from .harness import Records, WorkerProc, Workers, dead_letters, summarize, wait_stream_empty
 
 pytestmark = pytest.mark.faults
 
@@ -130,7 +131,7 @@ def test_hostile_messages_are_dead_lettered_and_good_jobs_run(
         _assert_alive(worker)
         return records.done_ids() >= good and set(bad_ids.values()) <= set(dead_letters(url))
 
-    wait_until(settled, 45, "good jobs done and bad ones dead-lettered", interval=0.2)
+    wait_until(settled, timeout=45, interval=0.2, message="good jobs done and bad ones dead-lettered")
     wait_stream_empty(url, 30)
     letters = dead_letters(url)
     summary = summarize(
@@ -184,13 +185,15 @@ def test_bad_job_at_max_payload_is_dead_lettered(
         crashed = not worker.alive() or any(e.get("event") == "worker.crashed" for e in worker.log_events())
         return crashed or "bad-at-max-payload" in dead_letters(url)
 
-    wait_until(settled, 30, "the job to be dead-lettered (or the worker to crash)", interval=0.2)
+    wait_until(
+        settled, timeout=30, interval=0.2, message="the job to be dead-lettered (or the worker to crash)"
+    )
     if crashed:
         log = worker.tail(5)
         worker.kill()  # a crashed worker would spend its grace retrying the dead letter
         raise AssertionError(f"the worker crashed:\n{log}")
     after = fault_app.work.delay(1, 1.0)
-    wait_until(lambda: after.id in records.done_ids(), 20, "a job after the big one")
+    wait_until(lambda: after.id in records.done_ids(), timeout=20, message="a job after the big one")
     wait_stream_empty(url, 10)
     _assert_alive(worker)
 

@@ -11,7 +11,8 @@ import pytest
 from jsworker.runtime.worker import WorkerSettings
 from jsworker.testing import NatsServer
 
-from .harness import Records, Workers, dead_letters, longest_gap, summarize, wait_stream_empty, wait_until
+from ..support import consumer_state, wait_until
+from .harness import STREAM, Records, Workers, dead_letters, longest_gap, summarize, wait_stream_empty
 
 pytestmark = pytest.mark.faults
 
@@ -37,15 +38,17 @@ def test_server_sigkill_restart_while_busy(
     a.wait_started()
     b.wait_started()
 
-    wait_until(lambda: len(records.done_ids()) >= 1000, 60, "1,000 completions", interval=0.01)
+    wait_until(
+        lambda: len(records.done_ids()) >= 1000, timeout=60, interval=0.01, message="1,000 completions"
+    )
     outstanding_at_kill = len(enqueued - records.done_ids())
     killed_at = time.monotonic()
     nats_server.kill()
-    time.sleep(DOWNTIME)
+    time.sleep(DOWNTIME)  # the outage itself; the workers show nothing outside while it lasts
     nats_server.restart()
     back_at = time.monotonic()
 
-    wait_until(lambda: records.done_ids() >= enqueued, 90, "every job to complete")
+    wait_until(lambda: records.done_ids() >= enqueued, timeout=90, message="every job to complete")
     wait_stream_empty(url, 30)
     done_after = [r.at for r in records.of("done") if r.at >= back_at]
     summary = summarize(
@@ -76,19 +79,27 @@ def test_server_sigkill_restart_while_idle(
     worker = workers.start(url, "w", "-c", "50", "-Q", "default")
     worker.wait_started()
     before = {j.id for j in fault_app.work.delay_many([(i, 5.0) for i in range(100)])}
-    wait_until(lambda: records.done_ids() >= before, 30, "the first 100 jobs")
+    wait_until(lambda: records.done_ids() >= before, timeout=30, message="the first 100 jobs")
     wait_stream_empty(url, 10)
-    time.sleep(1.0)  # idle: nothing but the outstanding pull request and its heartbeats
+    # Idle: every job acked, and the worker's pull request waiting on the server.
+    wait_until(
+        lambda: consumer_state(url, STREAM, "default"),
+        until=lambda state: state.settled and state.waiting >= 1,
+        timeout=10,
+        message="the worker to wait idle with a pull request",
+    )
 
     nats_server.kill()
-    time.sleep(DOWNTIME)
+    time.sleep(DOWNTIME)  # the outage itself; the workers show nothing outside while it lasts
     nats_server.restart()
     back_at = time.monotonic()
     after = {j.id for j in fault_app.work.delay_many([(i, 5.0) for i in range(100)])}
     enqueued_in_s = time.monotonic() - back_at
 
     bound = 2 * WorkerSettings().idle_heartbeat
-    wait_until(lambda: records.done_ids() >= after, bound + 30, "the jobs enqueued after the restart")
+    wait_until(
+        lambda: records.done_ids() >= after, timeout=bound + 30, message="the jobs enqueued after the restart"
+    )
     wait_stream_empty(url, 30)
     resumed_s = min(r.at for r in records.of("done") if r.job_id in after) - back_at
     summary = summarize(

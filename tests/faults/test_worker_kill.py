@@ -13,7 +13,8 @@ import pytest
 from jsworker import Job
 from jsworker.testing import NatsServer
 
-from .harness import Records, Workers, dead_letters, longest_gap, summarize, wait_stream_empty, wait_until
+from ..support import stream_messages, wait_until
+from .harness import STREAM, Records, Workers, dead_letters, longest_gap, summarize, wait_stream_empty
 
 pytestmark = pytest.mark.faults
 
@@ -55,7 +56,7 @@ def test_sigkill_worker_mid_run_loses_nothing(
         done = records.of("done")
         return len(done) >= 1500 and any(r.pid == a.pid for r in done)
 
-    wait_until(a_has_done_its_share, 60, "1,500 completions, some by worker A", interval=0.01)
+    wait_until(a_has_done_its_share, timeout=60, interval=0.01, message="1,500 completions, some by worker A")
     completions_at_kill = len(records.done_ids())
     killed_at = time.monotonic()
     a.kill()
@@ -64,7 +65,7 @@ def test_sigkill_worker_mid_run_loses_nothing(
     a_done = {r.job_id for r in records.of("done") if r.pid == a.pid}
     in_flight_at_kill = len(a_started - a_done)
 
-    wait_until(lambda: records.done_ids() >= enqueued, 90, "every job to complete")
+    wait_until(lambda: records.done_ids() >= enqueued, timeout=90, message="every job to complete")
     wait_stream_empty(url, 30)
     assert b.alive(), b.tail()
     redelivered = {r.job_id for r in records.of("start") if r.pid == b.pid and r.attempt > 1}
@@ -112,9 +113,9 @@ def test_sigterm_rolling_restart_under_load(
     restarted = threading.Event()
 
     def produce() -> None:
-        # A steady flow (250 jobs every ~0.25 s) so both restarts happen with work running and
-        # more arriving, not after the backlog is gone: it lasts until both restarts are done,
-        # however long a loaded machine takes to start a worker.
+        # A steady flow (250 jobs whenever fewer than 250 wait) so both restarts happen with work
+        # running and more arriving, not after the backlog is gone: it lasts until both restarts
+        # are done, however long a loaded machine takes to start a worker.
         try:
             for batch in range(200):
                 if batch >= 20 and restarted.is_set():
@@ -122,7 +123,12 @@ def test_sigterm_rolling_restart_under_load(
                 jobs = fault_app.work.delay_many([(batch * 250 + i, 10.0) for i in range(250)])
                 with lock:
                     enqueued.update(j.id for j in jobs)
-                time.sleep(0.25)
+                wait_until(
+                    lambda: stream_messages(url, STREAM),
+                    until=lambda waiting: waiting < 250,
+                    timeout=60,
+                    message="the workers to work the backlog down",
+                )
         except BaseException as exc:  # reported by the main thread
             failure.append(exc)
 
@@ -145,7 +151,7 @@ def test_sigterm_rolling_restart_under_load(
                     seen.append(len(enqueued - done))
                 return len(done) >= base + 500 and seen[-1] > 0
 
-            wait_until(flowed, 60, "500 more completions with work outstanding")
+            wait_until(flowed, timeout=60, message="500 more completions with work outstanding")
             outstanding_at_sigterm.append(seen[-1])
             running = {r.job_id for r in records.of("start") if r.pid == old.pid}
             in_flight_at_sigterm.append(
@@ -160,7 +166,7 @@ def test_sigterm_rolling_restart_under_load(
     assert not failure, failure
     assert len(enqueued) >= 5000
 
-    wait_until(lambda: records.done_ids() >= enqueued, 90, "every job to complete")
+    wait_until(lambda: records.done_ids() >= enqueued, timeout=90, message="every job to complete")
     wait_stream_empty(url, 30)
     summary = summarize(
         "sigterm_rolling_restart",
@@ -201,14 +207,20 @@ def test_job_that_kills_its_worker_is_dead_lettered(
         job = killer.delay(len(killers))
         killers.append(job)
         ordinary |= {j.id for j in fault_app.work.delay_many([(i, 5.0) for i in range(300)])}
-        deadline = time.monotonic() + 45
-        while not (job.id in dead_letters(url) and records.done_ids("work") >= ordinary):
-            assert time.monotonic() < deadline, f"{killer.name} not dead-lettered; log:\n{worker.tail()}"
+
+        def supervised(job: Job = job, ordinary: set[str] = ordinary) -> bool:
+            # A supervisor's round: restart the worker if it died, then see whether all is done.
+            nonlocal worker
             if not worker.alive():
                 exit_codes.append(worker.proc.returncode)
                 assert len(exit_codes) <= 8, f"the worker died {len(exit_codes)} times: {exit_codes}"
                 worker = workers.start(url, f"w{len(exit_codes)}", *args)
-            time.sleep(0.05)
+            return job.id in dead_letters(url) and records.done_ids("work") >= ordinary
+
+        try:
+            wait_until(supervised, timeout=45, message=f"{killer.name} to be dead-lettered")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; log:\n{worker.tail()}") from None
 
     wait_stream_empty(url, 30)
     letters = dead_letters(url)

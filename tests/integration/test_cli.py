@@ -13,6 +13,7 @@ import pytest
 
 from jsworker.testing import NatsServer
 
+from ..support import PortTaken, on_a_free_port
 from .workers import worker_env
 
 
@@ -74,29 +75,40 @@ def test_bad_option_exits_2() -> None:
 
 def test_dev_server_starts_and_stops_on_ctrl_c() -> None:
     """``jsworker dev --port P`` serves JetStream on P and exits 0 on SIGINT."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = int(sock.getsockname()[1])
-    sock.close()  # the dev server must be able to take it; a race here only fails the test
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jsworker", "dev", "--port", str(port)],
-        env=worker_env(""),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
+    started: list[subprocess.Popen[str]] = []
+
+    def start(port: int) -> tuple[subprocess.Popen[str], int, str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jsworker", "dev", "--port", str(port)],
+            env=worker_env(""),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(proc)
+        assert proc.stdout is not None and proc.stderr is not None
         first = proc.stdout.readline()
+        if not first and proc.wait(30) == 2:
+            said = proc.stderr.read()
+            if "in use" in said:
+                raise PortTaken(said)
+        return proc, port, first
+
+    try:
+        proc, port, first = on_a_free_port(start)
         assert f"nats://127.0.0.1:{port}" in first
         with socket.create_connection(("127.0.0.1", port), timeout=2):
             pass
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0  # beyond the 15 s the dev command gives nats-server to stop
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for each in started:
+            if each.poll() is None:
+                each.kill()
+                each.wait()
+            for pipe in (each.stdout, each.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
 def test_dev_port_taken_is_a_clear_error(nats_server: NatsServer) -> None:

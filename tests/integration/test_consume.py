@@ -129,7 +129,7 @@ async def call_blocking(fn: Callable[[], Any]) -> None:
 
 
 async def take(pc: PullConsumer, n: int, timeout: float = 5.0) -> list[Delivery]:
-    out = []
+    out: list[Delivery] = []
     for _ in range(n):
         d = await pc.next(timeout=timeout)
         assert d is not None, f"only {len(out)} of {n} messages arrived"

@@ -23,6 +23,7 @@ import pytest
 from jsworker import ConfigurationError, SerializationError
 from jsworker.deadletters import (
     REPLAYED_FROM,
+    DeadLetter,
     DeadLetterNotFound,
     DeadLetterNotReplayable,
     DeadLetters,
@@ -185,8 +186,12 @@ def test_list_get_and_purge(nats_server: NatsServer, app: Any, worker: Any) -> N
     assert "bad arguments" in dlq(lambda d: d.get("bad-args")).reason
 
     for missing in ("nope", 999, "999"):
+
+        async def get(letters: DeadLetters, ref: str | int = missing) -> DeadLetter:
+            return await letters.get(ref)
+
         with pytest.raises(DeadLetterNotFound):
-            dlq(lambda d, ref=missing: d.get(ref))
+            dlq(get)
 
     assert dlq(lambda d: d.purge(task="charge")) == 5
     assert [d.job_id for d in dlq(lambda d: d.list())] == ["mail-1"]

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import nats
-import pyarrow.parquet as pq
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 from click.testing import CliRunner
 
@@ -22,7 +22,8 @@ from jsworker.events.reader import EventsNotFound
 from jsworker.jetstream.connection import Connection
 from jsworker.server import NatsServer
 
-from ..events_data import store_events
+from ..events_data import moment_after, store_events
+from ..support import stream_state_async, wait_until_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,14 +115,10 @@ def test_exact_rows_and_undecodable_messages_are_counted(app: App, tmp_path: Pat
 
 
 def test_since_and_until_select_by_storage_time(app: App, tmp_path: Path) -> None:
-    asyncio.run(store_events(app, list(_events(3, "a"))))
-    time.sleep(0.3)
-    since = time.time()
-    time.sleep(0.3)
+    before = asyncio.run(store_events(app, list(_events(3, "a"))))
+    since = moment_after(app, before[-1])
     middle = asyncio.run(store_events(app, list(_events(4, "b"))))
-    time.sleep(0.3)
-    until = time.time()
-    time.sleep(0.3)
+    until = moment_after(app, middle[-1])
     asyncio.run(store_events(app, list(_events(2, "c"))))
 
     report = export_events(app, tmp_path / "window", since=since, until=until)
@@ -164,14 +161,20 @@ def test_export_ends_at_the_last_event_stored_when_it_began(app: App, tmp_path: 
             body = encode_event(_events(2)[1])
             while not stop.is_set():
                 await nc.publish(subject, body)
+                # A trickle, not a flood: the bound on how far the export runs past its start,
+                # below, is counted in these.
                 await asyncio.sleep(0.001)
             await nc.close()
 
         publisher = asyncio.create_task(keep_publishing())
-        await asyncio.sleep(0.2)
-        nc = await nats.connect(url)
-        last = (await nc.jetstream().stream_info(app.namespace.events_stream)).state.last_seq
-        await nc.close()
+        stream = app.namespace.events_stream
+        # The stream is growing: the export below begins while events keep arriving.
+        grown = await wait_until_async(
+            lambda: stream_state_async(url, stream),
+            until=lambda state: state.last_seq > 2000,
+            message="the publisher's first events",
+        )
+        last = grown.last_seq
         report = await asyncio.to_thread(export_events, app, tmp_path, since="1h")
         stop.set()
         await publisher

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from jsworker.testing import NatsServer
 
-from .workers import APPS, stop, wait_until, worker_env
+from ..support import wait_until
+from .workers import APPS, stop, worker_env
 
 sys.path.insert(0, str(APPS))
 import logging_app
@@ -30,7 +31,7 @@ def test_json_logs_carry_the_job_context(nats_server: NatsServer, tmp_path: Path
         )  # fmt: skip
     try:
         job = logging_app.greet.delay("secret-argument-value")
-        wait_until(lambda: "job.succeeded" in log_file.read_text(), 20, "the job to finish")
+        wait_until(lambda: "job.succeeded" in log_file.read_text(), timeout=20, message="the job to finish")
     finally:
         stop(proc)
         logging_app.app.close()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import nacl.signing
-import nkeys
+import nkeys  # type: ignore[import-untyped]
 import pytest
 
 from jsworker import App

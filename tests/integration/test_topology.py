@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
 import nats
 import nats.js.errors
@@ -64,10 +65,10 @@ async def test_provisioning_matches_the_declared_topology(nats_server: NatsServe
 async def test_changed_settings_update_the_stream_in_place(nats_server: NatsServer) -> None:
     """A new duplicate_window is applied to the existing stream, not refused."""
     first = App("shop", nats_server.url)
-    await first.provision([])
+    await first.provision(queues=[])
     await first.aclose()
     app = App("shop", nats_server.url, duplicate_window=30)
-    await app.provision([])
+    await app.provision(queues=[])
     nc = await nats.connect(nats_server.url)
     try:
         assert (await nc.jetstream().stream_info("JSW_SHOP")).config.duplicate_window == 30
@@ -88,7 +89,7 @@ async def test_two_apps_on_one_server_do_not_interfere(nats_server: NatsServer) 
         # offered to every worker that could (wrongly) take it.
         for stream, queue in queues:
             await wait_until_async(
-                lambda stream=stream, queue=queue: consumer_state_async(nats_server.url, stream, queue),
+                functools.partial(consumer_state_async, nats_server.url, stream, queue),
                 until=lambda state: state.waiting >= 1,
                 timeout=20,
                 message=f"a pull request on {stream}/{queue}",
@@ -126,7 +127,7 @@ async def test_two_apps_on_one_server_do_not_interfere(nats_server: NatsServer) 
 async def test_retried_publish_never_makes_a_second_job(nats_server: NatsServer) -> None:
     """Attempts time out before their ack can arrive and are retried: the server holds one job."""
     app = App("shop", nats_server.url)
-    await app.provision([])
+    await app.provision(queues=[])
     conn = await Connection.open(app.connect_options("test"))
     try:
         # 1 µs per attempt: the first attempt never sees its ack, so the job is sent again.

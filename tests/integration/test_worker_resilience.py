@@ -69,7 +69,7 @@ async def test_pull_from_a_consumer_that_never_answers_stops(nats_server: NatsSe
     """Only 503s (no consumer behind the subject) for longer than missing_after: ConsumeError,
     so the worker can re-create the consumer instead of retrying forever."""
     app = App("res", nats_server.url)
-    await app.provision([])
+    await app.provision(queues=[])
     conn = await Connection.open(app.connect_options("test"))
     try:
         pc = PullConsumer(

@@ -53,7 +53,7 @@ def load_yaml_all(path: Path) -> list[Any]:
     """Every document of a YAML file. PyYAML is not a dependency of the project yet, so say how
     to get it instead of erroring on the import."""
     try:
-        import yaml
+        import yaml  # type: ignore[import-untyped]
     except ImportError:
         pytest.fail(
             "PyYAML is needed to check the deployment files but is not installed: "

@@ -30,7 +30,8 @@ import pytest
 
 from jsworker.testing import NatsServer
 
-from ..integration.workers import Samples, free_port, scrape, stop, value, wait_until
+from ..integration.workers import Samples, scrape, start_metrics_worker, stop, value
+from ..support import PortTaken, on_a_free_port, wait_until
 from .opsfiles import (
     ALERTS,
     APPS,
@@ -88,13 +89,6 @@ def test_alert_rules_pass_their_unit_tests() -> None:
 
 
 # --- the live scenario ------------------------------------------------------------------------
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -179,7 +173,6 @@ def _scrapes(live: Live) -> int:
 def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     prometheus = _binary(PROMETHEUS)
     tmp = tmp_path_factory.mktemp("ops-prometheus")
-    worker_port, prom_port = free_port(), free_port()
     env = dict(os.environ)
     env["JSWORKER_URL"] = nats_server_module.url
     env["PYTHONPATH"] = os.pathsep.join([str(APPS), str(ROOT), env.get("PYTHONPATH", "")])
@@ -189,58 +182,58 @@ def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactor
     app = ops_app.app
     app.servers = [nats_server_module.url]
     try:
-        with open(worker_log, "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "jsworker", "run", "ops_app", "-c", "8",
-                     "--metrics-port", str(worker_port), "--metrics-addr", "127.0.0.1",
-                     "--grace", "5", "--log-level", "warning"],
-                    env=env, stdout=out, stderr=subprocess.STDOUT,
-                )
-            )  # fmt: skip
-        worker = procs[0]
-
-        def worker_ready() -> bool:
-            assert worker.poll() is None, f"the worker exited:\n{_tail(worker_log)}"
-            try:
-                return value(scrape(worker_port), "jsworker_concurrency_limit") == 8
-            except OSError:
-                return False
-
-        wait_until(worker_ready, 30, "the worker's metrics endpoint")
-
+        worker, worker_port = start_metrics_worker(
+            env, worker_log, "ops_app", "-c", "8", "--grace", "5", "--log-level", "warning"
+        )
+        procs.append(worker)
         config = tmp / "prometheus.yml"
         _prometheus_config(config, worker_port)
-        with open(prom_log, "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-                     f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
+        data = tmp / "data"
+
+        def start_prometheus(port: int) -> Live:
+            offset = prom_log.stat().st_size if prom_log.exists() else 0
+            with open(prom_log, "ab") as out:
+                prom = subprocess.Popen(
+                    [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}",
+                     f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                )
-            )  # fmt: skip
-        prom = procs[1]
-        state = Live(f"http://127.0.0.1:{prom_port}", worker_port, {})
+                )  # fmt: skip
+            procs.append(prom)
+            live = Live(f"http://127.0.0.1:{port}", worker_port, {})
 
-        def prometheus_ready() -> bool:
-            assert prom.poll() is None, f"prometheus exited:\n{_tail(prom_log)}"
-            try:
-                with urllib.request.urlopen(f"{state.prometheus}/-/ready", timeout=2) as resp:
-                    return bool(resp.status == 200)
-            except OSError:
-                return False
+            def ready() -> bool:
+                if prom.poll() is not None:
+                    said = prom_log.read_bytes()[offset:].decode(errors="replace")
+                    if "address already in use" in said:
+                        raise PortTaken(said)
+                    raise AssertionError(f"prometheus exited:\n{said}")
+                try:
+                    # The process answering is ours (not a system service): it runs on our store.
+                    return bool(live.api("status/flags")["data"]["storage.tsdb.path"] == str(data))
+                except (OSError, ValueError, KeyError):
+                    return False
 
-        wait_until(prometheus_ready, 30, "prometheus to be ready")
-        # The process answering is ours (not a system service): it runs on our storage path.
-        flags = state.api("status/flags")["data"]
-        assert flags["storage.tsdb.path"] == str(tmp / "data"), flags
+            wait_until(ready, timeout=30, message=f"prometheus to serve on port {port}")
+            return live
 
-        wait_until(lambda: _scrapes(state) >= 2, 20, "prometheus to scrape the worker")
+        state = on_a_free_port(start_prometheus)
+        with urllib.request.urlopen(f"{state.prometheus}/-/ready", timeout=10) as resp:
+            assert resp.status == 200
+
+        wait_until(lambda: _scrapes(state) >= 2, timeout=20, message="prometheus to scrape the worker")
         for n in (1, 2):
             # Round 1 creates every (queue, task) series; round 2 makes them grow while scraped.
             _round()
-            wait_until(functools.partial(_settled_now, worker_port, n), 30, f"round {n} of jobs to settle")
-            wait_until(functools.partial(_scrapes_since, state, _scrapes(state), 3), 20, "three more scrapes")
+            wait_until(
+                functools.partial(_settled_now, worker_port, n),
+                timeout=30,
+                message=f"round {n} of jobs to settle",
+            )
+            wait_until(
+                functools.partial(_scrapes_since, state, _scrapes(state), 3),
+                timeout=20,
+                message="three more scrapes",
+            )
         state.worker_samples = scrape(worker_port)
         yield state
     finally:
@@ -300,7 +293,9 @@ def test_alert_rules_load_and_evaluate_without_errors(live: Live) -> None:
     assert {r["name"] for r in rules} >= MUST_FIRE
     # A rule never evaluated shows the zero time.
     wait_until(
-        lambda: not any(r["lastEvaluation"].startswith("0001") for r in _rules(live)), 10, "an evaluation"
+        lambda: not any(r["lastEvaluation"].startswith("0001") for r in _rules(live)),
+        timeout=10,
+        message="an evaluation",
     )
     for rule in _rules(live):
         assert rule["health"] == "ok", f"{rule['name']}: {rule.get('lastError')}"
@@ -313,7 +308,7 @@ def test_alerts_fire_for_what_the_jobs_did(live: Live) -> None:
         alerts = live.api("alerts")["data"]["alerts"]
         return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
 
-    wait_until(lambda: firing() >= MUST_FIRE, 15, f"{MUST_FIRE} to fire")
+    wait_until(firing, until=lambda names: names >= MUST_FIRE, timeout=15, message=f"{MUST_FIRE} to fire")
     alerts = live.api("alerts")["data"]["alerts"]
     dead = {
         (a["labels"]["task"], a["labels"]["outcome"])

@@ -58,7 +58,7 @@ EVENTS = [
 @pytest.fixture(scope="module")
 def report(spark: Any) -> list[Any]:
     events = spark.createDataFrame(EVENTS, SPARK_SCHEMA)
-    return job_report(events).collect()  # type: ignore[no-any-return]
+    return job_report(events).collect()
 
 
 def test_counts_and_rates(report: list[Any]) -> None:

@@ -4,7 +4,6 @@ across partitions, with the export's columns; ``since``; bad options and a missi
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +15,8 @@ from jsworker.events.rows import SPARK_SCHEMA
 from jsworker.server import NatsServer
 from jsworker.spark.events_source import JobEventsDataSource, seq_ranges
 
-from ..events_data import store_events
+from ..events_data import moment_after, store_events
+from ..support import stream_state
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -71,9 +71,8 @@ def test_reads_exactly_the_stream_across_partitions(spark: Any, events_app: tupl
 
 def test_since(spark: Any, events_app: tuple[App, list[int]]) -> None:
     app, _ = events_app
-    time.sleep(0.3)
-    since = datetime.now(UTC).isoformat()
-    time.sleep(0.3)
+    stored = stream_state(app.servers[0], app.namespace.events_stream)
+    since = datetime.fromtimestamp(moment_after(app, stored.last_seq), UTC).isoformat()
     later = asyncio.run(store_events(app, [_event(i) for i in range(5)]))
     df = _reader(spark, app, since=since, partitions=2)
     assert sorted(r.seq for r in df.select("seq").collect()) == later

@@ -26,6 +26,8 @@ from jsworker.spark import UnsupportedColumnError, enqueue_dataframe, job_id, re
 from jsworker.spark.writer import JobsDataSource, JobsWriter, PartitionResult, write_partition
 from jsworker.testing import NatsServer
 
+from ..support import stream_messages, wait_until, wait_until_async
+
 pytestmark = pytest.mark.timeout(300)
 
 ROWS = 50_000
@@ -36,17 +38,6 @@ def session(spark: Any) -> Any:
     """The shared SparkSession with jsworker's data sources registered."""
     register(spark)
     return spark
-
-
-def _stream_messages(url: str, stream: str) -> int:
-    async def count() -> int:
-        nc = await nats.connect(url)
-        try:
-            return int((await nc.jetstream().stream_info(stream)).state.messages)
-        finally:
-            await nc.close()
-
-    return asyncio.run(count())
 
 
 def _orders(spark: Any, rows: int = ROWS, partitions: int = 4) -> Any:
@@ -75,16 +66,16 @@ def test_rows_become_jobs_exactly_once(session: Any, nats_server_module: NatsSer
 
     first = enqueue_dataframe(orders, charge, key="order_id")
     assert (first.rows, first.created, first.duplicates) == (ROWS, ROWS, 0)
-    assert _stream_messages(url, "JSW_SPARKSHOP") == ROWS
+    assert stream_messages(url, "JSW_SPARKSHOP") == ROWS
 
     again = enqueue_dataframe(orders, charge, key="order_id")
     assert (again.rows, again.created, again.duplicates) == (ROWS, 0, ROWS)
     assert f"{ROWS} rows, 0 created, {ROWS} duplicates" in str(again)
-    assert _stream_messages(url, "JSW_SPARKSHOP") == ROWS
+    assert stream_messages(url, "JSW_SPARKSHOP") == ROWS
 
     rerun = enqueue_dataframe(orders, charge, key="order_id", run_id="2024-06-01")
     assert (rerun.rows, rerun.created, rerun.duplicates) == (ROWS, ROWS, 0)
-    assert _stream_messages(url, "JSW_SPARKSHOP") == 2 * ROWS
+    assert stream_messages(url, "JSW_SPARKSHOP") == 2 * ROWS
 
 
 class _FailOnceWriter(JobsWriter):
@@ -122,7 +113,7 @@ def test_a_partition_retried_by_spark_stores_nothing_twice(
     """Partition 1 fails its first attempt after 5,000 of its jobs were stored; Spark runs it
     again, the server drops those 5,000 as duplicates, and the stream holds 50,000."""
     # The executors' Python workers cannot import this test module: ship its classes by value.
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
     session.dataSource.register(_FailOnceSource)
     url = nats_server_module.url
     report = tmp_path / "report.json"
@@ -139,7 +130,7 @@ def test_a_partition_retried_by_spark_stores_nothing_twice(
     )
     totals = json.loads(report.read_text())
     assert totals == {"partitions": 4, "rows": ROWS, "created": ROWS - 5000, "duplicates": 5000}
-    assert _stream_messages(url, "JSW_SPARKRETRY") == ROWS
+    assert stream_messages(url, "JSW_SPARKRETRY") == ROWS
 
 
 def test_a_worker_runs_the_jobs_with_their_arguments(session: Any, nats_server_module: NatsServer) -> None:
@@ -224,9 +215,7 @@ async def _work_until(app: App, done: Callable[[], bool], timeout: float) -> Non
     worker = Worker(app, WorkerSettings(concurrency=10, grace=1))
     running = asyncio.create_task(worker.run())
     try:
-        async with asyncio.timeout(timeout):
-            while not done():
-                await asyncio.sleep(0.05)
+        await wait_until_async(done, timeout=timeout, message="the worker to run the jobs")
     finally:
         worker.stop()
         await running
@@ -313,11 +302,15 @@ def test_enqueued_events_are_emitted_for_new_jobs_only(session: Any, nats_server
     orders = _orders(session, rows=200, partitions=2)
     assert enqueue_dataframe(orders, charge, key="order_id").created == 200
     assert enqueue_dataframe(orders, charge, key="order_id").duplicates == 200
-    # Events are not acknowledged: give the server a moment to store the last of them.
-    deadline = time.monotonic() + 5
-    while _stream_messages(url, "JSW_SPARKEVENTS_EVENTS") < 200 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _stream_messages(url, "JSW_SPARKEVENTS_EVENTS") == 200
+    # Events are sent without waiting for the server's acknowledgement: the last may still be
+    # on their way when the write returns.
+    stored = wait_until(
+        lambda: stream_messages(url, "JSW_SPARKEVENTS_EVENTS"),
+        until=lambda n: n >= 200,
+        timeout=10,
+        message="200 enqueued events",
+    )
+    assert stored == 200
 
 
 def test_overwrite_and_missing_options_are_refused(session: Any, nats_server_module: NatsServer) -> None:

@@ -29,7 +29,7 @@ def _parse(client: Client, block: bytes) -> dict[str, str] | None:
     async def run() -> dict[str, str] | None:
         if isinstance(client, JetStreamClient):
             return await client._plain_process_headers(block)
-        return await client._process_headers(block)  # type: ignore[no-any-return]
+        return await client._process_headers(block)
 
     return asyncio.run(run())
 

@@ -25,7 +25,7 @@ class FakeNC:
 
 def _delivery(reply: str = REPLY, headers: dict[str, str] | None = None) -> tuple[Delivery, FakeNC]:
     nc = FakeNC()
-    return Delivery(nc, "jsw.a.q.default.t", reply, b"{}", headers), nc  # type: ignore[arg-type]
+    return Delivery(nc, "jsw.a.q.default.t", reply, b"{}", headers), nc
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ import pytest
 
 from jsworker.runtime.limiter import Limiter
 
+from ..support import wait_until_async
+
 pytestmark = pytest.mark.anyio
 
 
@@ -93,7 +95,9 @@ async def test_slot_handed_to_a_cancelled_waiter_is_passed_on() -> None:
     limiter = Limiter(1)
     await limiter.acquire()
     task = asyncio.ensure_future(limiter.acquire())
-    await asyncio.sleep(0)
+    await wait_until_async(
+        lambda: len(limiter._waiters) == 1, timeout=5, message="the task to wait for a slot"
+    )
     limiter.release()  # hands the slot to the waiting task ...
     task.cancel()  # ... which is cancelled before it resumes
     with pytest.raises(asyncio.CancelledError):

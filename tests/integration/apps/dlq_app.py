@@ -17,7 +17,7 @@ app = App("dlq")
 
 def broken() -> bool:
     """True while the bug is present."""
-    path = os.environ.get("JSW_TEST_BROKEN")
+    path = os.environ.get("JSW_TEST_BROKEN", "")
     return bool(path) and os.path.exists(path)
 
 
