@@ -53,6 +53,12 @@ class Metrics:
             ("version", "app", "queues"),
             registry=r,
         )
+        self.sync_overruns = Counter(
+            "jsworker_sync_overruns",
+            "Sync job runs whose thread went on past their timeout; the job waited for it.",
+            _QT,
+            registry=r,
+        )
         # Pull loop.
         self.pulls = Counter("jsworker_pull_requests", "Pull requests sent.", ("queue",), registry=r)
         self.heartbeats_missed = Counter(

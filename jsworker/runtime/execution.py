@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Reject, Retry, SerializationError
 from ..job import JobContext, running_job
+from ..observability.logging import get_logger
 from ..serializers import decode_call
 from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, TASK
 from .settlement import Outcome, OutcomeKind, exceeds_attempts
 from .threads import ThreadRunner
+
+log = get_logger("jsworker.worker")
 
 if TYPE_CHECKING:
     from ..app import App
@@ -48,6 +52,10 @@ class JobRun:
             return int(raw) / 1e9 if raw else None
         except ValueError:
             return None
+
+    def log_fields(self) -> dict[str, Any]:
+        """The fields that name the job in the worker's own log events."""
+        return {"job_id": self.job_id, "task": self.task_name, "queue": self.queue, "attempt": self.attempt}
 
     def context(self) -> JobContext:
         """What :func:`~jsworker.current_job` returns for this job, built on first use."""
@@ -126,6 +134,7 @@ class Executor:
         token = running_job.set(job.context)
         timeout = task.options.timeout
         scope: asyncio.Timeout | None = None
+        thread: asyncio.Future[Any] | None = None
         try:
             if timeout is None:
                 # Most tasks have no timeout: no timeout scope and no extra coroutine layer for
@@ -135,15 +144,22 @@ class Executor:
                     await task.fn(*args, **kwargs)
                 else:
                     await self.threads.run(task.fn, *args, **kwargs)
-            else:
+            elif task.is_async:
                 async with asyncio.timeout(timeout) as scope:
-                    await self._invoke(task, args, kwargs)
+                    await task.fn(*args, **kwargs)
+            else:
+                # Shielded: a timeout must not drop the thread's call, see _outlive.
+                thread = self.threads.submit(task.fn, *args, **kwargs)
+                async with asyncio.timeout(timeout) as scope:
+                    await asyncio.shield(thread)
         except Retry as exc:
             return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
         except Reject as exc:
             return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
         except TimeoutError as exc:
             if scope is not None and scope.expired():
+                if thread is not None:
+                    await self._outlive(job, thread)
                 return Outcome(OutcomeKind.TIMED_OUT, f"timed out after {timeout}s", error=exc)
             return _failed(exc, task.options.is_retryable(exc))
         except (Exception, SystemExit) as exc:  # a sync task calling sys.exit() must not end the worker
@@ -152,13 +168,25 @@ class Executor:
             running_job.reset(token)
         return _SUCCEEDED
 
-    async def _invoke(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
-        if task.is_async:
-            await task.fn(*args, **kwargs)
-        else:
-            # A timed-out sync call cannot be stopped: its thread finishes on its own while the
-            # worker settles the job (see ThreadRunner).
-            await self.threads.run(task.fn, *args, **kwargs)
+    async def _outlive(self, job: JobRun, thread: asyncio.Future[Any]) -> None:
+        """Wait for a timed-out sync call's thread to return.
+
+        Python cannot stop a thread, so the job is not handed back for its next attempt while
+        its call still runs: two runs of one job would have their side effects at once. The
+        job keeps its slot and its heartbeats meanwhile (the worker still holds it). Only a
+        shutdown past its grace period stops the wait; the process then ends with the thread.
+        """
+        if thread.done():
+            return
+        started = time.monotonic()
+        log.warning(
+            "job.sync_overrun", timeout=job.task.options.timeout if job.task else None, **job.log_fields()
+        )
+        self.app.metrics.sync_overruns.labels(job.queue, job.task_name).inc()
+        await asyncio.wait([thread])
+        log.warning(
+            "job.sync_overrun_ended", overrun=round(time.monotonic() - started, 3), **job.log_fields()
+        )
 
     def close(self) -> None:
         """Release the thread pool (calls still running finish on their own)."""

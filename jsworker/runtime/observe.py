@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import Any
 
 from ..events.emit import EventEmitter
 from ..jetstream.consume import EngineEvent
@@ -45,7 +44,7 @@ class JobReporter:
     def started(self, job: JobRun) -> None:
         """Log that ``job`` was taken up (debug)."""
         if self._debug:
-            self.log.debug("job.started", **job_fields(job))
+            self.log.debug("job.started", **job.log_fields())
 
     def finished(self, job: JobRun, outcome: Outcome, decision: Decision, duration: float) -> None:
         """Count and log one settled job (one event per job)."""
@@ -59,7 +58,7 @@ class JobReporter:
             # Debug, not info: a line per successful job is most of a busy worker's cost and
             # of its log volume; metrics and job events count successes.
             if self._debug:
-                self.log.debug("job.succeeded", outcome="succeeded", duration=duration, **job_fields(job))
+                self.log.debug("job.succeeded", outcome="succeeded", duration=duration, **job.log_fields())
             return
         name = _NAMES[kind]
         self.counts[name] += 1
@@ -73,7 +72,7 @@ class JobReporter:
             if kind is not OutcomeKind.CANCELLED:
                 m.retried += 1
             self.log.warning(
-                "job.retry", outcome=name, reason=outcome.reason, delay=decision.delay, **job_fields(job)
+                "job.retry", outcome=name, reason=outcome.reason, delay=decision.delay, **job.log_fields()
             )
         else:
             m.dead_lettered[name] += 1
@@ -82,7 +81,7 @@ class JobReporter:
                 outcome=name,
                 reason=decision.reason,
                 duration=duration,
-                **job_fields(job),
+                **job.log_fields(),
             )
 
 
@@ -94,11 +93,6 @@ def _observe_run(m: TaskMetrics, job: JobRun, duration: float) -> None:
         enqueued_at = job.enqueued_at
         if enqueued_at is not None:
             m.queue_wait.observe(max(0.0, time.time() - enqueued_at - duration))
-
-
-def job_fields(job: JobRun) -> dict[str, Any]:
-    """The fields that name a job in the worker's own log events."""
-    return {"job_id": job.job_id, "task": job.task_name, "queue": job.queue, "attempt": job.attempt}
 
 
 async def emit_job_end(

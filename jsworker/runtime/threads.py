@@ -43,6 +43,10 @@ class ThreadRunner:
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call ``fn(*args, **kwargs)`` in a thread and return (or raise) what it did."""
+        return await self.submit(fn, *args, **kwargs)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        """Start ``fn(*args, **kwargs)`` in a thread; the future resolves when it returns."""
         loop = asyncio.get_running_loop()
         if not self._started:
             self._loop = loop
@@ -52,7 +56,7 @@ class ThreadRunner:
                 self._started.append(thread)
         future: asyncio.Future[Any] = loop.create_future()
         self._work.put((future, contextvars.copy_context(), fn, args, kwargs))
-        return await future
+        return future
 
     def close(self) -> None:
         """Let idle threads end; calls still running finish on their own."""

@@ -34,7 +34,7 @@ from ..observability.logging import get_logger
 from ..status import queue_status
 from .execution import Executor, JobRun, identify
 from .limiter import Limiter
-from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, job_fields
+from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start
 from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
 
 if TYPE_CHECKING:
@@ -367,7 +367,7 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("job.internal_error", error=repr(exc), **job_fields(job))
+            log.error("job.internal_error", error=repr(exc), **job.log_fields())
         finally:
             self._jobs.pop(job, None)
             self._limiter.release()
@@ -412,7 +412,7 @@ class Worker:
             await self._dlq.publish(msg)
             return True
         except EnqueueError as exc:
-            log.error("job.dead_letter_failed", error=str(exc), **job_fields(job))
+            log.error("job.dead_letter_failed", error=str(exc), **job.log_fields())
             return False
 
     # -- stopping -------------------------------------------------------------------------

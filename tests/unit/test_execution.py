@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from jsworker.job import JobContext
 from jsworker.observability.logging import add_job_context
 from jsworker.runtime.execution import Executor, JobRun, identify
 from jsworker.runtime.settlement import OutcomeKind
+
+from ..support import wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -199,18 +202,31 @@ async def test_async_task_past_timeout_times_out(app: App) -> None:
     assert time.monotonic() - start < 1.0
 
 
-async def test_sync_task_past_timeout_returns_promptly(app: App) -> None:
-    """A sync task sleeping past its timeout gives TIMED_OUT without waiting for the sleep."""
+async def test_a_timed_out_sync_call_is_waited_for_and_counted(app: App) -> None:
+    """A sync task past its timeout gives TIMED_OUT only once its thread has returned, so the
+    next attempt can never run beside it; the overrun is counted."""
+    finished = threading.Event()
+    release = threading.Event()
 
     @app.task(timeout=0.05)
     def t() -> None:
-        time.sleep(0.6)
+        release.wait(10)
+        finished.set()
 
-    start = time.monotonic()
-    out = await _run(app, _job(app, "t"))
-    elapsed = time.monotonic() - start
+    def overruns() -> float:
+        sample = app.metrics.registry.get_sample_value(
+            "jsworker_sync_overruns_total", {"queue": QUEUE, "task": "t"}
+        )
+        return sample or 0.0
+
+    before = overruns()
+    run = asyncio.ensure_future(_run(app, _job(app, "t")))
+    await wait_until_async(lambda: overruns() > before, timeout=10, message="the overrun to be counted")
+    assert not run.done()  # past the timeout, still waiting for the thread
+    release.set()
+    out = await run
+    assert finished.is_set()
     assert out.kind is OutcomeKind.TIMED_OUT
-    assert elapsed < 0.4
 
 
 @pytest.mark.parametrize("timeout", [None, 5.0])
