@@ -40,3 +40,10 @@ def sleep_sync(seconds: float) -> None:
     record("start")
     time.sleep(seconds)
     record("done")
+
+
+@app.task(queue="overrun", timeout=0.3, ack_wait=1.5, max_retries=1, retry_backoff=0)
+def overrun_sync(seconds: float) -> None:
+    record("start")
+    time.sleep(seconds)
+    record("done")
