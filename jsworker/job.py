@@ -30,7 +30,9 @@ class JobContext:
 
     ``attempt`` starts at 1 and counts deliveries by the server, so a job whose worker crashed
     comes back with a higher attempt too. Use ``id`` to make side effects idempotent: it is the
-    same on every attempt.
+    same on every attempt. ``enqueued_at`` is when the producer enqueued the job (unix
+    seconds, the producer's clock; the same on every attempt), None when the message does not
+    say (a hand-made one). ``headers`` are the message's headers as delivered.
     """
 
     id: str

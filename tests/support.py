@@ -30,11 +30,6 @@ Servers = str | Sequence[str]
 UNSETTLED: tuple[type[Exception], ...] = (nats.errors.Error, TimeoutError, OSError)
 
 
-class _Nothing:
-    def __repr__(self) -> str:
-        return "nothing (the condition was never evaluated)"
-
-
 def _timed_out(message: str, timeout: float, last: object) -> AssertionError:
     return AssertionError(f"timed out after {timeout:g}s waiting for {message}; last observed: {last!r}")
 
@@ -56,7 +51,7 @@ def wait_until(
     (or exception) observed.
     """
     deadline = time.monotonic() + timeout
-    last: object = _Nothing()
+    last: object = None
     while True:
         expired = time.monotonic() >= deadline
         try:
@@ -108,7 +103,7 @@ async def wait_until_async(
     """:func:`wait_until` for a test running on an event loop: the condition may be a plain
     function or return an awaitable, and the loop keeps running between tries."""
     deadline = time.monotonic() + timeout
-    last: object = _Nothing()
+    last: object = None
     while True:
         expired = time.monotonic() >= deadline
         try:
