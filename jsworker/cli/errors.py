@@ -12,6 +12,7 @@ from ..deadletters import DeadLetterNotFound, DeadLetterNotReplayable
 from ..errors import ConfigurationError, ConnectError, JsworkerError, TopologyError
 from ..events.reader import EventsNotFound
 from ..jetstream.api import StreamRequestError
+from ..jetstream.connection import redact_urls
 from ..observability.logging import get_logger
 from .loader import AppNotFound
 
@@ -51,8 +52,8 @@ def exit_code(exc: BaseException) -> int:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``code``."""
-    click.echo(f"error: {message}", err=True)
+    """Print ``error: message`` on stderr (credentials in URLs removed) and exit with ``code``."""
+    click.echo(f"error: {redact_urls(message)}", err=True)
     raise SystemExit(code)
 
 

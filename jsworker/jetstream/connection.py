@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import inspect
 import os
+import re
 import ssl
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,6 +32,15 @@ def parse_servers(value: str | Sequence[str] | None) -> list[str]:
     """Server URLs from a comma-separated string or a sequence of them; [] for none."""
     items = value.split(",") if isinstance(value, str) else (value or ())
     return [url.strip() for url in items if url.strip()]
+
+
+_USER_INFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^\s/@]*@")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the user information (user, password, token) of every URL in it removed:
+    ``nats://admin:secret@host`` becomes ``nats://***@host``. For anything printed or logged."""
+    return _USER_INFO.sub(r"\g<scheme>***@", text)
 
 
 def default_servers() -> list[str]:
@@ -251,7 +261,7 @@ class Connection:
             await nc.close()
         last = errors[-1] if errors else None
         where = ", ".join(options.servers)
-        raise ConnectError(f"cannot connect to NATS at {where}: {_describe(last)}") from last
+        raise ConnectError(redact_urls(f"cannot connect to NATS at {where}: {_describe(last)}")) from last
 
     @property
     def server_version(self) -> tuple[int, int, int]:
