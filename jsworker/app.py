@@ -13,7 +13,7 @@ from .config import option, option_fields
 from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
-from .naming import Namespace, validate_name
+from .naming import Namespace, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
 from .serializers import JSONSerializer, Serializer
@@ -124,7 +124,7 @@ class App:
         connection: ConnectOptions | None = None,
         **arguments: Unpack[AppArguments],
     ) -> None:
-        self.name = validate_name("app", name)
+        self.name = validate_app_name(name)
         self.namespace = Namespace(name)
         self.serializer: Serializer = serializer or JSONSerializer()
         split = _split_arguments(dict(arguments))

@@ -32,6 +32,25 @@ def validate_name(kind: str, value: str) -> str:
     return value
 
 
+# Suffixes of the streams an app has besides its job stream. An app whose own name ends in
+# one (app "zeta_events") would have a job stream named like another app's ("zeta") events
+# stream: such names are refused.
+RESERVED_SUFFIXES = ("_dlq", "_events")
+
+
+def validate_app_name(value: str) -> str:
+    """``value`` if it can name an app: a valid name (:func:`validate_name`) that does not end
+    in one of :data:`RESERVED_SUFFIXES` (in any case), else :class:`ConfigurationError`."""
+    validate_name("app", value)
+    for suffix in RESERVED_SUFFIXES:
+        if value.lower().endswith(suffix):
+            raise ConfigurationError(
+                f"invalid app name {value!r}: it must not end in {suffix!r}, or its job stream "
+                f"JSW_{value.upper()} would be the {suffix[1:]} stream of app {value[: -len(suffix)]!r}"
+            )
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Namespace:
     """The JetStream names one app uses.

@@ -31,7 +31,7 @@ from ..events.reader import EventsNotFound, read_event_rows, to_unix
 from ..events.rows import SPARK_SCHEMA, arrow_schema, rows_to_batch
 from ..jetstream.connection import Connection
 from ..jetstream.history import seq_at_time, stream_bounds
-from ..naming import validate_name
+from ..naming import validate_app_name
 from .options import Connect, integer
 
 NAME = "jsworker-events"
@@ -57,7 +57,7 @@ class ReadSettings:
             raise ConfigurationError("the jsworker-events reader needs the 'app' option")
         partitions = integer("partitions", options.get("partitions") or str(DEFAULT_PARTITIONS), 1)
         return cls(
-            app=validate_name("app", options["app"]),
+            app=validate_app_name(options["app"]),
             connect=Connect.from_options(options),
             partitions=partitions,
             since=_time_option(options, "since"),

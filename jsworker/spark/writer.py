@@ -29,7 +29,7 @@ from ..jetstream.connection import Connection
 from ..jetstream.message import OutMessage, Stored
 from ..jetstream.pipeline import AckPipeline, StoredHook
 from ..jetstream.topology import stream_exists
-from ..naming import validate_name
+from ..naming import validate_app_name, validate_name
 from .jobs import RowEncoder
 from .options import Connect, integer, names
 from .schema import plan_columns
@@ -67,7 +67,7 @@ class WriteSettings:
             if not options.get(required):
                 raise ConfigurationError(f"the jsworker writer needs the {required!r} option")
         return cls(
-            app=validate_name("app", options["app"]),
+            app=validate_app_name(options["app"]),
             task=validate_name("task", options["task"]),
             queue=validate_name("queue", options.get("queue") or "default"),
             key=names(options["key"]),

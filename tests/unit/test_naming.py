@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from jsworker import App
 from jsworker.errors import ConfigurationError
 from jsworker.naming import Namespace, validate_name
 
@@ -97,3 +98,15 @@ def test_parse_job_subject_round_trips_job_subject() -> None:
 def test_parse_job_subject_rejects_foreign_subjects(subject: str) -> None:
     """Subjects that are not this app's job subjects parse to None."""
     assert Namespace("shop").parse_job_subject(subject) is None
+
+
+@pytest.mark.parametrize("name", ["zeta_events", "zeta_EVENTS", "shop_dlq", "Shop_Dlq"])
+def test_app_names_that_would_collide_with_another_apps_streams_are_refused(name: str) -> None:
+    """App zeta_events's job stream would be app zeta's events stream (JSW_ZETA_EVENTS)."""
+    with pytest.raises(ConfigurationError, match="must not end in"):
+        App(name)
+
+
+@pytest.mark.parametrize("name", ["events", "dlq", "zeta_event", "dlq_shop", "events_x"])
+def test_names_that_only_look_alike_are_fine(name: str) -> None:
+    assert App(name).name == name
