@@ -17,7 +17,7 @@ import click
 
 from ..deadletters import DeadLetter, DeadLetters, ReplayedJob
 from ..errors import SerializationError
-from ..observability.logging import configure_logging
+from ..observability.logging import configure_logging, printable
 from .connection import connection_options, load_connected_app
 from .errors import EXIT_USAGE, command_errors, fail
 
@@ -79,11 +79,21 @@ def list_(
         click.echo(_table(letters, shutil.get_terminal_size((120, 24)).columns))
 
 
+def _shown(value: str) -> str:
+    # Names and headers come from the message: a hostile one must not drive the terminal.
+    return printable(value, 200)
+
+
 def _table(letters: list[DeadLetter], width: int) -> str:
     """Aligned columns; the reason takes what the terminal width leaves (at least 20)."""
     header = ("SEQ", "FAILED AT", "JOB ID", "TASK", "QUEUE", "ATTEMPTS")
     rows = [
-        (str(d.seq), d.failed_at_iso or "-", d.job_id, d.task, d.queue, str(d.attempts or "-"))
+        (
+            str(d.seq),
+            d.failed_at_iso or "-",
+            *map(_shown, (d.job_id, d.task, d.queue)),
+            str(d.attempts or "-"),
+        )
         for d in letters
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -97,7 +107,7 @@ def _table(letters: list[DeadLetter], width: int) -> str:
         return f"{left}  {reason}".rstrip()
 
     out = [line(header, "REASON")]
-    out += [line(row, d.reason) for row, d in zip(rows, letters, strict=True)]
+    out += [line(row, _shown(d.reason)) for row, d in zip(rows, letters, strict=True)]
     return "\n".join(out)
 
 
@@ -159,10 +169,10 @@ def show(app_spec: str, ref: str, as_json: bool, **connection: str | None) -> No
         ("error", f"{letter.error_type}: {letter.error}" if letter.error_type else "-"),
     ]
     for name, value in fields:
-        click.echo(f"{name + ':':<11}{value}")
+        click.echo(f"{name + ':':<11}{_shown(value)}")
     click.echo("headers:")
     for key, value in sorted(letter.headers.items()):
-        click.echo(f"  {key}: {value}")
+        click.echo(f"  {_shown(key)}: {_shown(value)}")
     cut = f", cut from {letter.original_size}: cannot be replayed" if letter.original_size is not None else ""
     click.echo(f"payload ({letter.size} bytes{cut}):")
     click.echo(letter.pretty_payload())

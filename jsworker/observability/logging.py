@@ -6,6 +6,7 @@ The library only calls ``get_logger``; configuration is the application's busine
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from typing import Any
@@ -40,6 +41,27 @@ def add_job_context(logger: Any, method_name: str, event_dict: dict[str, Any]) -
     return event_dict
 
 
+MAX_VALUE = 1000
+"""Characters of one logged string value; the rest is cut (values may come from messages)."""
+
+
+def safe_values(logger: Any, method_name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: string values with control characters escaped (a task name or a
+    header from a hostile message cannot rewrite a terminal or forge a log line) and cut to
+    :data:`MAX_VALUE` characters."""
+    for key, value in event_dict.items():
+        if isinstance(value, str) and (len(value) > MAX_VALUE or not value.isprintable()):
+            event_dict[key] = printable(value)
+    return event_dict
+
+
+def printable(text: str, limit: int = MAX_VALUE) -> str:
+    """``text`` with every non-printable character escaped, cut to ``limit`` characters."""
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def configure_logging(level: str = "info", fmt: str = "console") -> None:
     """Send structlog events to stderr as ``console`` (human) or ``json`` lines.
 
@@ -53,10 +75,22 @@ def configure_logging(level: str = "info", fmt: str = "console") -> None:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    processors.append(safe_values)
+    # Tracebacks without local variables: a task's locals are its arguments (card numbers,
+    # addresses), which must never reach a log.
     if fmt == "json":
-        processors += [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
+        tracebacks = structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        processors += [
+            structlog.processors.ExceptionRenderer(tracebacks),
+            structlog.processors.JSONRenderer(),
+        ]
     else:
-        processors += [structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
+        formatter: Any = structlog.dev.plain_traceback
+        if importlib.util.find_spec("rich") is not None:
+            formatter = structlog.dev.RichTracebackFormatter(show_locals=False)
+        processors += [
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=formatter)
+        ]
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
