@@ -80,6 +80,10 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("_error_cb", "attribute"),
     # Read by subscribe_direct: which subscription a message belongs to.
     Internal("_subs", "attribute", kind=dict),
+    # Overridden: the TLS guard refuses to build CONNECT (credentials) over plain TCP ...
+    Internal("_connect_command", "method", ("self",)),
+    # ... reading what nats-py itself decides TLS by.
+    Internal("_server_info", "attribute", kind=dict),
 )
 
 #: The subscription's id, read by subscribe_direct; checked on every subscription it makes.
@@ -146,6 +150,17 @@ def parse_plain_headers(block: bytes) -> dict[str, str] | None:
     return headers
 
 
+class TLSNotOfferedError(nats.errors.Error):
+    """TLS is configured but the server did not start it: nothing, credentials included, was
+    sent to it."""
+
+    def __str__(self) -> str:
+        return (
+            "the server did not offer TLS although TLS is configured (a tls:// URL, a CA or a "
+            "client certificate); refusing to send credentials in plain text"
+        )
+
+
 class JetStreamClient(Client):
     """nats-py's client with :func:`parse_plain_headers` in front of its header parser,
     :meth:`publish_many` for batches of small messages and :meth:`subscribe_direct`.
@@ -158,6 +173,16 @@ class JetStreamClient(Client):
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
         self.fast_path = False
+        self._require_tls: bool = False
+
+    def guard_tls(self) -> bool:
+        """Refuse, from now on, to send CONNECT (credentials) over a connection on which TLS
+        did not start; call before connecting when TLS is configured. False when this nats-py
+        offers no way to tell (then do not connect: fail closed)."""
+        if not callable(getattr(Client, "_connect_command", None)):
+            return False
+        self._require_tls = True
+        return True
 
     async def connect(self, *args: Any, **kwargs: Any) -> None:
         """nats-py's ``connect``, then :meth:`enable_fast_path`."""
@@ -237,6 +262,18 @@ class JetStreamClient(Client):
         await self._send_command(command)
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
+
+    def _connect_command(self) -> bytes:
+        # nats-py starts TLS only when the server's INFO asks for it, whatever the client is
+        # configured with, and then sends CONNECT, credentials included. Built here, CONNECT
+        # is refused over a connection that TLS was configured for but did not get. A nats-py
+        # without this method never calls it: Connection.open refuses TLS then (fail closed).
+        if self._require_tls and not self.options.get("tls_handshake_first"):
+            info = getattr(self, "_server_info", None)
+            if not isinstance(info, dict) or not info.get("tls_required"):
+                raise TLSNotOfferedError
+        command: bytes = super()._connect_command()
+        return command
 
     # -- the fast paths, installed by enable_fast_path ---------------------------------------
 

@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 from .. import config
 from ..config import option
 from ..errors import ConnectError, ServerVersionError
-from .client import JetStreamClient
+from .client import JetStreamClient, TLSNotOfferedError
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -142,6 +142,15 @@ class ConnectOptions:
             kwargs["tls"] = tls
         return kwargs
 
+    @property
+    def requires_tls(self) -> bool:
+        """TLS is configured in some way: a ``tls://`` URL, a CA or a client certificate."""
+        return (
+            self.tls_ca is not None
+            or self.tls_cert is not None
+            or any(url.lower().startswith("tls://") for url in self.servers)
+        )
+
     def tls_context(self) -> ssl.SSLContext | None:
         """A TLS context when a CA or client certificate is configured, else None."""
         if self.tls_ca is None and self.tls_cert is None:
@@ -225,7 +234,9 @@ class Connection:
             if refused.is_set():
                 return  # keep the refusal: it, not the resets that follow it, is the cause
             errors[:] = [exc]
-            if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
+            if isinstance(exc, nats.errors.AuthorizationError | TLSNotOfferedError) or (
+                "authorization" in str(exc).lower()
+            ):
                 refused.set()
 
         kwargs: dict[str, Any] = {
@@ -243,6 +254,8 @@ class Connection:
         kwargs.update(options.client_kwargs())
 
         nc = JetStreamClient()
+        if options.requires_tls and not nc.guard_tls():
+            raise ConnectError("this nats-py release gives no way to check that TLS is in use")
         connecting = asyncio.ensure_future(nc.connect(**kwargs))
         refusal = asyncio.ensure_future(refused.wait())
         await asyncio.wait(

@@ -143,7 +143,13 @@ def test_every_private_name_client_py_uses_is_checked() -> None:
         node.name
         for node in ast.walk(tree)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("_")
-    } | {"_direct"}
+    } | {
+        target.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.AnnAssign | ast.Assign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and isinstance(node, ast.AnnAssign)
+    }
     used = {
         node.attr
         for node in ast.walk(tree)
