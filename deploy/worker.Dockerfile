@@ -17,10 +17,14 @@ RUN apt-get update \
 
 # The project itself: only what the wheel needs, so edits to tests or docs do not bust the
 # cache of this layer.
+# Dependencies at the versions in deploy/requirements.lock (the ones the suite ran against),
+# then the project without re-resolving them.
 WORKDIR /src
+COPY deploy/requirements.lock ./
+RUN pip install --no-cache-dir -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY jsworker ./jsworker
-RUN pip install --no-cache-dir . && rm -rf /src
+RUN pip install --no-cache-dir --no-deps . && rm -rf /src
 
 # The app: a directory whose modules define an App; JSWORKER_APP names the module. The default
 # is the quickstart's tasks module, so the image runs as is.
