@@ -28,7 +28,14 @@ from .options import flag_fields, options_from
     help="Serve Prometheus metrics on this port (off by default) [env: JSWORKER_METRICS_PORT].",
 )
 @click.option(
-    "--metrics-addr", default="0.0.0.0", show_default=True, help="Address the metrics server binds."
+    "--metrics-addr",
+    default="0.0.0.0",
+    show_default=True,
+    help=(
+        "Address the metrics server binds: all interfaces by default, as exporters do. The "
+        "endpoint shows queue and task names and job counts, never job ids or arguments; "
+        "use 127.0.0.1 or a network policy to keep it private."
+    ),
 )
 @click.option(
     "--loop",
