@@ -214,6 +214,17 @@ class Producer:
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    """The background thread: run ``loop`` until :meth:`Producer.close` stops it, then close it."""
-    loop.run_forever()
-    loop.close()
+    """The background thread: run ``loop`` until :meth:`Producer.close` stops it, then let
+    what is left (tasks the client cancelled on close) finish and close it, as
+    ``asyncio.run`` does."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -19,7 +19,7 @@ def _dependencies() -> list[Requirement]:
 
 
 def _pinned() -> dict[str, str]:
-    pins = {}
+    pins: dict[str, str] = {}
     for line in LOCK.read_text().splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
