@@ -130,6 +130,7 @@ def letter_json(letter: DeadLetter) -> dict[str, Any]:
         "headers": dict(letter.headers),
         "size": letter.size,
         "original_size": letter.original_size,
+        "headers_dropped": list(letter.headers_dropped),
     }
     if letter.body is not None:
         try:
@@ -173,6 +174,8 @@ def show(app_spec: str, ref: str, as_json: bool, **connection: str | None) -> No
     click.echo("headers:")
     for key, value in sorted(letter.headers.items()):
         click.echo(f"  {_shown(key)}: {_shown(value)}")
+    if letter.headers_dropped:
+        click.echo(f"  (left out to fit: {_shown(', '.join(letter.headers_dropped))})")
     cut = f", cut from {letter.original_size}: cannot be replayed" if letter.original_size is not None else ""
     click.echo(f"payload ({letter.size} bytes{cut}):")
     click.echo(letter.pretty_payload())

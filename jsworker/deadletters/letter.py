@@ -38,7 +38,9 @@ class DeadLetter:
     or None when it was not loaded (:meth:`DeadLetters.list` reads headers only unless asked);
     ``size`` is its length either way. ``original_size`` is None unless the worker had to cut
     the body to fit the server's ``max_payload``: then ``body`` is only its start, and the dead
-    letter cannot be replayed. ``attempts`` is 0 when the worker did not record it.
+    letter cannot be replayed. ``headers_dropped`` names the job's own headers the worker left
+    out so that the dead letter's headers fit the server's 64 KiB (a replay goes without them).
+    ``attempts`` is 0 when the worker did not record it.
     """
 
     seq: int
@@ -56,6 +58,7 @@ class DeadLetter:
     body: bytes | None
     size: int
     original_size: int | None = None
+    headers_dropped: tuple[str, ...] = ()
 
     @classmethod
     def from_stored(cls, msg: StoredMessage) -> DeadLetter:
@@ -81,6 +84,7 @@ class DeadLetter:
             body=msg.body,
             size=msg.size,
             original_size=_int(h.get(wire.BODY_TRUNCATED)),
+            headers_dropped=tuple(n for n in h.get(wire.HEADERS_DROPPED, "").split(", ") if n),
         )
 
     def payload(self) -> Any:

@@ -362,8 +362,7 @@ class Worker:
                 decision = ACK
                 await job.delivery.ack()
             else:
-                decision = decide(outcome, job.attempt, self._policy(job))
-                await self._settle(job, outcome, decision)
+                decision = await self._settle(job, outcome, decide(outcome, job.attempt, self._policy(job)))
             duration = time.monotonic() - started
             self._report.finished(job, outcome, decision, duration)
             if self._events is not None:
@@ -385,7 +384,9 @@ class Worker:
                 self._policies[job.task_name] = policy
         return policy
 
-    async def _settle(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
+    async def _settle(self, job: JobRun, outcome: Outcome, decision: Decision) -> Decision:
+        """Tell the server ``decision``; returns what was done, which differs when a dead
+        letter could not be stored (then the job comes back later instead)."""
         delivery = job.delivery
         if decision.verb is Verb.ACK:
             await delivery.ack()
@@ -395,7 +396,10 @@ class Worker:
             # Stored first, then terminated: a crash in between redelivers instead of losing.
             await delivery.term(decision.reason)
         else:
+            # Reported (and counted) as a retry, never as a dead letter that does not exist.
             await delivery.nak(_DLQ_RETRY_DELAY)
+            return Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"dead letter not stored: {decision.reason}")
+        return decision
 
     async def _store_dead_letter(self, job: JobRun, outcome: Outcome, reason: str) -> bool:
         d = job.delivery

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jsworker.deadletters.format import dead_letter_message, task_token
+from jsworker.deadletters.format import MAX_HEADER_BYTES, dead_letter_message, task_token
 from jsworker.naming import Namespace
 
 NS = Namespace("shop")
@@ -206,3 +206,36 @@ def test_dead_letter_shrinks_to_fit_max_payload() -> None:
     assert cut.size <= 3000
     assert cut.headers[BODY_TRUNCATED] == "4000"
     assert big.startswith(cut.body) and len(cut.body) < 4000
+
+
+def test_a_job_cannot_forge_what_its_dead_letter_says() -> None:
+    """Jsw-Dlq-* headers on the job are dropped: only the worker writes them."""
+    forged = {
+        "Nats-Msg-Id": "job-1",
+        "Jsw-Task": "send",
+        "Jsw-Dlq-Traceback": '"forged"',
+        "jsw-dlq-body-truncated": "5",
+        "Jsw-Dlq-Reason": "forged",
+    }
+    headers = _letter(headers=forged).headers
+    assert "Jsw-Dlq-Traceback" not in headers and "jsw-dlq-body-truncated" not in headers
+    assert headers["Jsw-Dlq-Reason"] == "boom"
+
+
+def test_headers_over_the_servers_limit_are_dropped_largest_first() -> None:
+    """A job with 65,300 bytes of headers still gets a dead letter within 64 KiB of headers,
+    saying which of its headers were left out; the worker's own headers all stay."""
+    big = {"Nats-Msg-Id": "job-1", "Jsw-Task": "send", "X-Small": "s", "X-Big": "x" * 65_300}
+    msg = _letter(headers=big, error=_raised(ValueError("bad")))
+    header_bytes = msg.size - len(msg.body)
+    assert header_bytes <= MAX_HEADER_BYTES
+    assert msg.headers["Jsw-Dlq-Headers-Dropped"] == "X-Big"
+    assert msg.headers["X-Small"] == "s"
+    for kept in ("Jsw-Job-Id", "Jsw-Task", "Jsw-Dlq-Reason", "Jsw-Dlq-Traceback", "Nats-Msg-Id"):
+        assert kept in msg.headers, kept
+
+
+def test_headers_within_the_limit_are_all_kept() -> None:
+    msg = _letter(headers={"Nats-Msg-Id": "job-1", "X-Big": "x" * 50_000})
+    assert msg.headers["X-Big"] == "x" * 50_000
+    assert "Jsw-Dlq-Headers-Dropped" not in msg.headers
