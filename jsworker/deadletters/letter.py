@@ -97,6 +97,10 @@ class DeadLetter:
             return json.loads(self.body)
         except (UnicodeDecodeError, ValueError) as exc:
             raise SerializationError(f"the body of dead letter {self.seq} is not JSON: {exc}") from exc
+        except RecursionError:
+            raise SerializationError(
+                f"the body of dead letter {self.seq} is JSON nested too deeply to decode"
+            ) from None
 
     def pretty_payload(self) -> str:
         """The body for people: indented JSON when it is JSON, else the ``repr`` of the bytes."""
@@ -104,8 +108,14 @@ class DeadLetter:
             return "(not loaded)"
         try:
             return json.dumps(self.payload(), indent=2, ensure_ascii=False)
-        except SerializationError:
+        except SerializationError as exc:
+            if "nested too deeply" in str(exc):
+                return f"({exc}; {self.size} bytes, starting {self.body[:200]!r})"
             return repr(self.body)
+        except RecursionError:  # decoded, yet too deep to indent
+            return (
+                f"(JSON nested too deeply to show indented; {self.size} bytes, starting {self.body[:200]!r})"
+            )
 
     @property
     def failed_at_iso(self) -> str | None:

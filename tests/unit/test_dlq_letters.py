@@ -172,3 +172,12 @@ def test_table_truncates_the_reason() -> None:
     assert lines[0].split() == ["SEQ", "FAILED", "AT", "JOB", "ID", "TASK", "QUEUE", "ATTEMPTS", "REASON"]
     assert len(lines[1]) == 100 and lines[1].endswith("x...")
     assert lines[1].split()[:6] == ["7", letter.failed_at_iso, "job-1", "send", "emails", "3"]
+
+
+def test_a_body_nested_100000_deep_is_shown_in_one_clear_line() -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    letter = DeadLetter.from_stored(_stored(body=deep))
+    shown = letter.pretty_payload()
+    assert "nested too deeply" in shown and "\n" not in shown and len(shown) < 500
+    with pytest.raises(SerializationError, match="nested too deeply"):
+        letter.payload()
