@@ -181,3 +181,11 @@ def test_a_body_nested_100000_deep_is_shown_in_one_clear_line() -> None:
     assert "nested too deeply" in shown and "\n" not in shown and len(shown) < 500
     with pytest.raises(SerializationError, match="nested too deeply"):
         letter.payload()
+
+
+def test_list_escapes_control_characters_from_the_message() -> None:
+    """A task name or reason from a hostile message cannot drive the terminal."""
+    letter = DeadLetter.from_stored(_stored(task="ev\x1b[2Jil", reason="bad\x1b]0;title\x07"))
+    table = _table([letter], 200)
+    assert "\x1b" not in table and "\x07" not in table
+    assert "\\x1b[2J" in table
