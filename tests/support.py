@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import nats
@@ -30,8 +31,31 @@ Servers = str | Sequence[str]
 UNSETTLED: tuple[type[Exception], ...] = (nats.errors.Error, TimeoutError, OSError)
 
 
-def _timed_out(message: str, timeout: float, last: object) -> AssertionError:
-    return AssertionError(f"timed out after {timeout:g}s waiting for {message}; last observed: {last!r}")
+class _Polling:
+    """What one wait has seen so far, shared by :func:`wait_until` and :func:`wait_until_async`."""
+
+    def __init__(self, timeout: float, message: str, until: Callable[[Any], object]) -> None:
+        self.timeout, self.message, self.until = timeout, message, until
+        self.deadline = time.monotonic() + timeout
+        self.last: object = None
+        self.expired = False
+
+    def begin(self) -> None:
+        """Start one try; the try after the deadline is the last."""
+        self.expired = time.monotonic() >= self.deadline
+
+    def holds(self, value: Any) -> bool:
+        """Whether ``value`` ends the wait; remembers it for the failure message otherwise."""
+        if self.until(value):
+            return True
+        self.last = value
+        return False
+
+    def give_up_if_expired(self) -> None:
+        if self.expired:
+            raise AssertionError(
+                f"timed out after {self.timeout:g}s waiting for {self.message}; last observed: {self.last!r}"
+            )
 
 
 def wait_until(
@@ -50,20 +74,17 @@ def wait_until(
     condition is tried once more, then AssertionError names ``message`` and the last value
     (or exception) observed.
     """
-    deadline = time.monotonic() + timeout
-    last: object = None
+    polling = _Polling(timeout, message, until)
     while True:
-        expired = time.monotonic() >= deadline
+        polling.begin()
         try:
             value = condition()
         except ignore as exc:
-            last = exc
+            polling.last = exc
         else:
-            if until(value):
+            if polling.holds(value):
                 return value
-            last = value
-        if expired:
-            raise _timed_out(message, timeout, last)
+        polling.give_up_if_expired()
         time.sleep(interval)
 
 
@@ -102,22 +123,19 @@ async def wait_until_async(
 ) -> Any:
     """:func:`wait_until` for a test running on an event loop: the condition may be a plain
     function or return an awaitable, and the loop keeps running between tries."""
-    deadline = time.monotonic() + timeout
-    last: object = None
+    polling = _Polling(timeout, message, until)
     while True:
-        expired = time.monotonic() >= deadline
+        polling.begin()
         try:
             value = condition()
             if inspect.isawaitable(value):
                 value = await value
         except ignore as exc:
-            last = exc
+            polling.last = exc
         else:
-            if until(value):
+            if polling.holds(value):
                 return value
-            last = value
-        if expired:
-            raise _timed_out(message, timeout, last)
+        polling.give_up_if_expired()
         await asyncio.sleep(interval)
 
 
@@ -249,6 +267,15 @@ async def wait_consumer_settled_async(
 
 class PortTaken(Exception):
     """A process we started could not bind the port it was given: someone else took it."""
+
+
+def exited(proc: Any, log: Path, offset: int, taken: str, what: str) -> None:
+    """Raise for a process of ours that ended while we waited for it: :class:`PortTaken`
+    when its output past ``offset`` says ``taken`` (try another port), else AssertionError."""
+    said = log.read_bytes()[offset:].decode(errors="replace")
+    if taken in said:
+        raise PortTaken(said)
+    raise AssertionError(f"{what} exited with {proc.returncode}:\n{said}")
 
 
 def free_port() -> int:

@@ -20,7 +20,7 @@ from jsworker import App
 from jsworker.runtime.worker import Worker, WorkerSettings
 from jsworker.testing import parse_execution
 
-from ..support import PortTaken, on_a_free_port, wait_until, wait_until_async
+from ..support import exited, on_a_free_port, wait_until, wait_until_async
 
 APPS = Path(__file__).parent / "apps"
 ROOT = Path(__file__).parents[2]
@@ -130,10 +130,7 @@ def start_metrics_worker(
 
         def serving() -> bool:
             if proc.poll() is not None:
-                said = log.read_bytes()[offset:].decode(errors="replace")
-                if "cannot serve metrics" in said:
-                    raise PortTaken(said)
-                raise AssertionError(f"the worker exited with {proc.returncode}:\n{said}")
+                exited(proc, log, offset, "cannot serve metrics", "the worker")
             try:
                 # Our worker's figures, not those of whatever else may answer on the port.
                 return value(scrape(port), "jsworker_concurrency_limit") > 0

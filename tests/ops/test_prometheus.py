@@ -31,7 +31,7 @@ import pytest
 from jsworker.testing import NatsServer
 
 from ..integration.workers import Samples, scrape, start_metrics_worker, stop, value
-from ..support import PortTaken, on_a_free_port, wait_until
+from ..support import exited, on_a_free_port, wait_until
 from .opsfiles import (
     ALERTS,
     APPS,
@@ -203,10 +203,7 @@ def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactor
 
             def ready() -> bool:
                 if prom.poll() is not None:
-                    said = prom_log.read_bytes()[offset:].decode(errors="replace")
-                    if "address already in use" in said:
-                        raise PortTaken(said)
-                    raise AssertionError(f"prometheus exited:\n{said}")
+                    exited(prom, prom_log, offset, "address already in use", "prometheus")
                 try:
                     # The process answering is ours (not a system service): it runs on our store.
                     return bool(live.api("status/flags")["data"]["storage.tsdb.path"] == str(data))
