@@ -184,6 +184,8 @@ class Executor:
         )
         self.app.metrics.sync_overruns.labels(job.queue, job.task_name).inc()
         await asyncio.wait([thread])
+        if not thread.cancelled():
+            thread.exception()  # the attempt already timed out: what it raised is only retrieved
         log.warning(
             "job.sync_overrun_ended", overrun=round(time.monotonic() - started, 3), **job.log_fields()
         )

@@ -25,9 +25,10 @@ _Result = tuple["asyncio.Future[Any]", Any, BaseException | None]
 class ThreadRunner:
     """Up to ``threads`` daemon threads that run sync calls for one event loop.
 
-    A call whose awaiting coroutine is cancelled (a timeout, a shutdown) is abandoned, not
-    stopped: Python cannot interrupt a thread, so the call runs to its end and its result is
-    dropped. Threads are daemons so such a call cannot keep the process alive at exit.
+    A call whose awaiting coroutine is cancelled (a shutdown) is abandoned, not stopped:
+    Python cannot interrupt a thread, so the call runs to its end and its result is dropped. A
+    timeout does not cancel it: the executor waits for the thread (see ``Executor._outlive``).
+    Threads are daemons so such a call cannot keep the process alive at exit.
     """
 
     def __init__(self, threads: int) -> None:
