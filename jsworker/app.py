@@ -13,7 +13,7 @@ from .config import option, option_fields
 from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
-from .naming import Namespace, validate_app_name, validate_name
+from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
 from .serializers import JSONSerializer, Serializer
@@ -82,6 +82,7 @@ class AppArguments(TypedDict, total=False):
     tls_ca: str | None
     tls_cert: str | None
     tls_key: str | None
+    inbox_prefix: str | None
     connect_timeout: float
     attempt_timeout: float
     reconnect_wait: float
@@ -106,7 +107,8 @@ class App:
     * ``app.connection`` (:class:`ConnectOptions`): credentials, TLS and timeouts, each left
       out falling back to its ``JSWORKER_*`` variable (``JSWORKER_USER``,
       ``JSWORKER_PASSWORD``, ``JSWORKER_TOKEN``, ``JSWORKER_CREDS``, ``JSWORKER_NKEY_SEED``,
-      ``JSWORKER_TLS_CA``, ``JSWORKER_TLS_CERT``, ``JSWORKER_TLS_KEY``).
+      ``JSWORKER_TLS_CA``, ``JSWORKER_TLS_CERT``, ``JSWORKER_TLS_KEY``,
+      ``JSWORKER_INBOX_PREFIX``).
 
     ``task_defaults``, ``options`` and ``connection`` may also be passed whole; keywords win
     over them. Metrics go to ``metrics_registry`` (prometheus-client's default registry if None).
@@ -218,9 +220,13 @@ class App:
         except TypeError as exc:
             raise ConfigurationError(f"unknown connection option: {exc}") from exc
 
-    def connect_options(self, role: str) -> ConnectOptions:
-        """How this app connects; ``role`` names the connection on the server (monitoring)."""
-        return dataclasses.replace(self.connection, name=f"jsworker:{self.name}:{role}")
+    def connect_options(self, role: Role, purpose: str | None = None) -> ConnectOptions:
+        """How this app connects in ``role``: replies come to ``<inbox prefix>.<role>.…``, and
+        the connection is named ``jsworker:<app>:<purpose or role>`` on the server (monitoring)."""
+        prefix = self.connection.inbox_prefix or self.namespace.inbox_prefix
+        return dataclasses.replace(
+            self.connection, name=f"jsworker:{self.name}:{purpose or role}", inbox=f"{prefix}.{role}"
+        )
 
     def stream_spec(self) -> StreamSpec:
         """The job stream."""

@@ -23,6 +23,23 @@ class ConnectError(JsworkerError):
     """The NATS servers could not be reached (or refused the credentials)."""
 
 
+class PermissionDeniedError(JsworkerError):
+    """The server refused this connection's user a publish or a subscription it needed.
+
+    ``operation`` is ``"publish"`` or ``"subscribe"``; ``subject`` is the subject refused. Not
+    transient: trying again with the same user is refused again.
+    """
+
+    def __init__(self, operation: str, subject: str) -> None:
+        super().__init__(
+            f"permission denied: the NATS server refused to let this user {operation} "
+            f"{'to' if operation == 'publish' else 'on'} {subject!r}; grant it in the user's "
+            "permissions (see the README's Security section)"
+        )
+        self.operation = operation
+        self.subject = subject
+
+
 class EnqueueError(JsworkerError):
     """A job could not be enqueued: no server, no stream, or no acknowledgement in time.
 

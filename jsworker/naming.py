@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from .errors import ConfigurationError
 
@@ -49,6 +50,12 @@ def validate_app_name(value: str) -> str:
                 f"JSW_{value.upper()} would be the {suffix[1:]} stream of app {value[: -len(suffix)]!r}"
             )
     return value
+
+
+#: Who a connection is, for the server's permissions: each role gets replies on its own inbox
+#: subjects, so a user of one role cannot read what is delivered to another.
+Role = Literal["producer", "worker", "operator"]
+ROLES: tuple[Role, ...] = ("producer", "worker", "operator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,13 @@ class Namespace:
     def events_subjects(self) -> str:
         """Wildcard covering every job-event subject of the app."""
         return f"jsw.{self.app}.ev.>"
+
+    @property
+    def inbox_prefix(self) -> str:
+        """The default prefix of the app's reply inboxes; a connection of role ``r`` gets its
+        replies under ``<prefix>.<r>.>``. Outside ``_INBOX.``, which every client may be
+        allowed, so that permissions can keep apps and roles apart."""
+        return f"_jsw_inbox.{self.app}"
 
     def event_subject(self, queue: str, task: str, event: str) -> str:
         """Subject of a job event (``started``, ``succeeded``, ...) of ``task`` on ``queue``."""

@@ -8,7 +8,6 @@ started on first use; a forked child notices it is not the parent and starts its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import threading
 import time
@@ -17,7 +16,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import ConnectError, EnqueueError, TopologyError
+from .errors import ConnectError, EnqueueError, PermissionDeniedError, TopologyError
 from .events.emit import EventEmitter
 from .jetstream.connection import Connection
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored
@@ -140,14 +139,30 @@ class Producer:
         conn = await self.connection()
         publisher = Publisher(conn, timeout=_ATTEMPT_TIMEOUT, retry_for=self._app.options.publish_timeout)
         try:
-            result = await op(publisher)
-        except NoStreamError:
-            # Either the first enqueue on a fresh server (create the streams) or a stream whose
-            # leader is being elected (creating fails or finds it): either way, try again.
-            with contextlib.suppress(TopologyError):
-                await self._app.provision_streams(conn)
-            publisher.retry_no_stream = True
-            result = await op(publisher)
+            try:
+                result = await op(publisher)
+            except NoStreamError as missing:
+                # Either the first enqueue on a fresh server (create the streams) or a stream
+                # whose leader is being elected (creating fails or finds it): either way, try again.
+                try:
+                    await self._app.provision_streams(conn)
+                except PermissionDeniedError as denied:
+                    raise EnqueueError(
+                        f"cannot enqueue: {missing}, and this user may not create the app's "
+                        "streams (a worker creates them when it starts)"
+                    ) from denied
+                except TopologyError:
+                    pass
+                publisher.retry_no_stream = True
+                result = await op(publisher)
+        except PermissionDeniedError as denied:
+            stored = (
+                "; the job may have been stored (only its acknowledgement was refused), and "
+                "enqueueing it again with the same job id cannot duplicate it"
+                if denied.operation == "subscribe"
+                else ""
+            )
+            raise EnqueueError(f"cannot enqueue: {denied}{stored}") from denied
         return result if isinstance(result, list) else [result]
 
     @staticmethod

@@ -75,7 +75,7 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
     opened for the call and closed after it (:class:`~jsworker.ConnectError` if none can be).
     """
     if conn is None:
-        own = await Connection.open(app.connect_options("status"))
+        own = await Connection.open(app.connect_options("operator", "status"))
         try:
             return await queue_status(app, own)
         finally:

@@ -17,7 +17,7 @@ from .support import wait_until
 async def store_events(app: App, bodies: list[bytes | JobEvent]) -> list[int]:
     """Create the app's streams, then store each body (an event, or raw bytes that are not
     one) in its events stream; their stream sequences."""
-    conn = await Connection.open(app.connect_options("test"))
+    conn = await Connection.open(app.connect_options("operator", "test"))
     try:
         await app.provision_streams(conn)
     finally:

@@ -1,6 +1,7 @@
 """The ``jsworker`` command.
 
-Exit codes: 0 ok, 1 crashed, 2 import or usage error, 3 cannot connect to NATS.
+Exit codes: 0 ok, 1 crashed, 2 import or usage error, 3 cannot connect to NATS (or it refused
+a permission the command needs).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from .. import __version__
 from .dev import dev
 from .dlq import dlq
 from .events import events
+from .permissions import permissions
 from .run import run
 from .status import status
 
@@ -26,6 +28,7 @@ cli.add_command(dev)
 cli.add_command(status)
 cli.add_command(dlq)
 cli.add_command(events)
+cli.add_command(permissions)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from typing import NoReturn
 import click
 
 from ..deadletters import DeadLetterNotFound, DeadLetterNotReplayable
-from ..errors import ConfigurationError, ConnectError, JsworkerError, TopologyError
+from ..errors import ConfigurationError, ConnectError, JsworkerError, PermissionDeniedError, TopologyError
 from ..events.reader import EventsNotFound
 from ..jetstream.api import StreamRequestError
 from ..jetstream.connection import redact_urls
@@ -37,10 +37,11 @@ _USAGE = (
 def exit_code(exc: BaseException) -> int:
     """The exit code of a command that stops with ``exc``.
 
-    3 when the servers cannot be reached or did not answer (trying again may work), 2 for a
-    usage error or a topology the server refuses, 1 for anything else.
+    3 when the servers cannot be reached, did not answer (trying again may work) or refused
+    a permission the command needs, 2 for a usage error or a topology the server refuses, 1
+    for anything else.
     """
-    if isinstance(exc, ConnectError):
+    if isinstance(exc, ConnectError | PermissionDeniedError):
         return EXIT_CONNECT
     if isinstance(exc, TopologyError | StreamRequestError):
         if exc.transient:

@@ -69,7 +69,7 @@ async def _show(app: App, emit: Callable[[App, list[QueueStatus]], None], every:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        conn = await _unless_stopped(stop, Connection.open(app.connect_options("status")))
+        conn = await _unless_stopped(stop, Connection.open(app.connect_options("operator", "status")))
     except _Stopped:
         return
     try:

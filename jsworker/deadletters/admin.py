@@ -77,7 +77,7 @@ class DeadLetters:
     async def _connection(self) -> Connection:
         async with self._lock:
             if self._conn is None or self._conn.is_closed:
-                self._conn = await Connection.open(self.app.connect_options("dlq"))
+                self._conn = await Connection.open(self.app.connect_options("operator", "dlq"))
             return self._conn
 
     async def _stream(self) -> LimitsStream:

@@ -82,7 +82,7 @@ async def aexport_events(
     require_pyarrow("pyarrow.parquet")  # fail before connecting when pyarrow is missing
     started = time.monotonic()
     own = conn is None
-    conn = conn or await Connection.open(app.connect_options("events-export"))
+    conn = conn or await Connection.open(app.connect_options("operator", "events-export"))
     sink = _ParquetSink(Path(to), rows_per_file)
     next_seq: int | None = None
     try:

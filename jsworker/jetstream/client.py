@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from ..observability.logging import get_logger
+from .denials import Denials
 
 log = get_logger("jsworker.client")
 
@@ -174,6 +175,7 @@ class JetStreamClient(Client):
         self._direct: dict[int, DirectHandler] = {}
         self.fast_path = False
         self._require_tls: bool = False
+        self.denials = Denials()
 
     def guard_tls(self) -> bool:
         """Refuse, from now on, to send CONNECT (credentials) over a connection on which TLS
@@ -186,8 +188,36 @@ class JetStreamClient(Client):
 
     async def connect(self, *args: Any, **kwargs: Any) -> None:
         """nats-py's ``connect``, then :meth:`enable_fast_path`."""
+        self.denials.inbox_prefix = str(kwargs.get("inbox_prefix", "_INBOX"))
         await super().connect(*args, **kwargs)
         self.enable_fast_path()
+
+    async def request(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: float = 0.5,
+        old_style: bool = False,
+        headers: dict[str, Any] | None = None,
+    ) -> Msg:
+        """nats-py's ``request``, ended at once with :class:`PermissionDeniedError` when the
+        server refuses the publish or the inbox it needs (every JetStream API call and every
+        acknowledged publish is one of these)."""
+        denials = self.denials
+        denials.check()
+        scope = denials.watch(subject)
+        try:
+            async with scope:
+                return await super().request(
+                    subject, payload, timeout=timeout, old_style=old_style, headers=headers
+                )
+        except TimeoutError:
+            denied = denials.refusal(subject, scope)
+            if denied is not None:
+                raise denied from None
+            raise
+        finally:
+            denials.done(subject, scope)
 
     def enable_fast_path(self) -> bool:
         """Check nats-py's internals on this connected client and, if they are as expected,

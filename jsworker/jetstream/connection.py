@@ -28,6 +28,10 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 Listener = Callable[[], Awaitable[None]]
 
 
+# Subject tokens without the wildcards, separated by single dots.
+_PREFIX = re.compile(r"[^\s.*>]+(\.[^\s.*>]+)*")
+
+
 def parse_servers(value: str | Sequence[str] | None) -> list[str]:
     """Server URLs from a comma-separated string or a sequence of them; [] for none."""
     items = value.split(",") if isinstance(value, str) else (value or ())
@@ -88,21 +92,35 @@ class ConnectOptions:
     tls_key: str | None = option(
         None, env="TLS_KEY", flag="--tls-key", help="Client certificate key (mutual TLS)."
     )
+    inbox_prefix: str | None = option(
+        None,
+        env="INBOX_PREFIX",
+        flag="--inbox-prefix",
+        help="Subject prefix of the app's reply inboxes [default: _jsw_inbox.<app>].",
+    )
     connect_timeout: float = option(
         5.0, help="Seconds the first connection may take, all servers and attempts together."
     )
     attempt_timeout: float = option(2.0, help="Seconds one connection attempt to one server may take.")
     reconnect_wait: float = option(0.5, help="Seconds between reconnect attempts to one server.")
-    # Set by jsworker itself, not by users: the connection's name on the server, and whether
+    # Set by jsworker itself, not by users: the connection's name on the server, the inbox
+    # prefix its replies come to (the app's prefix and the connection's role), and whether
     # the client checks each subject published to (False only for connections whose every
     # subject is a reply subject the server gave or one made of validated names: the check is
     # a regex search per publish).
     name: str | None = None
+    inbox: str | None = None
     check_subjects: bool = True
 
     def __post_init__(self) -> None:
         # JSWORKER_URL and --url arrive as one comma-separated string.
         object.__setattr__(self, "servers", tuple(parse_servers(self.servers)) or (DEFAULT_URL,))
+        for what in ("inbox_prefix", "inbox"):
+            value = getattr(self, what)
+            if value is not None and not _PREFIX.fullmatch(value):
+                raise ConnectError(
+                    f"{what} must be dot-separated subject tokens without wildcards or spaces, not {value!r}"
+                )
         for what in ("connect_timeout", "attempt_timeout", "reconnect_wait"):
             value = getattr(self, what)
             if isinstance(value, str):
@@ -123,6 +141,8 @@ class ConnectOptions:
         kwargs: dict[str, Any] = {}
         if not self.check_subjects and _CAN_SKIP_SUBJECT_CHECK:
             kwargs["skip_subject_validation"] = True
+        if self.inbox is not None:
+            kwargs["inbox_prefix"] = self.inbox
         if self.user is not None:
             kwargs["user"] = self.user
             kwargs["password"] = self.password
@@ -231,6 +251,8 @@ class Connection:
         async def on_error(exc: Exception) -> None:
             # Every failed (re)connect attempt is reported here while the client keeps trying;
             # remember the last for the error message, and stop at once on bad credentials.
+            if nc.denials.report(exc):
+                return  # a refused subject: the call that needed it fails, the connection stays
             if refused.is_set():
                 return  # keep the refusal: it, not the resets that follow it, is the cause
             errors[:] = [exc]

@@ -34,6 +34,7 @@ from ..errors import JsworkerError
 from .api import api_subject
 from .connection import Connection
 from .delivery import Delivery, VerbBatcher
+from .denials import Denial
 
 _NS = 1_000_000_000
 # 409 descriptions that a new request cannot fix.
@@ -110,6 +111,7 @@ class PullConsumer:
         self._sub: Any = None
         self._watchdog: asyncio.Task[None] | None = None
         self._unhook: Callable[[], None] | None = None
+        self._unlisten: Callable[[], None] | None = None
         self._buffer: deque[Delivery] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._pending = 0
@@ -128,6 +130,7 @@ class PullConsumer:
         self._inbox = nc.new_inbox()
         self._sub = await nc.subscribe_direct(self._inbox, self._on_msg)
         self._unhook = self.conn.on_reconnect(self._on_reconnect)
+        self._unlisten = nc.denials.listen(self._on_denied)
         self._pulling = True
         await self._pull(self.max_messages)
         self._watchdog = asyncio.create_task(self._watch(), name=f"jsworker-watchdog-{self.consumer}")
@@ -158,9 +161,10 @@ class PullConsumer:
             return
         self._closed = True
         self._pulling = False
-        if self._unhook is not None:
-            with contextlib.suppress(ValueError):
-                self._unhook()
+        for unhook in (self._unhook, self._unlisten):
+            if unhook is not None:
+                with contextlib.suppress(ValueError):
+                    unhook()
         if self._watchdog is not None:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -359,6 +363,12 @@ class PullConsumer:
                 self._count(EngineEvent.ERROR, f"watchdog: {exc!r}")
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _on_denied(self, denial: Denial) -> None:
+        # Without the permission to pull or to receive, nothing would ever arrive: say so.
+        for subject in (self._subject, self._inbox):
+            if denial.refuses(subject):
+                self._stop_with(str(denial.error(subject)))
 
     def _stop_with(self, detail: str) -> None:
         self._error = ConsumeError(f"pull from {self.stream}/{self.consumer} stopped: {detail}")

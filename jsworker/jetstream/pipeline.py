@@ -16,10 +16,11 @@ from typing import Any
 import nats.errors
 from nats.aio.msg import Msg
 
-from ..errors import EnqueueError
+from ..errors import EnqueueError, PermissionDeniedError
 from ..wire import MSG_ID
 from .api import UNAVAILABLE, ApiError, parse_reply
 from .connection import Connection
+from .denials import Denial
 from .message import OutMessage, Stored, check_size, headers_of, stored_from
 
 StoredHook = Callable[[OutMessage, Stored], Awaitable[None]]
@@ -75,14 +76,19 @@ class AckPipeline:
         self._room = asyncio.Event()
         self._wake_at = -1
         self._refusal: RefusedError | None = None
+        self._denied: PermissionDeniedError | None = None
+        self._unlisten: Callable[[], None] | None = None
 
     async def __aenter__(self) -> AckPipeline:
         inbox = self.conn.nc.new_inbox()
         self._prefix = f"{inbox}."
+        self._unlisten = self.conn.nc.denials.listen(self._on_denied)
         self._sub = await self.conn.nc.subscribe(f"{inbox}.*", cb=self._on_ack)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
         if self._sub is not None and not self.conn.is_closed:
             # A connection closed meanwhile has no subscription left to remove.
             with contextlib.suppress(nats.errors.Error):
@@ -97,6 +103,7 @@ class AckPipeline:
         """Send ``msg`` once the window has room; its number."""
         if len(self._pending) >= self.window:
             await self._wait_until(self.window // 2)
+        self._raise_refusal()
         check_size(msg, self.conn.max_payload)
         number = self._next
         self._next += 1
@@ -128,8 +135,20 @@ class AckPipeline:
         self._raise_refusal()
 
     def _raise_refusal(self) -> None:
+        if self._denied is not None:
+            raise self._denied
         if self.stop_on_refusal and self._refusal is not None:
             raise self._refusal
+
+    def _on_denied(self, denial: Denial) -> None:
+        # The server refused our acknowledgement inbox or a subject we published to: nothing
+        # outstanding will be answered, so waiting for the timeout would only hide why.
+        refused = self._prefix + "*"
+        if not denial.refuses(refused):
+            refused = next((m.subject for _, m in self._pending.values() if denial.refuses(m.subject)), "")
+        if refused:
+            self._denied = denial.error(refused)
+            self._room.set()
 
     async def _on_ack(self, ack: Msg) -> None:
         found = self._pending.pop(ack.subject[len(self._prefix) :], None)

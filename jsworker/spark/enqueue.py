@@ -85,7 +85,7 @@ def enqueue_dataframe(
         "window": str(window),
         "timeout": str(timeout),
         "events": "true" if app.options.events else "false",
-        **Connect.options_of(app.connect_options("spark")),
+        **Connect.options_of(app.connect_options("producer", "spark")),
     }
     if run_id is not None:
         options["run_id"] = run_id

@@ -168,7 +168,7 @@ async def _next(batches: AsyncGenerator[Any, None]) -> Any:
 
 async def _plan(settings: ReadSettings) -> list[SeqRange]:
     app = settings.make_app()
-    conn = await Connection.open(app.connect_options("spark-events"))
+    conn = await Connection.open(app.connect_options("operator", "spark-events"))
     try:
         stream = app.namespace.events_stream
         bounds = await stream_bounds(conn, stream)
@@ -188,7 +188,7 @@ async def _plan(settings: ReadSettings) -> list[SeqRange]:
 async def _read_range(settings: ReadSettings, lo: int, hi: int) -> AsyncGenerator[Any, None]:
     app = settings.make_app()
     schema = arrow_schema()
-    conn = await Connection.open(app.connect_options("spark-events"))
+    conn = await Connection.open(app.connect_options("operator", "spark-events"))
     try:
         async for got in read_event_rows(
             conn, app.namespace, until=settings.until, start_seq=lo, stop_seq=hi

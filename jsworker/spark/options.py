@@ -11,8 +11,8 @@ from ..config import option_fields
 from ..errors import ConfigurationError
 from ..jetstream.connection import ConnectOptions, parse_servers
 
-# Options naming credentials, as the command-line flags do ("creds", "nkey_seed"), and the
-# ConnectOptions field each sets.
+# Options naming credentials and the inbox prefix, as the command-line flags do ("creds",
+# "nkey_seed", "inbox_prefix"), and the ConnectOptions field each sets.
 CREDENTIAL_OPTIONS = {
     f.metadata["flag"].removeprefix("--").replace("-", "_"): f.name
     for f in option_fields(ConnectOptions)

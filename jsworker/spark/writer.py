@@ -104,7 +104,7 @@ def _boolean(option: str, raw: str) -> bool:
 
 async def ensure_streams(app: App) -> None:
     """Create the app's streams when its job stream does not exist; an existing one is left as it is."""
-    conn = await Connection.open(app.connect_options("spark"))
+    conn = await Connection.open(app.connect_options("producer", "spark"))
     try:
         if not await stream_exists(conn, app.namespace.stream):
             await app.provision_streams(conn)
@@ -204,7 +204,7 @@ async def write_partition(
         where=f" of partition {partition}",
     )
     app = settings.make_app()
-    conn = await Connection.open(app.connect_options("spark"))
+    conn = await Connection.open(app.connect_options("producer", "spark"))
     try:
         on_stored = _enqueued_events(EventEmitter(conn, app.namespace, app.metrics), settings.queue)
         pipe = AckPipeline(

@@ -36,7 +36,7 @@ async def test_a_job_with_64_kib_of_headers_is_dead_lettered(nats_server: NatsSe
     by leaving that header out (and saying so), and the job terminated, not retried forever."""
     app = _app(nats_server.url, "fit")
     async with in_process_worker(app) as worker:
-        conn = await Connection.open(app.connect_options("test"))
+        conn = await Connection.open(app.connect_options("operator", "test"))
         try:
             await conn.nc.publish(
                 app.namespace.job_subject("default", "refuse"),
@@ -68,7 +68,7 @@ async def test_a_dead_letter_that_was_not_stored_is_not_reported(nats_server: Na
     app = _app(nats_server.url, "nostore")
     with structlog.testing.capture_logs() as logs:
         async with in_process_worker(app) as worker:
-            conn = await Connection.open(app.connect_options("test"))
+            conn = await Connection.open(app.connect_options("operator", "test"))
             try:
                 await conn.js.delete_stream(app.namespace.dlq_stream)
             finally:

@@ -89,7 +89,7 @@ def app(nats_server_module: NatsServer, request: pytest.FixtureRequest) -> Itera
     app = App(name, nats_server_module.url, events=True)
 
     async def provision() -> None:
-        conn = await Connection.open(app.connect_options("test"))
+        conn = await Connection.open(app.connect_options("operator", "test"))
         try:
             await app.provision_streams(conn)
         finally:

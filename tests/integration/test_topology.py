@@ -128,7 +128,7 @@ async def test_retried_publish_never_makes_a_second_job(nats_server: NatsServer)
     """Attempts time out before their ack can arrive and are retried: the server holds one job."""
     app = App("shop", nats_server.url)
     await app.provision(queues=[])
-    conn = await Connection.open(app.connect_options("test"))
+    conn = await Connection.open(app.connect_options("operator", "test"))
     try:
         # 1 µs per attempt: the first attempt never sees its ack, so the job is sent again.
         publisher = Publisher(conn, timeout=0.000_001, retry_for=1.0)

@@ -70,7 +70,7 @@ async def test_pull_from_a_consumer_that_never_answers_stops(nats_server: NatsSe
     so the worker can re-create the consumer instead of retrying forever."""
     app = App("res", nats_server.url)
     await app.provision(queues=[])
-    conn = await Connection.open(app.connect_options("test"))
+    conn = await Connection.open(app.connect_options("operator", "test"))
     try:
         pc = PullConsumer(
             conn, "JSW_RES", "nobody", max_messages=5, idle_heartbeat=0.5, expires=2, missing_after=1.0

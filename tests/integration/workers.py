@@ -37,13 +37,18 @@ def worker_env(url: str, record: Path | None = None) -> dict[str, str]:
 
 
 def start_worker(
-    url: str, record: Path, log: Path, *args: str, module: str = "acceptance_app"
+    url: str,
+    record: Path,
+    log: Path,
+    *args: str,
+    module: str = "acceptance_app",
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``jsworker run module`` with its output in ``log``."""
+    """Start ``jsworker run module`` with its output in ``log`` (``env`` added to its environment)."""
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "jsworker", "run", module, "--log-level", "warning", *args],
-            env=worker_env(url, record),
+            env={**worker_env(url, record), **(env or {})},
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -22,7 +22,7 @@ from jsworker.task import TaskArguments, TaskOptions
 # Flags of `jsworker run` that are about the process, not a setting of the worker or the app.
 PROCESS_FLAGS = {"app_spec", "metrics_port", "metrics_addr", "loop_kind", "log_level", "log_format", "help"}
 # ConnectOptions fields jsworker sets itself.
-INTERNAL_CONNECTION_FIELDS = {"servers", "name", "check_subjects"}
+INTERNAL_CONNECTION_FIELDS = {"servers", "name", "inbox", "check_subjects"}
 
 
 def _names(cls: type) -> set[str]:
@@ -59,7 +59,7 @@ def test_task_keywords_are_the_task_option_fields() -> None:
 def test_every_option_field_has_help() -> None:
     """Every setting a user can give is an option field, with its help."""
     for cls in (TaskOptions, AppOptions, ConnectOptions, WorkerSettings):
-        internal = {"name", "check_subjects"} if cls is ConnectOptions else set()
+        internal = {"name", "inbox", "check_subjects"} if cls is ConnectOptions else set()
         assert {f.name for f in option_fields(cls)} == _names(cls) - internal, cls
         assert all(f.metadata["help"] for f in option_fields(cls)), cls
 
@@ -106,6 +106,7 @@ def test_spark_credential_options_follow_the_flags() -> None:
         "tls_ca": "tls_ca",
         "tls_cert": "tls_cert",
         "tls_key": "tls_key",
+        "inbox_prefix": "inbox_prefix",
     }
 
 
@@ -167,4 +168,5 @@ def test_environment_variables_are_the_documented_ones() -> None:
         "JSWORKER_TLS_CA",
         "JSWORKER_TLS_CERT",
         "JSWORKER_TLS_KEY",
+        "JSWORKER_INBOX_PREFIX",
     }

@@ -1,0 +1,122 @@
+"""Role permissions and the refusals the client reports (no server: the real-server proof is
+tests/integration/test_permissions.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nats.errors
+import pytest
+from click.testing import CliRunner
+
+from jsworker.cli import cli
+from jsworker.errors import PermissionDeniedError
+from jsworker.jetstream.denials import Denial, Denials, parse_denial
+from jsworker.permissions import permissions, server_config
+
+
+def test_producer_may_enqueue_and_nothing_that_reads_jobs() -> None:
+    producer = permissions("shop", "producer")
+    assert producer.subscribe == ("_jsw_inbox.shop.producer.>",)
+    assert "jsw.shop.q.>" in producer.publish
+    for subject in producer.publish:
+        assert "CONSUMER" not in subject and "$JS.ACK" not in subject and "PURGE" not in subject
+        assert not subject.startswith(("jsw.shop.dlq", "_INBOX"))
+
+
+def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
+    operator = permissions("shop", "operator")
+    assert not any(s.startswith("$JS.API.CONSUMER.MSG.NEXT.JSW_SHOP.") for s in operator.publish)
+    assert "$JS.API.STREAM.PURGE.JSW_SHOP_DLQ" in operator.publish
+    worker = permissions("shop", "worker")
+    assert not any("PURGE" in s or "DELETE" in s for s in worker.publish)
+    assert worker.subscribe == ("_jsw_inbox.shop.worker.>",)
+
+
+def test_inbox_prefix_and_app_case_follow_the_app() -> None:
+    assert permissions("Shop", "worker", "corp.in.shop").subscribe == ("corp.in.shop.worker.>",)
+    assert "jsw.shop.q.>" in permissions("Shop", "producer").publish
+    with pytest.raises(ValueError, match="unknown role"):
+        permissions("shop", "admin")  # type: ignore[arg-type]
+
+
+def test_server_config_names_users_and_password_variables() -> None:
+    text = server_config(["shop", "my-app"], ("producer",))
+    assert '{user: "shop-producer", password: $SHOP_PRODUCER_PASSWORD,' in text
+    assert '{user: "my-app-producer", password: $MY_APP_PRODUCER_PASSWORD,' in text
+    assert "worker" not in text
+
+
+def test_cli_prints_the_same_permissions_as_json() -> None:
+    result = CliRunner().invoke(cli, ["permissions", "shop", "--role", "worker", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"shop": {"worker": permissions("shop", "worker").as_config()}}
+    refused = CliRunner().invoke(cli, ["permissions", "shop_dlq"])
+    assert refused.exit_code == 2 and "_dlq" in refused.output
+
+
+@pytest.mark.parametrize(
+    ("reported", "expected"),
+    [
+        (
+            'nats: permissions violation for publish to "$js.api.stream.purge.jsw_a"',
+            ("publish", "$js.api.stream.purge.jsw_a"),
+        ),
+        ('nats: permissions violation for subscription to "_inbox.x.*"', ("subscribe", "_inbox.x.*")),
+        ('nats: Permissions Violation for Subscription to "q" using queue "g"', ("subscribe", "q")),
+        ("nats: slow consumer, messages dropped", None),
+    ],
+)
+def test_parse_denial(reported: str, expected: tuple[str, str] | None) -> None:
+    denial = parse_denial(nats.errors.Error(reported))
+    assert (None if denial is None else (denial.operation, denial.subject)) == expected
+
+
+def test_a_refusal_ends_the_waiting_request_at_once_with_the_callers_subject() -> None:
+    """A request to the refused subject ends (no waiting out its timeout) with the error
+    naming the subject as the caller spelled it; others keep waiting."""
+
+    async def scenario() -> None:
+        denials = Denials()
+        heard: list[Denial] = []
+        denials.listen(heard.append)
+
+        async def request(subject: str) -> PermissionDeniedError | None:
+            scope = denials.watch(subject)
+            try:
+                async with scope:
+                    await asyncio.sleep(3600)
+            except TimeoutError:
+                return denials.refusal(subject, scope)
+            finally:
+                denials.done(subject, scope)
+            return None
+
+        refused = asyncio.ensure_future(request("$JS.API.STREAM.PURGE.JSW_A"))
+        other = asyncio.ensure_future(request("$JS.API.STREAM.INFO.JSW_A"))
+        await asyncio.sleep(0)
+        assert denials.report(
+            nats.errors.Error('nats: permissions violation for publish to "$js.api.stream.purge.jsw_a"')
+        )
+        error = await asyncio.wait_for(refused, 5)
+        assert isinstance(error, PermissionDeniedError) and error.subject == "$JS.API.STREAM.PURGE.JSW_A"
+        assert not other.done() and [d.operation for d in heard] == ["publish"]
+        other.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_request_inbox_fails_every_request_from_then_on() -> None:
+    async def scenario() -> None:
+        denials = Denials()
+        denials.inbox_prefix = "_jsw_inbox.a.producer"
+        assert not denials.report(nats.errors.Error("nats: slow consumer"))
+        denials.check()
+        denials.report(
+            nats.errors.Error('nats: permissions violation for subscription to "_jsw_inbox.a.producer.xyz.*"')
+        )
+        with pytest.raises(PermissionDeniedError, match="subscribe on"):
+            denials.check()
+
+    asyncio.run(scenario())
