@@ -43,6 +43,10 @@ class AppOptions:
     publish_timeout: float = option(
         15.0, help="Seconds one enqueue keeps trying through a restart or an election."
     )
+    validate_arguments: bool = option(
+        True,
+        help="Check annotated task arguments at enqueue and convert them back to their types at run.",
+    )
 
     def __post_init__(self) -> None:
         for what in ("duplicate_window", "dlq_max_age", "events_max_age", "publish_timeout"):
@@ -52,6 +56,7 @@ class AppOptions:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigurationError(f"{what} must be an int >= 1, not {value!r}")
         object.__setattr__(self, "events", bool(self.events))
+        object.__setattr__(self, "validate_arguments", bool(self.validate_arguments))
 
 
 class AppArguments(TypedDict, total=False):
@@ -74,6 +79,7 @@ class AppArguments(TypedDict, total=False):
     events_max_age: float
     max_ack_pending: int
     publish_timeout: float
+    validate_arguments: bool
     user: str | None
     password: str | None
     token: str | None

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
 
+from .arguments import TypedArguments
 from .config import option
 from .errors import ConfigurationError
 from .job import Job
@@ -158,6 +159,9 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
         self._arity = _simple_arity(self.signature)
+        #: The annotated parameters checked at enqueue and converted at run (None: none, or
+        #: the app turned it off with ``validate_arguments=False``).
+        self.typed = TypedArguments.of(name, fn, self.signature) if app.options.validate_arguments else None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -174,8 +178,8 @@ class Task(Generic[P, R]):
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise ``TypeError`` if the arguments do not fit the function's signature: their
-        number and names (types are not checked). Every keyword the function does not take
-        is named, not only the first missing parameter."""
+        number and names (their types are :attr:`typed`'s business). Every keyword the
+        function does not take is named, not only the first missing parameter."""
         if not kwargs and self._arity is not None and self._arity[0] <= len(args) <= self._arity[1]:
             return  # plain positional call of a plain signature: nothing bind() could reject
         try:
@@ -203,6 +207,8 @@ class Task(Generic[P, R]):
             raise TypeError(f"task {self.name}: kwargs must be a mapping (a dict), not {kwargs!r:.100}")
         kw = dict(kwargs or {})
         self.check_arguments(args, kw)
+        if self.typed is not None:
+            args, kw = self.typed.encode(args, kw)
         if job_id is not None:
             check_job_id(job_id)
         return Call(tuple(args), kw, job_id or new_job_id())

@@ -122,6 +122,9 @@ class Executor:
             return Outcome(OutcomeKind.BAD_INPUT, str(exc), error=exc)
         try:
             task.check_arguments(args, kwargs)
+            if task.typed is not None:
+                typed_args, kwargs = task.typed.decode(args, kwargs)
+                args = list(typed_args)
         except TypeError as exc:
             return Outcome(OutcomeKind.BAD_INPUT, f"bad arguments: {exc}", error=exc)
         job.args, job.kwargs = args, kwargs

@@ -247,7 +247,7 @@ def test_producer_cannot_purge_consume_or_read_dead_letters(secured: NatsServer)
         with pytest.raises(EnqueueError, match=r"permission denied.*'jsw\.perm\.q\.default\.add'"):
             await stranger.tasks["add"].adelay(1, 1)
         with pytest.raises(EnqueueError, match="permission denied"):
-            await stranger.tasks["add"].adelay_many([((1, 1), {})] * 3)
+            await stranger.tasks["add"].adelay_many([(1, 1)] * 3)
         await stranger.aclose()
 
     asyncio.run(scenario())
