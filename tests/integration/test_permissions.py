@@ -289,3 +289,26 @@ def test_custom_inbox_prefix(secured: NatsServer, tmp_path: Path) -> None:
         assert asyncio.run(enqueue("corp.replies.perm")) == 2
     finally:
         server.stop()
+
+
+def test_a_worker_refused_its_pulls_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose user may not pull logs, naming the refused subject, that its queue's
+    pull loop stopped, instead of sitting silent."""
+    monkeypatch.setenv("PERM_WORKER_PASSWORD", PASSWORD.format("perm-worker"))
+    block = server_config(["perm"], ("worker",))
+    pull = '"$JS.API.CONSUMER.MSG.NEXT.JSW_PERM.*", '
+    assert pull in block
+    server = _server(tmp_path, block.replace(pull, ""))
+    record, log = tmp_path / "record", tmp_path / "worker.log"
+    worker = start_worker(server.url, record, log, module="perm_app", env=_as("perm-worker"))
+    try:
+        wait_until(
+            lambda: "queue.pull_stopped" in log.read_text() and "permission denied" in log.read_text(),
+            timeout=20,
+            message="the worker to report its refused pulls",
+        )
+        assert "$JS.API.CONSUMER.MSG.NEXT.JSW_PERM.default" in log.read_text()
+        assert worker.poll() is None
+    finally:
+        stop(worker)
+        server.stop()
