@@ -2,6 +2,11 @@
 
 Every form starts from an empty stream, sends one warm-up message first (connection set-up
 is not timed), and is checked to have stored exactly N messages.
+
+The ``*_typed`` / ``*_untyped`` pairs measure typed arguments: the same call of a task whose
+parameters are annotated (``int``, ``Decimal``, ``datetime``, a dataclass: each argument
+checked and encoded) and of one whose parameters are not (the already-encoded values sent as
+they are). Both send the same bodies, so the ratio is what checking and encoding cost.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Awaitable, Callable
 
 from apps import bench_app
 from lib import jetstream as jsh
@@ -17,6 +23,8 @@ from lib.stats import Measurement
 
 WINDOW = 1000
 TASK = bench_app.noop_async
+TYPED = bench_app.charge_typed
+UNTYPED = bench_app.charge_untyped
 
 
 async def _adelay(n: int) -> float:
@@ -28,6 +36,27 @@ async def _adelay(n: int) -> float:
 async def _adelay_many(n: int) -> float:
     await TASK.adelay_many([(i,) for i in range(n)])
     return n
+
+
+def _adelay_args(task, extra: tuple[object, ...]) -> Callable[[int], Awaitable[float]]:  # type: ignore[no-untyped-def]
+    """Sequential ``task.adelay(i, *extra)``."""
+
+    async def form(n: int) -> float:
+        for i in range(n):
+            await task.adelay(i, *extra)
+        return n
+
+    return form
+
+
+def _adelay_many_args(task, extra: tuple[object, ...]) -> Callable[[int], Awaitable[float]]:  # type: ignore[no-untyped-def]
+    """``task.adelay_many`` of ``(i, *extra)`` items (built inside the timing, as above)."""
+
+    async def form(n: int) -> float:
+        await task.adelay_many([(i, *extra) for i in range(n)])
+        return n
+
+    return form
 
 
 async def _raw_publish(js, n: int) -> None:  # type: ignore[no-untyped-def]
@@ -53,10 +82,10 @@ async def _raw_publish_sliding(js, n: int) -> None:  # type: ignore[no-untyped-d
     await js.publish_async_completed()
 
 
-async def _timed_jsworker(ctx: Context, form, n: int) -> float:  # type: ignore[no-untyped-def]
+async def _timed_jsworker(ctx: Context, form, n: int, task=TASK, extra: tuple[object, ...] = ()) -> float:  # type: ignore[no-untyped-def]
     bench_app.app.servers = [ctx.url]
     try:
-        await TASK.adelay(-1)
+        await task.adelay(-1, *extra)
         await jsh.purge(ctx.url)
         start = time.perf_counter()
         await form(n)
@@ -76,6 +105,11 @@ async def _timed_raw(ctx: Context, form, n: int) -> float:  # type: ignore[no-un
         return n / (time.perf_counter() - start)
     finally:
         await nc.close()
+
+
+def _timed_args(ctx: Context, make, task, extra: tuple[object, ...], n: int) -> float:  # type: ignore[no-untyped-def]
+    """A form of ``make(task, extra)``, warmed up with the same arguments."""
+    return asyncio.run(_timed_jsworker(ctx, make(task, extra), n, task, extra))
 
 
 def _timed_sync_delay(ctx: Context, n: int) -> float:
@@ -108,9 +142,21 @@ def _checked(ctx: Context, rate: float, n: int, what: str) -> float:
     return rate
 
 
+def _check_typed_pair() -> None:
+    """The typed figures mean something only if the typed task checks its arguments, the
+    untyped one does not, and both send the same bodies."""
+    if TYPED.typed is None or UNTYPED.typed is not None:
+        raise RuntimeError("charge_typed must have typed arguments and charge_untyped none")
+    sent, _ = TYPED.typed.encode((0, *bench_app.TYPED_ARGS), {})
+    if sent != (0, *bench_app.UNTYPED_ARGS):
+        raise RuntimeError(f"the typed task sends {sent!r}, the untyped one {bench_app.UNTYPED_ARGS!r}")
+
+
 def run(ctx: Context) -> list[Measurement]:
     """All enqueue figures of one run."""
     n = ctx.sizes.enqueue_jobs
+    _check_typed_pair()
+    typed, untyped = bench_app.TYPED_ARGS, bench_app.UNTYPED_ARGS
     asyncio.run(jsh.purge(ctx.url))
     forms = [
         (
@@ -138,6 +184,27 @@ def run(ctx: Context) -> list[Measurement]:
             "enqueue.adelay_many",
             "await task.adelay_many(N items)",
             lambda: asyncio.run(_timed_jsworker(ctx, _adelay_many, n)),
+        ),
+        # Each typed form right after its untyped baseline: the machine's speed drifts.
+        (
+            "enqueue.adelay_untyped",
+            "await task.adelay(4 unannotated args), sequential",
+            lambda: _timed_args(ctx, _adelay_args, UNTYPED, untyped, n),
+        ),
+        (
+            "enqueue.adelay_typed",
+            "await task.adelay(int, Decimal, datetime, dataclass), sequential",
+            lambda: _timed_args(ctx, _adelay_args, TYPED, typed, n),
+        ),
+        (
+            "enqueue.adelay_many_untyped",
+            "await task.adelay_many(N items of 4 unannotated args)",
+            lambda: _timed_args(ctx, _adelay_many_args, UNTYPED, untyped, n),
+        ),
+        (
+            "enqueue.adelay_many_typed",
+            "await task.adelay_many(N items of int, Decimal, datetime, dataclass)",
+            lambda: _timed_args(ctx, _adelay_many_args, TYPED, typed, n),
         ),
     ]
     out = []

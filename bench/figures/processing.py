@@ -5,6 +5,11 @@ process(es), and takes the rate between the first and the last job record, so pr
 start-up is paid by every contender but not measured. With two workers the rate is taken
 while both were working (``records.overlap_rate``), so one starting later does not count as
 slowness. Afterwards the stream must be empty (every job acked) and every job recorded once.
+
+``async_typed`` / ``async_untyped`` drain jobs carrying the same four arguments (a JSON
+string for a ``Decimal``, an ISO string for a ``datetime``, an object for a dataclass) of a
+task whose parameters are annotated (decoded to ``Decimal``, ``datetime`` and the dataclass
+before every call) and of one whose are not (called with the JSON values as they are).
 """
 
 from __future__ import annotations
@@ -23,18 +28,18 @@ CONCURRENCY = 100
 TIMEOUT = 600.0
 
 
-async def _enqueue_jobs(url: str, task, n: int) -> None:  # type: ignore[no-untyped-def]
+async def _enqueue_jobs(url: str, task, n: int, extra: tuple[object, ...]) -> None:  # type: ignore[no-untyped-def]
     bench_app.app.servers = [url]
     try:
         for start in range(0, n, 10_000):
-            await task.adelay_many([(i,) for i in range(start, min(n, start + 10_000))])
+            await task.adelay_many([(i, *extra) for i in range(start, min(n, start + 10_000))])
     finally:
         await bench_app.app.aclose()
 
 
-def enqueue(url: str, task, n: int) -> None:  # type: ignore[no-untyped-def]
-    """Put ``n`` jobs of ``task`` into the stream (not timed)."""
-    asyncio.run(_enqueue_jobs(url, task, n))
+def enqueue(url: str, task, n: int, extra: tuple[object, ...] = ()) -> None:  # type: ignore[no-untyped-def]
+    """Put ``n`` jobs of ``task`` into the stream (not timed), called ``(i, *extra)``."""
+    asyncio.run(_enqueue_jobs(url, task, n, extra))
 
 
 def drain(
@@ -69,9 +74,11 @@ def drain(
     return rate(rows)
 
 
-def _jsworker(ctx: Context, name: str, task, workers: int, n: int, loop: str = "asyncio") -> float:  # type: ignore[no-untyped-def]
+def _jsworker(  # type: ignore[no-untyped-def]
+    ctx: Context, name: str, task, workers: int, n: int, loop: str = "asyncio", extra: tuple[object, ...] = ()
+) -> float:
     asyncio.run(jsh.purge(ctx.url))
-    enqueue(ctx.url, task, n)
+    enqueue(ctx.url, task, n, extra)
     return drain(
         ctx,
         name,
@@ -151,6 +158,22 @@ def run(ctx: Context) -> list[Measurement]:
             _jsworker(ctx, "sync", bench_app.noop_sync, 1, n),
             "jobs/s",
             "jsworker sync no-op, 1 worker",
+            info,
+        ),
+        # Typed right after its untyped baseline; each task has its own queue, so the
+        # worker (started with --queues naming that queue) pulls only the jobs measured.
+        Measurement(
+            "processing.async_untyped",
+            _jsworker(ctx, "untyped", bench_app.charge_untyped, 1, n, extra=bench_app.UNTYPED_ARGS),
+            "jobs/s",
+            "jsworker async no-op, 4 unannotated args, 1 worker",
+            info,
+        ),
+        Measurement(
+            "processing.async_typed",
+            _jsworker(ctx, "typed", bench_app.charge_typed, 1, n, extra=bench_app.TYPED_ARGS),
+            "jobs/s",
+            "jsworker async no-op, int/Decimal/datetime/dataclass args, 1 worker",
             info,
         ),
     ]
