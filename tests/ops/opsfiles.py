@@ -323,3 +323,193 @@ def seconds(duration: str | int | float) -> float:
     parts = _DURATION.findall(duration)
     assert "".join(n + u for n, u in parts) == duration, f"not a duration: {duration!r}"
     return sum(float(n) * scale[u] for n, u in parts)
+
+
+# --- security: NATS configs, certificates, secrets --------------------------------------------
+
+NATS_DIR = DEPLOY / "nats"
+AUTH_CONF = NATS_DIR / "auth.conf"
+TLS_DIR = DEPLOY / "tls"
+MAKE_DEV_CERTS = TLS_DIR / "make-dev-certs.sh"
+ENV_EXAMPLE = DEPLOY / "env.example"
+GITIGNORE = ROOT / ".gitignore"
+# What make-dev-certs.sh writes.
+DEV_CERT_FILES = ("ca.pem", "ca.key", "server.pem", "server.key")
+# Where the configs expect the TLS files inside the nats containers (compose and Kubernetes).
+CONTAINER_TLS_DIR = "/etc/nats/tls"
+
+
+def without_leading_comments(text: str) -> str:
+    """``text`` without the ``#`` comment lines it starts with."""
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].lstrip().startswith("#"):
+        lines.pop(0)
+    return "".join(lines)
+
+
+@cache
+def permissions_output(*apps: str) -> str:
+    """What ``jsworker permissions APP...`` prints (the command itself, as a user runs it)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "jsworker", "permissions", *apps],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def password_variables(auth: str) -> dict[str, str]:
+    """user -> the environment variable its password comes from, in an authorization block."""
+    found = dict(re.findall(r'user:\s*"([^"]+)",\s*password:\s*\$([A-Z][A-Z0-9_]*)', auth))
+    assert found, "no user with a password from the environment"
+    return found
+
+
+def made_up_passwords(variables: list[str] | set[str]) -> dict[str, str]:
+    """A value per password variable, made the way deploy/README.md says (hex)."""
+    import secrets
+
+    return {name: secrets.token_hex(24) for name in sorted(variables)}
+
+
+def strip_conf_comments(text: str) -> str:
+    """A nats-server config without its ``#`` and ``//`` comments (quoted text kept as is)."""
+    out = []
+    for line in text.splitlines():
+        quote = ""
+        for i, ch in enumerate(line):
+            if quote:
+                quote = "" if ch == quote else quote
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "#" or line.startswith("//", i):
+                line = line[:i]
+                break
+        out.append(line)
+    return "\n".join(out)
+
+
+def conf_blocks(text: str) -> dict[str, str]:
+    """name -> body of every ``name { ... }`` block at the top level of a (comment-free) config;
+    call it again on a body for the blocks inside."""
+    blocks: dict[str, str] = {}
+    depth, start, name, quote = 0, 0, "", ""
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "{":
+            if depth == 0:
+                found = re.search(r"([A-Za-z_][\w-]*)\s*[:=]?\s*$", text[:i])
+                name, start = (found.group(1) if found else ""), i + 1
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0 and name:
+                assert name not in blocks, f"block {name} twice"
+                blocks[name] = text[start:i]
+    assert depth == 0, "unbalanced braces"
+    return blocks
+
+
+def top_level(text: str) -> str:
+    """A config with every block's body removed: what is left are its top-level settings."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == "}":
+            depth -= 1
+        if depth == 0:
+            out.append(ch)
+        if ch == "{":
+            depth += 1
+    return "".join(out)
+
+
+def expand_includes(text: str, files: dict[str, str]) -> str:
+    """``text`` with every ``include ./name`` replaced by ``files[name]`` (recursively), as
+    nats-server reads it; ``files`` are the config files beside it."""
+
+    def include(match: re.Match[str]) -> str:
+        name = match.group(1).removeprefix("./")
+        assert name in files, f"include of {name}, which is not beside the config"
+        return expand_includes(files[name], files)
+
+    return re.sub(r'^\s*include\s+"?([^"\s;]+)"?;?\s*$', include, text, flags=re.M)
+
+
+def compose_nats_files() -> dict[str, str]:
+    """The files of deploy/nats by name."""
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(NATS_DIR.glob("*.conf"))}
+
+
+def k8s_nats_files() -> dict[str, str]:
+    """The files the nats ConfigMap puts beside nats.conf."""
+    from typing import cast
+
+    config_map = k8s_object("ConfigMap", "nats-config")
+    return dict(cast(dict[str, str], config_map["data"]))
+
+
+def copy_configs(files: dict[str, str], dest: Path, tls_dir: Path, tls_names: dict[str, str]) -> Path:
+    """Write ``files`` into ``dest`` with the container TLS paths pointing at ``tls_dir``;
+    ``tls_names`` maps the file names the configs use to those in ``tls_dir``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        for used, real in tls_names.items():
+            text = text.replace(f"{CONTAINER_TLS_DIR}/{used}", str(tls_dir / real))
+        assert CONTAINER_TLS_DIR not in strip_conf_comments(text), (
+            f"{name}: a TLS file the test does not know"
+        )
+        (dest / name).write_text(text, encoding="utf-8")
+    return dest
+
+
+# The names compose (the dev script's) and Kubernetes (cert-manager's) give the TLS files.
+COMPOSE_TLS_NAMES = {"server.pem": "server.pem", "server.key": "server.key", "ca.pem": "ca.pem"}
+K8S_TLS_NAMES = {"tls.crt": "server.pem", "tls.key": "server.key", "ca.crt": "ca.pem"}
+
+
+def run_make_dev_certs(out: Path, namespace: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run deploy/tls/make-dev-certs.sh into ``out`` (never into the repository)."""
+    import shutil
+
+    for tool in ("bash", "openssl"):
+        if shutil.which(tool) is None:
+            skip_or_fail(f"{tool} is needed to make the dev certificates")
+    env = {k: v for k, v in os.environ.items() if k not in ("NAMESPACE", "DAYS")}
+    if namespace is not None:
+        env["NAMESPACE"] = namespace
+    result = subprocess.run(
+        ["bash", str(MAKE_DEV_CERTS), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=out.parent,
+    )
+    assert result.returncode == 0, f"make-dev-certs.sh failed:\n{result.stdout}{result.stderr}"
+    return result
+
+
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[?-][^}]*)?\}")
+
+
+def compose_variables(value: str) -> list[str]:
+    """The variables a compose value interpolates."""
+    return [m.group(1) for m in _INTERPOLATION.finditer(value)]
+
+
+def is_required_variable(value: str) -> str | None:
+    """The variable if ``value`` is exactly ``${VAR:?message}`` (compose stops when it is unset
+    or empty), else None."""
+    found = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?[^}]+\}", value)
+    return found.group(1) if found else None
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """A compose value with its variables replaced from ``env`` (all must be there)."""
+    return _INTERPOLATION.sub(lambda m: env[m.group(1)], value)

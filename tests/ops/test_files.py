@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,27 +18,35 @@ from jsworker.server import ServerNotFoundError, find_nats_server
 
 from .opsfiles import (
     ALERTS,
+    AUTH_CONF,
     COMPOSE,
+    COMPOSE_TLS_NAMES,
     DEPLOY,
     DOCKERFILE,
     K8S,
+    K8S_TLS_NAMES,
     PROMETHEUS_YML,
     ROOT,
     alert_rules,
+    compose_nats_files,
+    copy_configs,
     dashboard,
     dashboard_targets,
     dockerfile_instruction,
     family_of,
     image_run_args,
+    k8s_nats_files,
     k8s_object,
     k8s_objects,
     known_sample_names,
     load_yaml,
+    made_up_passwords,
     metric_families,
     metric_names,
     options_in,
     panels,
     parse_run,
+    password_variables,
     run_help_options,
     seconds,
     selectors,
@@ -45,6 +54,10 @@ from .opsfiles import (
     strings_in,
     variable_queries,
 )
+
+# Where compose mounts deploy/nats in the nats containers (the TLS files go beside it, in
+# /etc/nats/tls: a mount inside a read-only mount would need a mount point Docker cannot make).
+NATS_CONFIG_DIR = "/etc/nats/config"
 
 ALERT_NAMES = {
     "JsworkerBacklogGrowing",
@@ -235,6 +248,16 @@ def _mount(service: dict[str, Any], target: str) -> str:
     raise AssertionError(f"nothing mounted at {target}")
 
 
+def published(service: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """container port -> (host address, host port) of a service's published ports."""
+    out = {}
+    for port in service.get("ports", []):
+        parts = str(port).split(":")
+        assert len(parts) == 3, f"{port!r}: give the host address (127.0.0.1:HOST:CONTAINER)"
+        out[parts[2]] = (parts[0], parts[1])
+    return out
+
+
 def test_compose_runs_a_three_node_jetstream_cluster() -> None:
     compose = _compose()
     services = compose["services"]
@@ -243,8 +266,8 @@ def test_compose_runs_a_three_node_jetstream_cluster() -> None:
     for name in names:
         svc = services[name]
         config = svc["command"][svc["command"].index("--config") + 1]
-        source = DEPLOY / _mount(svc, "/etc/nats")
-        conf = source / config.removeprefix("/etc/nats/")
+        source = DEPLOY / _mount(svc, NATS_CONFIG_DIR)
+        conf = source / config.removeprefix(NATS_CONFIG_DIR + "/")
         assert conf.is_file(), conf
         text = conf.read_text(encoding="utf-8") + (source / "cluster.conf").read_text(encoding="utf-8")
         assert f"server_name: {name}" in text
@@ -253,7 +276,7 @@ def test_compose_runs_a_three_node_jetstream_cluster() -> None:
         # Its JetStream store on its own named volume.
         assert "store_dir: /data/jetstream" in text
         assert _mount(svc, "/data") in compose["volumes"]
-        ports = {p.split(":")[1]: p.split(":")[0] for p in svc["ports"]}
+        ports = {container: host_port for container, (_, host_port) in published(svc).items()}
         assert set(ports) == {"4222", "8222"}, f"{name}: client and monitoring ports"
         assert not host_ports & set(ports.values())
         host_ports |= set(ports.values())
@@ -268,30 +291,34 @@ def _nats_server() -> str:
         raise
 
 
-def _nats_check(path: str, env: dict[str, str] | None = None) -> None:
-    """``nats-server -t``: the server's own parser (unknown keys are errors)."""
+def _nats_check(path: Path, env: dict[str, str] | None = None) -> None:
+    """``nats-server -t``: the server's own parser (unknown keys are errors). It loads the TLS
+    files and resolves every password variable, so both must exist: the configs are checked as
+    copies pointing at dev certificates, with made-up passwords in the environment."""
     import os
 
+    passwords = made_up_passwords(set(password_variables(AUTH_CONF.read_text(encoding="utf-8")).values()))
     result = subprocess.run(
-        [_nats_server(), "-t", "-c", path],
+        [_nats_server(), "-t", "-c", str(path)],
         capture_output=True,
         text=True,
         timeout=30,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **passwords, **(env or {})},
     )
     assert result.returncode == 0, f"{path}: {result.stdout}{result.stderr}"
 
 
 @pytest.mark.parametrize("node", [1, 2, 3])
-def test_compose_nats_configs_are_valid(node: int) -> None:
-    _nats_check(str(DEPLOY / "nats" / f"nats-{node}.conf"))
+def test_compose_nats_configs_are_valid(node: int, dev_certs: Path, tmp_path: Path) -> None:
+    configs = copy_configs(compose_nats_files(), tmp_path / "nats", dev_certs, COMPOSE_TLS_NAMES)
+    _nats_check(configs / f"nats-{node}.conf")
 
 
-def test_k8s_nats_config_is_valid_and_routes_to_every_pod(tmp_path: Any) -> None:
-    config = k8s_object("ConfigMap", "nats-config")["data"]["nats.conf"]
-    path = tmp_path / "nats.conf"
-    path.write_text(config, encoding="utf-8")
-    _nats_check(str(path), {"POD_NAME": "nats-0"})
+def test_k8s_nats_config_is_valid_and_routes_to_every_pod(dev_certs: Path, tmp_path: Path) -> None:
+    files = k8s_nats_files()
+    config = files["nats.conf"]
+    configs = copy_configs(files, tmp_path / "nats", dev_certs, K8S_TLS_NAMES)
+    _nats_check(configs / "nats.conf", {"POD_NAME": "nats-0"})
     sts = k8s_object("StatefulSet", "nats")
     assert sts["spec"]["replicas"] == 3
     service = sts["spec"]["serviceName"]
@@ -409,11 +436,11 @@ def test_prometheus_and_grafana_are_wired_to_the_files() -> None:
     url = urlsplit(source["url"])
     assert source["type"] == "prometheus" and source["isDefault"]
     assert url.hostname == "prometheus" and url.port == 9090
-    assert "9090:9090" in services["prometheus"]["ports"]
+    assert published(services["prometheus"])["9090"] == ("127.0.0.1", "9090")
     (provider,) = load_yaml(provisioning / "dashboards" / "jsworker.yaml")["providers"]
     dashboards = DEPLOY / _mount(grafana, provider["options"]["path"])
     assert (dashboards / "jsworker.json").samefile(ROOT / "grafana" / "jsworker.json")
-    assert "3000:3000" in grafana["ports"]
+    assert published(grafana)["3000"] == ("127.0.0.1", "3000")
     build = services["worker"]["build"]
     assert (DEPLOY / build["context"] / build["dockerfile"]).samefile(DOCKERFILE)
 
