@@ -66,6 +66,8 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
             *(f"{_API}.STREAM.{verb}.{s}" for s in streams for verb in ("INFO", "CREATE", "UPDATE")),
             f"{_API}.CONSUMER.INFO.{ns.stream}.*",
             f"{_API}.CONSUMER.LIST.{ns.stream}",
+            # The queue gauges read the oldest waiting job's enqueue time.
+            f"{_API}.STREAM.MSG.GET.{ns.stream}",
             f"{_API}.CONSUMER.CREATE.{ns.stream}.>",
             f"{_API}.CONSUMER.DURABLE.CREATE.{ns.stream}.*",
             f"{_API}.CONSUMER.MSG.NEXT.{ns.stream}.*",

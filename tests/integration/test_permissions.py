@@ -24,6 +24,7 @@ from jsworker.jetstream.api import api_subject, request_json
 from jsworker.jetstream.connection import Connection
 from jsworker.naming import ROLES
 from jsworker.permissions import server_config
+from jsworker.status import queue_status
 from jsworker.testing import NatsServer
 
 from ..support import wait_until, wait_until_async
@@ -228,8 +229,17 @@ def test_producer_cannot_purge_consume_or_read_dead_letters(secured: NatsServer)
         worker_app = _app(url, "perm-worker")
         conn = await Connection.open(worker_app.connect_options("worker"))
         await worker_app.provision(conn, ["default"])
-        await conn.close()
         producer = _app(url, "perm-producer")
+        await producer.tasks["add"].adelay(1, 2)
+        await producer.aclose()
+        # What a worker exports about its queues, read with a job waiting (the oldest job's
+        # age is read only then), and what `status` shows, each with its own role.
+        (seen,) = await queue_status(worker_app, conn)
+        assert seen.pending == 1 and seen.oldest_pending_age is not None
+        await conn.close()
+        operator = _app(url, "perm-operator")
+        (shown,) = await queue_status(operator)
+        assert shown.pending == 1 and shown.oldest_pending_age is not None
         conn = await Connection.open(producer.connect_options("producer"))
         try:
             with pytest.raises(PermissionDeniedError) as purge:
