@@ -199,10 +199,16 @@ class Worker:
         metrics.concurrency.set(self.settings.concurrency)
         metrics.worker_info.labels(__version__, self.app.name, ",".join(self.queues)).set(1)
 
+        async def disconnected() -> None:
+            # A connection being closed reports its end as a disconnect too: not worth a warning.
+            if not conn.is_closed:
+                log.warning("worker.disconnected")
+
         async def reconnected() -> None:
             metrics.reconnects.inc()
             log.info("worker.reconnected")
 
+        conn.on_disconnect(disconnected)
         conn.on_reconnect(reconnected)
 
     async def _provision(self) -> None:

@@ -107,13 +107,17 @@ class WorkerProc:
 
     def wait_started(self, timeout: float = 30.0) -> None:
         """Block until the worker logged ``worker.started`` (streams and consumers exist, pulls sent)."""
+        self.wait_logged("worker.started", timeout)
 
-        def started() -> bool:
+    def wait_logged(self, event: str, timeout: float = 30.0) -> None:
+        """Block until the worker logged ``event`` in this run; fail at once if it exited."""
+
+        def logged() -> bool:
             if not self.alive():
                 raise AssertionError(f"worker {self.pid} exited with {self.proc.returncode}:\n{self.tail()}")
-            return any(e.get("event") == "worker.started" for e in self.log_events())
+            return any(e.get("event") == event for e in self.log_events())
 
-        wait_until(started, timeout=timeout, message=f"worker {self.pid} to start")
+        wait_until(logged, timeout=timeout, message=f"worker {self.pid} to log {event}")
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self._log_lines()[-lines:])

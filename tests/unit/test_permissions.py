@@ -15,6 +15,8 @@ from jsworker.errors import PermissionDeniedError
 from jsworker.jetstream.denials import Denial, Denials, parse_denial
 from jsworker.permissions import permissions, server_config
 
+from ..support import wait_until_async
+
 
 def test_producer_may_enqueue_and_nothing_that_reads_jobs() -> None:
     producer = permissions("shop", "producer")
@@ -82,11 +84,15 @@ def test_a_refusal_ends_the_waiting_request_at_once_with_the_callers_subject() -
         heard: list[Denial] = []
         denials.listen(heard.append)
 
+        never = asyncio.Event()  # the server's answer, which never comes
+        watching: list[str] = []
+
         async def request(subject: str) -> PermissionDeniedError | None:
             scope = denials.watch(subject)
+            watching.append(subject)
             try:
                 async with scope:
-                    await asyncio.sleep(3600)
+                    await never.wait()
             except TimeoutError:
                 return denials.refusal(subject, scope)
             finally:
@@ -95,7 +101,7 @@ def test_a_refusal_ends_the_waiting_request_at_once_with_the_callers_subject() -
 
         refused = asyncio.ensure_future(request("$JS.API.STREAM.PURGE.JSW_A"))
         other = asyncio.ensure_future(request("$JS.API.STREAM.INFO.JSW_A"))
-        await asyncio.sleep(0)
+        await wait_until_async(lambda: len(watching) == 2, timeout=5, message="both requests to wait")
         assert denials.report(
             nats.errors.Error('nats: permissions violation for publish to "$js.api.stream.purge.jsw_a"')
         )
