@@ -58,38 +58,44 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
             f"jsw.{ns.app}.ev.*.*.enqueued",
             f"{_API}.STREAM.INFO.{ns.stream}",
         ]
-    elif role == "worker":
-        publish = [
-            ns.job_subjects,
+        return Permissions(role=role, publish=tuple(publish), subscribe=(inbox,))
+    # What workers and operators both do: enqueue (workers from tasks, operators replaying dead
+    # letters), create and read the app's streams, and read its queues (the queue gauges and
+    # `status` read each queue's oldest waiting job).
+    publish = [
+        ns.job_subjects,
+        *(f"{_API}.STREAM.{verb}.{s}" for s in streams for verb in ("INFO", "CREATE", "UPDATE")),
+        f"{_API}.STREAM.MSG.GET.{ns.stream}",
+        f"{_API}.CONSUMER.INFO.{ns.stream}.*",
+        f"{_API}.CONSUMER.LIST.{ns.stream}",
+    ]
+    if role == "worker":
+        publish += [
             ns.dlq_subjects,
             ns.events_subjects,
-            *(f"{_API}.STREAM.{verb}.{s}" for s in streams for verb in ("INFO", "CREATE", "UPDATE")),
-            f"{_API}.CONSUMER.INFO.{ns.stream}.*",
-            f"{_API}.CONSUMER.LIST.{ns.stream}",
-            # The queue gauges read the oldest waiting job's enqueue time.
-            f"{_API}.STREAM.MSG.GET.{ns.stream}",
             f"{_API}.CONSUMER.CREATE.{ns.stream}.>",
             f"{_API}.CONSUMER.DURABLE.CREATE.{ns.stream}.*",
             f"{_API}.CONSUMER.MSG.NEXT.{ns.stream}.*",
             f"$JS.ACK.{ns.stream}.>",
         ]
     else:
-        publish = [
-            # Replaying a dead letter enqueues its job again.
-            ns.job_subjects,
-            *(f"{_API}.STREAM.{verb}.{s}" for s in streams for verb in ("INFO", "CREATE", "UPDATE")),
-            *(f"{_API}.STREAM.MSG.GET.{s}" for s in streams),
-            f"{_API}.CONSUMER.INFO.{ns.stream}.*",
-            f"{_API}.CONSUMER.LIST.{ns.stream}",
-            # Dead letters and events are read through short-lived consumers of their own.
+        kept = (ns.dlq_stream, ns.events_stream)
+        publish += [
+            *(f"{_API}.STREAM.MSG.GET.{s}" for s in kept),
+            # Dead letters and events are read through short-lived consumers of their own; an
+            # unnamed one is created on the stream's own subject.
             *(
-                f"{_API}.CONSUMER.{verb}.{s}.{tail}"
-                for s in (ns.dlq_stream, ns.events_stream)
-                for verb, tail in (("CREATE", ">"), ("INFO", "*"), ("DELETE", "*"), ("MSG.NEXT", "*"))
+                f"{_API}.CONSUMER.{verb}.{s}{tail}"
+                for s in kept
+                for verb, tail in (
+                    ("CREATE", ""),
+                    ("CREATE", ".>"),
+                    ("INFO", ".*"),
+                    ("DELETE", ".*"),
+                    ("MSG.NEXT", ".*"),
+                )
             ),
-            # An unnamed consumer is created on the stream's own subject.
-            *(f"{_API}.CONSUMER.CREATE.{s}" for s in (ns.dlq_stream, ns.events_stream)),
-            *(f"$JS.ACK.{s}.>" for s in (ns.dlq_stream, ns.events_stream)),
+            *(f"$JS.ACK.{s}.>" for s in kept),
             f"{_API}.STREAM.MSG.DELETE.{ns.dlq_stream}",
             f"{_API}.STREAM.PURGE.{ns.dlq_stream}",
         ]
