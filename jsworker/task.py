@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
 
-from .arguments import TypedArguments
+from .arguments import TypedArguments, positional_names
 from .config import option
 from .errors import ConfigurationError
 from .job import Job
@@ -136,10 +136,9 @@ def new_job_id() -> str:
 def _simple_arity(signature: inspect.Signature) -> tuple[int, int] | None:
     """(required, total) positional parameters when every parameter is positional-or-keyword
     (or positional-only); None for signatures with ``*args``, ``**kwargs`` or keyword-only ones."""
-    params = signature.parameters.values()
-    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if any(p.kind not in plain for p in params):
+    if positional_names(signature) is None:
         return None
+    params = signature.parameters.values()
     required = sum(p.default is inspect.Parameter.empty for p in params)
     return required, len(params)
 
