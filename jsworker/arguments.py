@@ -95,6 +95,12 @@ class _Param:
     annotation: Any
     star_args: bool = False  # *args: each item is of the annotated type
     star_kwargs: bool = False  # **kwargs: each value is
+    # The annotation when it is one of JSON's own scalar types: a value of exactly that type
+    # needs neither encoding nor checking.
+    scalar: type | None = None
+
+
+_SCALARS = (int, float, str, bool)
 
 
 class TypedArguments:
@@ -127,6 +133,7 @@ class TypedArguments:
                 hints[name],
                 star_args=p.kind is inspect.Parameter.VAR_POSITIONAL,
                 star_kwargs=p.kind is inspect.Parameter.VAR_KEYWORD,
+                scalar=hints[name] if hints[name] in _SCALARS else None,
             )
             for name, p in signature.parameters.items()
             if name in hints and _supported(hints[name])
@@ -167,6 +174,9 @@ class TypedArguments:
         return shape
 
     def _encode_one(self, param: _Param, value: Any) -> Any:
+        if type(value) is param.scalar:
+            # Most annotations are int or str: 0.1 us instead of 1.2 us for msgspec's two calls.
+            return value
         try:
             plain = msgspec.to_builtins(value, enc_hook=_enc_hook)
         except (TypeError, ValueError, NotImplementedError) as exc:
