@@ -9,10 +9,10 @@ from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
-from .config import option, option_fields
+from .config import from_environment, option, option_fields, parse_size
 from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions
-from .jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
+from .jetstream.topology import ConsumerSpec, ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
@@ -23,6 +23,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _DAY = 86400.0
+_GIB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +34,28 @@ class AppOptions:
     duplicate_window: float = option(
         120.0, help="Seconds the job stream remembers a job id: an enqueue repeated within it is dropped."
     )
-    replicas: int = option(1, help="Replicas of every stream (3 in a production cluster).")
-    dlq_max_age: float = option(7 * _DAY, help="Seconds dead letters are kept.")
+    replicas: int = option(
+        1,
+        env="REPLICAS",
+        flag="--replicas",
+        minimum=1,
+        help="Replicas of every stream the app creates (3 in a production cluster; consumers follow "
+        "their stream). An existing stream keeps its replicas: a worker only warns when they differ.",
+    )
+    dlq_max_age: float = option(7 * _DAY, env="DLQ_MAX_AGE", help="Seconds dead letters are kept.")
+    dlq_max_bytes: int = option(
+        _GIB,
+        env="DLQ_MAX_BYTES",
+        help="Bytes the dead-letter stream may hold (-1: no limit); past it the oldest letters go. "
+        "Accepts units as nats-server does (512MB, 1GB = 1024^3 bytes).",
+    )
     events: bool = option(False, help="Producers and workers publish job events.")
-    events_max_age: float = option(7 * _DAY, help="Seconds job events are kept.")
+    events_max_age: float = option(7 * _DAY, env="EVENTS_MAX_AGE", help="Seconds job events are kept.")
+    events_max_bytes: int = option(
+        _GIB,
+        env="EVENTS_MAX_BYTES",
+        help="Bytes the job-event stream may hold (-1: no limit); past it the oldest events go.",
+    )
     max_ack_pending: int = option(
         20_000, help="Jobs a queue may have delivered and not yet settled, across all workers."
     )
@@ -49,14 +68,29 @@ class AppOptions:
     )
 
     def __post_init__(self) -> None:
+        # Values from JSWORKER_* variables arrive as strings.
         for what in ("duplicate_window", "dlq_max_age", "events_max_age", "publish_timeout"):
-            object.__setattr__(self, what, check_seconds(what, getattr(self, what)))
+            object.__setattr__(self, what, check_seconds(what, _number(what, getattr(self, what), float)))
         for what in ("replicas", "max_ack_pending"):
-            value = getattr(self, what)
+            value = _number(what, getattr(self, what), int)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigurationError(f"{what} must be an int >= 1, not {value!r}")
+            object.__setattr__(self, what, value)
+        for what in ("dlq_max_bytes", "events_max_bytes"):
+            object.__setattr__(self, what, parse_size(what, getattr(self, what)))
         object.__setattr__(self, "events", bool(self.events))
         object.__setattr__(self, "validate_arguments", bool(self.validate_arguments))
+
+
+def _number(what: str, value: object, kind: type[int] | type[float]) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        return kind(value.strip())
+    except ValueError:
+        raise ConfigurationError(
+            f"{what} must be {'an int' if kind is int else 'a number'}, not {value!r}"
+        ) from None
 
 
 class AppArguments(TypedDict, total=False):
@@ -75,8 +109,10 @@ class AppArguments(TypedDict, total=False):
     duplicate_window: float
     replicas: int
     dlq_max_age: float
+    dlq_max_bytes: int
     events: bool
     events_max_age: float
+    events_max_bytes: int
     max_ack_pending: int
     publish_timeout: float
     validate_arguments: bool
@@ -137,7 +173,10 @@ class App:
         self.serializer: Serializer = serializer or JSONSerializer()
         split = _split_arguments(dict(arguments))
         self.defaults = dataclasses.replace(task_defaults or TaskOptions(), **split[TaskOptions])
-        self.options = dataclasses.replace(options or AppOptions(), **split[AppOptions])
+        # Keywords win over a whole options object, which wins over JSWORKER_* variables.
+        given_options = dataclasses.asdict(options) if options is not None else {}
+        given_options.update(split[AppOptions])
+        self.options = AppOptions(**from_environment(AppOptions, given_options))
         given = dataclasses.asdict(connection) if connection is not None else {}
         given.update(split[ConnectOptions])
         if servers is not None:
@@ -226,6 +265,17 @@ class App:
         except TypeError as exc:
             raise ConfigurationError(f"unknown connection option: {exc}") from exc
 
+    def configure_options(self, **given: Any) -> None:
+        """Change app options (fields of :class:`AppOptions`); used by the command line's flags.
+
+        None leaves a value as it is. Applies to streams created or checked afterwards.
+        """
+        changes = {k: v for k, v in given.items() if v is not None}
+        try:
+            self.options = dataclasses.replace(self.options, **changes)
+        except TypeError as exc:
+            raise ConfigurationError(f"unknown app option: {exc}") from exc
+
     def connect_options(self, role: Role, purpose: str | None = None) -> ConnectOptions:
         """How this app connects in ``role``: replies come to ``<inbox prefix>.<role>.…``, and
         the connection is named ``jsworker:<app>:<purpose or role>`` on the server (monitoring)."""
@@ -255,6 +305,7 @@ class App:
             replicas=self.options.replicas,
             duplicate_window=min(self.options.duplicate_window, self.options.dlq_max_age),
             max_age=self.options.dlq_max_age,
+            max_bytes=self.options.dlq_max_bytes,
         )
 
     def events_spec(self) -> StreamSpec:
@@ -268,6 +319,7 @@ class App:
             # Events carry no Nats-Msg-Id; the window only has to be valid (<= max_age).
             duplicate_window=min(1.0, self.options.events_max_age),
             max_age=self.options.events_max_age,
+            max_bytes=self.options.events_max_bytes,
         )
 
     def queue_ack_wait(self, queue: str) -> float:
@@ -285,19 +337,25 @@ class App:
             max_ack_pending=self.options.max_ack_pending,
         )
 
-    async def provision_streams(self, conn: Connection) -> None:
-        """Create or update the job and dead-letter streams, and the events stream if used."""
-        await ensure_stream(conn, self.stream_spec())
-        await ensure_stream(conn, self.dlq_spec())
+    async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:
+        """Create or update the job and dead-letter streams, and the events stream if used;
+        returns the existing streams whose replicas differ from ``replicas`` (left as they are)."""
+        specs = [self.stream_spec(), self.dlq_spec()]
         if self.options.events:
-            await ensure_stream(conn, self.events_spec())
+            specs.append(self.events_spec())
+        found = [await ensure_stream(conn, spec) for spec in specs]
+        return [differ for differ in found if differ is not None]
 
-    async def provision(self, conn: Connection | None = None, queues: Iterable[str] | None = None) -> None:
-        """Create or update streams and queue consumers (idempotent; workers do it at start)."""
+    async def provision(
+        self, conn: Connection | None = None, queues: Iterable[str] | None = None
+    ) -> list[ReplicasDiffer]:
+        """Create or update streams and queue consumers (idempotent; workers do it at start);
+        returns the existing streams whose replicas differ from ``replicas``."""
         conn = conn or await self.producer.connection()
-        await self.provision_streams(conn)
+        differ = await self.provision_streams(conn)
         for queue in queues if queues is not None else self.queues:
             await ensure_consumer(conn, self.consumer_spec(queue))
+        return differ
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from .errors import ConfigurationError
 
 ENV_PREFIX = "JSWORKER_"
 
@@ -54,3 +57,22 @@ def from_environment(cls: type, given: Mapping[str, Any]) -> dict[str, Any]:
         if f.name not in values and name is not None and os.environ.get(name):
             values[f.name] = os.environ[name]
     return values
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"(-?\d+)\s*([KMGT]?)(?:I?B)?", re.IGNORECASE)
+
+
+def parse_size(what: str, value: object) -> int:
+    """A byte count from an int or a string such as ``512MB`` or ``1GiB`` (units are powers of
+    1024, as in nats-server's configuration); -1 means no limit. ConfigurationError otherwise."""
+    size: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str):
+        match = _SIZE.fullmatch(value.strip())
+        if match:
+            size = int(match[1]) * _SIZE_UNITS[match[2].upper()]
+    if size is None or (size < 1 and size != -1):
+        raise ConfigurationError(f"{what} must be a size in bytes > 0 (or -1 for no limit), not {value!r}")
+    return size

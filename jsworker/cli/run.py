@@ -10,6 +10,7 @@ from typing import Any
 import click
 import prometheus_client
 
+from ..app import AppOptions
 from ..observability.logging import LEVELS, configure_logging
 from ..runtime.worker import Worker, WorkerSettings
 from .connection import connection_options, load_connected_app
@@ -20,6 +21,7 @@ from .options import flag_fields, options_from
 @click.command()
 @click.argument("app_spec", metavar="MODULE[:ATTR]")
 @options_from(WorkerSettings)
+@options_from(AppOptions, defaults=False)
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
@@ -60,6 +62,8 @@ def run(
     """Run a worker for the App in MODULE (or MODULE:ATTR) until SIGTERM or Ctrl-C."""
     configure_logging(log_level, log_format)
     app = load_connected_app(app_spec, options)
+    with command_errors():
+        app.configure_options(**{f.name: options.pop(f.name) for f in flag_fields(AppOptions)})
     settings = WorkerSettings(**{f.name: options.pop(f.name) for f in flag_fields(WorkerSettings)})
     if metrics_port is not None:
         try:

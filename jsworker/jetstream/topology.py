@@ -14,6 +14,7 @@ from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
+    DiscardPolicy,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -36,6 +37,7 @@ class StreamSpec:
     replicas: int = 1
     duplicate_window: float = 120.0
     max_age: float = 0.0
+    max_bytes: int = -1
     memory: bool = False
 
     def config(self) -> StreamConfig:
@@ -48,6 +50,27 @@ class StreamSpec:
             num_replicas=self.replicas,
             duplicate_window=self.duplicate_window,
             max_age=self.max_age,
+            # Past max_bytes the oldest messages go (discard old): a full dead-letter or event
+            # stream must never refuse a write, which would stop the worker settling jobs. The
+            # job stream has no max_bytes, so JetStream refuses enqueues instead of dropping jobs.
+            max_bytes=self.max_bytes,
+            discard=DiscardPolicy.OLD,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicasDiffer:
+    """An existing stream whose replicas are not the ones configured (left as they are)."""
+
+    stream: str
+    current: int
+    wanted: int
+
+    def __str__(self) -> str:
+        return (
+            f"stream {self.stream} has {self.current} replica(s), the app is configured for "
+            f"{self.wanted}; jsworker does not change the replicas of an existing stream. Scale it "
+            f"with: nats stream edit {self.stream} --replicas {self.wanted}"
         )
 
 
@@ -79,11 +102,14 @@ class ConsumerSpec:
         )
 
 
-async def ensure_stream(conn: Connection, spec: StreamSpec) -> None:
-    """Create the stream, or bring an existing one in line with ``spec``.
+async def ensure_stream(conn: Connection, spec: StreamSpec) -> ReplicasDiffer | None:
+    """Create the stream, or bring an existing one in line with ``spec`` except for its
+    replicas, which are returned when they differ.
 
-    Raises :class:`TopologyError` when a stream of that name exists with another retention or
-    for other subjects: updating it would hijack somebody else's data.
+    Replicas are left alone because a worker is the wrong place to move a stream's data
+    between servers: two deployments configured differently would flip it at every start, and
+    scaling down drops copies. Raises :class:`TopologyError` when a stream of that name exists
+    with another retention or for other subjects: updating it would hijack somebody else's data.
     """
     for _ in range(3):
         try:
@@ -91,7 +117,7 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> None:
         except nats.js.errors.NotFoundError:
             try:
                 await conn.js.add_stream(spec.config())
-                return
+                return None
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code == _STREAM_NAME_IN_USE:
                     continue  # another process created it between our two calls
@@ -100,13 +126,17 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> None:
                 raise _failed(f"cannot create stream {spec.name}", exc) from exc
         except nats.errors.Error as exc:
             raise _failed(f"cannot read stream {spec.name}", exc) from exc
-        await _reconcile_stream(conn, spec, info.config)
-        return
+        return await _reconcile_stream(conn, spec, info.config)
     raise TopologyError(f"stream {spec.name} keeps appearing and disappearing")
 
 
-async def _reconcile_stream(conn: Connection, spec: StreamSpec, current: StreamConfig) -> None:
+async def _reconcile_stream(
+    conn: Connection, spec: StreamSpec, current: StreamConfig
+) -> ReplicasDiffer | None:
     wanted = spec.config()
+    replicas = current.num_replicas or 1
+    differ = ReplicasDiffer(spec.name, replicas, spec.replicas) if replicas != spec.replicas else None
+    wanted.num_replicas = replicas
     if current.retention != wanted.retention or sorted(current.subjects or []) != sorted(spec.subjects):
         raise TopologyError(
             f"stream {spec.name} exists with retention {current.retention} and subjects "
@@ -117,12 +147,15 @@ async def _reconcile_stream(conn: Connection, spec: StreamSpec, current: StreamC
         current.num_replicas == wanted.num_replicas
         and _close(current.duplicate_window, wanted.duplicate_window)
         and _close(current.max_age, wanted.max_age)
+        and (current.max_bytes or -1) == wanted.max_bytes
+        and current.discard == wanted.discard
     ):
-        return
+        return differ
     try:
         await conn.js.update_stream(wanted)
     except nats.errors.Error as exc:
         raise _failed(f"cannot update stream {spec.name}", exc) from exc
+    return differ
 
 
 async def stream_exists(conn: Connection, name: str) -> bool:

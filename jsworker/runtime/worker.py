@@ -218,13 +218,23 @@ class Worker:
         deadline = time.monotonic() + _PROVISION_PATIENCE
         while True:
             try:
-                await self.app.provision(self.conn, self.queues)
-                return
+                differ = await self.app.provision(self.conn, self.queues)
+                break
             except TopologyError as exc:
                 if not exc.transient or time.monotonic() > deadline:
                     raise
                 log.warning("worker.provision_retry", error=str(exc))
                 await asyncio.sleep(1.0)
+        for stream in differ:
+            # Loud, once per start: a stream with fewer copies than intended loses work when a
+            # node does, and only an operator should move its data.
+            log.warning(
+                "worker.replicas_differ",
+                stream=stream.stream,
+                replicas=stream.current,
+                configured=stream.wanted,
+                message=str(stream),
+            )
 
     # -- pulling --------------------------------------------------------------------------
 

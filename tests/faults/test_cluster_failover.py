@@ -31,7 +31,7 @@ from .harness import (
 pytestmark = pytest.mark.faults
 
 # The cluster tests' workers create the job stream with three replicas.
-R3 = {"JSW_FAULT_REPLICAS": "3"}
+R3 = {"JSWORKER_REPLICAS": "3"}
 WORKER_ARGS = ("-c", "200", "-Q", "default")
 JOB_MS = 200.0
 

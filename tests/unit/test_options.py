@@ -14,6 +14,7 @@ from jsworker.app import AppArguments, AppOptions
 from jsworker.cli import cli
 from jsworker.cli.options import flag_fields
 from jsworker.config import env_name, option_fields
+from jsworker.errors import ConfigurationError
 from jsworker.jetstream.connection import ConnectOptions
 from jsworker.runtime.worker import WorkerSettings
 from jsworker.spark.options import CREDENTIAL_OPTIONS
@@ -65,18 +66,18 @@ def test_every_option_field_has_help() -> None:
 
 
 def test_run_flags_and_worker_settings_agree() -> None:
-    """Every flagged WorkerSettings and ConnectOptions field is a `jsworker run` option with
-    the field's name and default, and every other option is about the process."""
+    """Every flagged WorkerSettings, AppOptions and ConnectOptions field is a `jsworker run`
+    option with the field's name and default, and every other option is about the process."""
     command = cli.commands["run"]
     params = {p.name: p for p in command.params}
     for f in flag_fields(WorkerSettings):
         assert f.name in params, f.name
         assert params[f.name].default == f.default, f.name
         assert set(params[f.name].opts) == set(f.metadata["flag"].split())
-    for f in flag_fields(ConnectOptions):
+    for f in (*flag_fields(AppOptions), *flag_fields(ConnectOptions)):
         assert f.name in params, f.name
         assert params[f.name].default is None  # left out, the app's own value stands
-    settings = {f.name for f in flag_fields(WorkerSettings)} | {f.name for f in flag_fields(ConnectOptions)}
+    settings = {f.name for cls in (WorkerSettings, AppOptions, ConnectOptions) for f in flag_fields(cls)}
     assert set(params) - settings == PROCESS_FLAGS - {"help"}
 
 
@@ -170,3 +171,45 @@ def test_environment_variables_are_the_documented_ones() -> None:
         "JSWORKER_TLS_KEY",
         "JSWORKER_INBOX_PREFIX",
     }
+
+
+def test_stream_options_fall_back_to_their_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deployments set replicas and stream limits without touching code; a keyword or a whole
+    options object wins over the variable."""
+    monkeypatch.setenv("JSWORKER_REPLICAS", "3")
+    monkeypatch.setenv("JSWORKER_DLQ_MAX_BYTES", "512MB")
+    monkeypatch.setenv("JSWORKER_EVENTS_MAX_BYTES", "-1")
+    monkeypatch.setenv("JSWORKER_DLQ_MAX_AGE", "3600")
+    monkeypatch.setenv("JSWORKER_EVENTS_MAX_AGE", "1.5")
+    options = App("opts").options
+    assert options.replicas == 3
+    assert options.dlq_max_bytes == 512 << 20 and options.events_max_bytes == -1
+    assert options.dlq_max_age == 3600.0 and options.events_max_age == 1.5
+    assert App("opts", replicas=1).options.replicas == 1
+    assert App("opts", options=AppOptions(replicas=5)).options.replicas == 5
+    spec = App("opts").dlq_spec()
+    assert (spec.replicas, spec.max_bytes, spec.max_age) == (3, 512 << 20, 3600.0)
+
+
+@pytest.mark.parametrize(
+    ("given", "size"),
+    [(1024, 1024), ("1024", 1024), ("2K", 2048), ("1GiB", 1 << 30), ("3gb", 3 << 30), (" 7 MB ", 7 << 20),
+     ("1T", 1 << 40), (-1, -1), ("-1", -1)],
+)  # fmt: skip
+def test_sizes_read_as_nats_server_reads_them(given: object, size: int) -> None:
+    assert AppOptions(dlq_max_bytes=given).dlq_max_bytes == size  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [0, -2, "ten", "1 PB", "1.5GB", True, None])
+def test_bad_sizes_fail_with_the_option_named(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="events_max_bytes"):
+        AppOptions(events_max_bytes=bad)  # type: ignore[arg-type]
+
+
+def test_bad_variables_fail_with_the_option_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JSWORKER_REPLICAS", "three")
+    with pytest.raises(ConfigurationError, match="replicas must be an int, not 'three'"):
+        App("opts")
+    monkeypatch.setenv("JSWORKER_REPLICAS", "0")
+    with pytest.raises(ConfigurationError, match="replicas must be an int >= 1"):
+        App("opts")

@@ -6,7 +6,7 @@ file named by ``JSW_TEST_RECORD`` (``start`` before the work, ``done`` after it)
 killed mid-job leaves either a whole line or none. ``time.monotonic()`` is the system-wide
 ``CLOCK_MONOTONIC`` on Linux, so the test process can compare it with its own clock.
 
-``JSW_FAULT_REPLICAS`` sets the stream replicas (3 for the cluster tests).
+The cluster tests give the workers ``JSWORKER_REPLICAS=3``, as a deployment does.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from jsworker.testing import record_execution as record
 
 # ack_wait=2 on every task: a queue's ack_wait is the largest of its tasks', and a short one
 # makes the server redeliver a dead worker's jobs within seconds instead of 30 s.
-app = App("flt", replicas=int(os.environ.get("JSW_FAULT_REPLICAS", "1")), ack_wait=2)
+app = App("flt", ack_wait=2)
 
 
 @app.task
