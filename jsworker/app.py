@@ -238,6 +238,7 @@ class App:
                 )
             task = Task(self, func, task_name, task_options)
             self.tasks[task_name] = task
+            self.metrics.declare_task(task.queue, task_name)
             return task
 
         if fn is not None:

@@ -100,7 +100,11 @@ class Producer:
         """Store one job; returns its receipt."""
         started = time.perf_counter()
         msg = self.message(task, call)
-        stored = await self._with_topology(lambda p: p.publish(msg), [msg])
+        try:
+            stored = await self._with_topology(lambda p: p.publish(msg), [msg])
+        except EnqueueError:
+            self._app.metrics.enqueue_failures.labels(task.queue, task.name).inc()
+            raise
         self._count(task, stored, started)
         await self._emit_enqueued(task, [msg], stored)
         return self._receipt(task, call, stored[0])
@@ -109,7 +113,12 @@ class Producer:
         """Store many jobs with many acknowledgements outstanding; receipts in order."""
         started = time.perf_counter()
         msgs = [self.message(task, call) for call in calls]
-        stored = await self._with_topology(lambda p: p.publish_many(msgs), msgs)
+        try:
+            stored = await self._with_topology(lambda p: p.publish_many(msgs), msgs)
+        except EnqueueError:
+            # The whole call failed: some of its jobs may be stored, none has a receipt.
+            self._app.metrics.enqueue_failures.labels(task.queue, task.name).inc(len(msgs))
+            raise
         self._count(task, stored, started)
         await self._emit_enqueued(task, msgs, stored)
         return [self._receipt(task, call, s) for call, s in zip(calls, stored, strict=True)]

@@ -103,9 +103,9 @@ class JobMetrics(Collector):
             labels=("queue", "task", "outcome"),
         )
         for (queue, task), m in tasks:
+            # Every outcome, zeros included: a series that appears at 1 hides its first increase.
             for outcome, count in list(m.dead_lettered.items()):
-                if count:
-                    dead.add_metric((queue, task, outcome), count)
+                dead.add_metric((queue, task, outcome), count)
         yield dead
         for attr, name, doc in _HISTOGRAMS:
             histogram = HistogramMetricFamily(name, doc, labels=("queue", "task"))

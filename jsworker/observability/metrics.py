@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .jobmetrics import DURATION_BUCKETS, JobMetrics, TaskMetrics
+from .queuefigures import QueueFigures
 
 UNKNOWN = "_unknown"
 _QT = ("queue", "task")
@@ -77,30 +78,9 @@ class Metrics:
         self.loop_blocked = Counter(
             "jsworker_event_loop_blocked", "Times the worker's event loop was blocked too long.", registry=r
         )
-        # Server-side state, refreshed on an interval by the worker.
-        self.pending = Gauge("jsworker_queue_pending", "Jobs waiting in the queue.", ("queue",), registry=r)
-        self.ack_pending = Gauge(
-            "jsworker_queue_ack_pending", "Jobs delivered and not yet settled.", ("queue",), registry=r
-        )
-        self.redelivered = Gauge(
-            "jsworker_queue_redelivered",
-            "Jobs delivered more than once, not yet settled.",
-            ("queue",),
-            registry=r,
-        )
-        self.waiting_pulls = Gauge(
-            "jsworker_queue_waiting_pulls",
-            "Pull requests waiting on the queue's consumer.",
-            ("queue",),
-            registry=r,
-        )
-        self.oldest_pending_age = Gauge(
-            "jsworker_queue_oldest_pending_age_seconds",
-            "Age of the oldest job not yet handed to a worker (0 when none).",
-            ("queue",),
-            registry=r,
-        )
-        self.dead_letters = Gauge("jsworker_dead_letters", "Messages in the dead-letter stream.", registry=r)
+        # Server-side state, read on an interval by the worker and dropped when stale.
+        self.queue_figures = QueueFigures()
+        r.register(self.queue_figures)
         self.events_dropped = Counter(
             "jsworker_events_dropped", "Job events that could not be sent (connection down).", registry=r
         )
@@ -108,6 +88,12 @@ class Metrics:
         self.enqueued = Counter("jsworker_jobs_enqueued", "Jobs stored by producers.", _QT, registry=r)
         self.duplicates = Counter(
             "jsworker_enqueue_duplicates", "Enqueues the server dropped as duplicates.", _QT, registry=r
+        )
+        self.enqueue_failures = Counter(
+            "jsworker_enqueue_failures",
+            "Jobs producers could not store (the enqueue raised EnqueueError).",
+            _QT,
+            registry=r,
         )
         self.enqueue_duration = Histogram(
             "jsworker_enqueue_duration_seconds",
@@ -122,6 +108,12 @@ class Metrics:
         """Report ``worker.in_flight`` in ``jsworker_jobs_in_flight`` for as long as the worker
         exists; several workers in one process add up."""
         self._workers.add(worker)
+
+    def declare_task(self, queue: str, task: str) -> None:
+        """Start the producer counters of a declared task at 0, so that ``increase()`` in an
+        alert sees its first failure (a series first scraped at 1 shows no increase)."""
+        for counter in (self.enqueued, self.duplicates, self.enqueue_failures):
+            counter.labels(queue, task)
 
     def producer(self, queue: str, task: str) -> tuple[Counter, Counter, Histogram]:
         """The enqueued, duplicates and enqueue-duration children of ``task``, looked up once."""

@@ -198,6 +198,11 @@ class Worker:
         metrics.count_in_flight(self)
         metrics.concurrency.set(self.settings.concurrency)
         metrics.worker_info.labels(__version__, self.app.name, ",".join(self.queues)).set(1)
+        # Every job counter of the tasks this worker runs starts at 0 (dead letters of each
+        # outcome included): alerts use increase(), which cannot see a series' first sample.
+        for task in self.app.tasks.values():
+            if task.queue in self.queues:
+                metrics.task(task.queue, task.name)
 
         async def disconnected() -> None:
             # A connection being closed reports its end as a disconnect too: not worth a warning.
@@ -326,22 +331,15 @@ class Worker:
         # Read on an interval, not per scrape: a scrape must not cost server round trips, and
         # every worker of a fleet reports the same figures (dashboards take max by queue).
         assert self.conn is not None
-        metrics = self.app.metrics
+        figures = self.app.metrics.queue_figures
         while True:
             try:
                 statuses = await queue_status(self.app, self.conn)
             except JsworkerError as exc:
                 log.debug("worker.server_stats_failed", error=str(exc))
+                figures.unreachable(self.queues)
             else:
-                for st in statuses:
-                    if st.queue not in self.queues:
-                        continue
-                    metrics.pending.labels(st.queue).set(st.pending)
-                    metrics.ack_pending.labels(st.queue).set(st.in_flight)
-                    metrics.redelivered.labels(st.queue).set(st.redelivered)
-                    metrics.waiting_pulls.labels(st.queue).set(st.waiting_pulls)
-                    metrics.oldest_pending_age.labels(st.queue).set(st.oldest_pending_age or 0.0)
-                metrics.dead_letters.set(sum(st.dead_letters for st in statuses))
+                figures.read(self.queues, statuses)
             await asyncio.sleep(self.settings.stats_interval)
 
     # -- running --------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,3 +139,60 @@ def test_metrics_count_a_known_mix_of_outcomes(nats_server: NatsServer, worker: 
     finally:
         app.metrics = producer_metrics
         app.close()
+
+
+def test_counters_start_at_0_and_stale_queue_figures_go(nats_server: NatsServer, worker: int) -> None:
+    """Before any job, a fresh worker exports every job counter of its tasks at 0, dead letters
+    of every outcome included (so an alert's increase() sees the first one); when the server
+    goes away, the queue's figures are dropped and jsworker_queue_reachable says 0 instead of
+    the backlog freezing at its last value."""
+    s = wait_until(
+        lambda: scrape(worker),
+        until=lambda samples: value(samples, "jsworker_queue_reachable", queue="default") == 1,
+        timeout=15,
+        message="a first read of the server's figures",
+    )
+    for task in metrics_app.app.tasks:
+        labels = {"queue": "default", "task": task}
+        assert s[_key("jsworker_jobs_started_total", **labels)] == 0, task
+        assert s[_key("jsworker_enqueue_failures_total", **labels)] == 0, task
+        for outcome in ("failed", "retry", "timed_out", "rejected", "bad_input", "poison"):
+            assert s[_key("jsworker_jobs_dead_lettered_total", **labels, outcome=outcome)] == 0, (
+                task,
+                outcome,
+            )
+    assert s[_key("jsworker_queue_pending", queue="default")] == 0
+
+    nats_server.stop()
+    s = wait_until(
+        lambda: scrape(worker),
+        until=lambda samples: value(samples, "jsworker_queue_reachable", queue="default") == 0,
+        timeout=30,
+        message="the worker to find the server unreachable",
+    )
+    assert _key("jsworker_queue_pending", queue="default") not in s
+    assert _key("jsworker_dead_letters") not in s
+
+
+def test_failed_enqueues_are_counted() -> None:
+    """An enqueue that raises EnqueueError counts its jobs in jsworker_enqueue_failures_total."""
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{closed.getsockname()[1]}"
+        app = jsworker.App("nowhere", url, connect_timeout=0.5, metrics_registry=CollectorRegistry())
+
+        @app.task
+        async def charge() -> None: ...
+
+        try:
+            for _ in range(2):
+                with pytest.raises(jsworker.EnqueueError):
+                    charge.delay()
+            with pytest.raises(jsworker.EnqueueError):
+                charge.delay_many([() for _ in range(3)])
+        finally:
+            app.close()
+    families = {smp.name: smp.value for family in app.metrics.registry.collect() for smp in family.samples
+                if smp.labels.get("task") == "charge"}  # fmt: skip
+    assert families["jsworker_enqueue_failures_total"] == 5
+    assert families["jsworker_jobs_enqueued_total"] == 0

@@ -62,8 +62,10 @@ NATS_CONFIG_DIR = "/etc/nats/config"
 ALERT_NAMES = {
     "JsworkerBacklogGrowing",
     "JsworkerDeadLettersArriving",
+    "JsworkerEnqueueFailing",
     "JsworkerHeartbeatsMissed",
     "JsworkerNoWorkerOnQueue",
+    "JsworkerQueueUnreachable",
     "JsworkerEventLoopBlocked",
 }
 
@@ -229,6 +231,8 @@ def test_alert_rules_are_complete() -> None:
     assert "increase(jsworker_jobs_dead_lettered_total" in by_name["JsworkerDeadLettersArriving"]
     assert "increase(jsworker_pull_heartbeats_missed_total" in by_name["JsworkerHeartbeatsMissed"]
     assert "jsworker_event_loop_blocked_total" in by_name["JsworkerEventLoopBlocked"]
+    assert "increase(jsworker_enqueue_failures_total" in by_name["JsworkerEnqueueFailing"]
+    assert "jsworker_queue_reachable" in by_name["JsworkerQueueUnreachable"]
 
 
 # --- compose ----------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from jsworker import App
 from jsworker.observability.metrics import Metrics
+from jsworker.status import QueueStatus
 
 
 def _scrape(metrics: Metrics) -> dict[str, float]:
@@ -30,8 +32,9 @@ def test_counts_and_buckets_read_like_prometheus_client_metrics() -> None:
     assert got[f"jsworker_jobs_succeeded_total{labels}"] == 2
     assert got[f"jsworker_jobs_failed_total{labels}"] == 0
     assert got['jsworker_jobs_dead_lettered_total{outcome="rejected",queue="default",task="charge"}'] == 1
-    # Outcomes that never happened are not exported (as with labelled prometheus-client counters).
-    assert not any('outcome="poison"' in name for name in got)
+    # Outcomes that never happened are exported at 0 from the start, so that an alert's
+    # increase() sees the first one.
+    assert got['jsworker_jobs_dead_lettered_total{outcome="poison",queue="default",task="charge"}'] == 0
     bucket = 'jsworker_job_duration_seconds_bucket{le="%s",queue="default",task="charge"}'
     assert got[bucket % "0.001"] == 1  # le is inclusive
     assert got[bucket % "0.0025"] == 2
@@ -49,3 +52,50 @@ def test_tasks_are_apart_and_created_once() -> None:
     got = _scrape(metrics)
     assert got['jsworker_jobs_started_total{queue="q",task="a"}'] == 1
     assert got['jsworker_jobs_started_total{queue="q",task="b"}'] == 5
+
+
+def test_queue_figures_are_dropped_while_the_server_cannot_be_read() -> None:
+    """A failed read drops the server's figures instead of freezing them, and says so in
+    jsworker_queue_reachable; the next good read brings them back."""
+    metrics = Metrics(CollectorRegistry())
+    figures = metrics.queue_figures
+    figures.read(
+        ["default", "idle"],
+        [QueueStatus("default", pending=7, dead_letters=2), QueueStatus("other", dead_letters=1)],
+    )
+    got = _scrape(metrics)
+    assert got['jsworker_queue_pending{queue="default"}'] == 7
+    assert got['jsworker_queue_pending{queue="idle"}'] == 0  # no status: an empty queue
+    assert 'jsworker_queue_pending{queue="other"}' not in got  # not this worker's queue
+    assert got["jsworker_dead_letters"] == 3
+    assert got['jsworker_queue_reachable{queue="default"}'] == 1
+
+    figures.unreachable(["default", "idle"])
+    got = _scrape(metrics)
+    assert not any(name.startswith(("jsworker_queue_pending", "jsworker_dead_letters")) for name in got)
+    assert got['jsworker_queue_reachable{queue="default"}'] == 0
+    assert got['jsworker_queue_reachable{queue="idle"}'] == 0
+
+    figures.read(["default", "idle"], [QueueStatus("default", pending=1)])
+    got = _scrape(metrics)
+    assert got['jsworker_queue_pending{queue="default"}'] == 1
+    assert got['jsworker_queue_reachable{queue="default"}'] == 1
+
+
+def test_declared_tasks_start_their_producer_counters_at_0() -> None:
+    registry = CollectorRegistry()
+    app = App("zeros", metrics_registry=registry)
+
+    @app.task(queue="mail")
+    def send() -> None: ...
+
+    got = _scrape(app.metrics)
+    labels = '{queue="mail",task="send"}'
+    for family in (
+        "jsworker_jobs_enqueued_total",
+        "jsworker_enqueue_duplicates_total",
+        "jsworker_enqueue_failures_total",
+    ):
+        assert got[family + labels] == 0, family
+    # Job counters belong to the workers that run the task: none in a producer.
+    assert not any(name.startswith("jsworker_jobs_started") for name in got)
