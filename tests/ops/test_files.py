@@ -52,6 +52,7 @@ from .opsfiles import (
     selectors,
     skip_or_fail,
     strings_in,
+    strip_conf_comments,
     variable_queries,
 )
 
@@ -402,6 +403,84 @@ def test_stop_grace_outlasts_the_worker_grace() -> None:
     deployment, _ = _k8s_worker()
     k8s_grace = parse_run(_k8s_worker_args())["grace"]
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > k8s_grace
+
+
+def _conf_value(config: str, key: str) -> str:
+    """The value of a top-level or nested ``key: value`` line of a nats-server config."""
+    found = re.findall(rf"^\s*{key}:\s*(\S+)\s*$", strip_conf_comments(config), re.MULTILINE)
+    assert len(found) == 1, f"{key}: {found}"
+    return str(found[0])
+
+
+def _lame_duck_seconds(config: str) -> float:
+    """How long a node in lame duck mode may take to exit: the grace period plus the duration."""
+    return seconds(_conf_value(config, "lame_duck_duration")) + seconds(
+        _conf_value(config, "lame_duck_grace_period")
+    )
+
+
+def _bytes(size: str) -> int:
+    """A nats-server (``8GB``: powers of 1024) or Kubernetes (``10Gi``) size in bytes."""
+    match = re.fullmatch(r"(\d+)([KMGT])(B|i)", size)
+    assert match, size
+    return int(match[1]) << (10 * "KMGT".index(match[2]) + 10)
+
+
+def test_compose_stops_nats_in_lame_duck_mode() -> None:
+    """SIGUSR2 on every planned stop, and Docker waits longer than lame duck takes."""
+    ldm = _lame_duck_seconds(compose_nats_files()["cluster.conf"])
+    for i in (1, 2, 3):
+        svc = _compose()["services"][f"nats-{i}"]
+        assert svc["stop_signal"] == "SIGUSR2"
+        assert seconds(svc["stop_grace_period"]) > ldm
+
+
+def test_k8s_stops_nats_in_lame_duck_mode() -> None:
+    """A preStop hook signals lame duck to the pid file the config writes (on a volume of its
+    own), the grace period outlasts it, a pod counts as started only once caught up, and
+    voluntary disruptions take one pod at a time."""
+    config = k8s_nats_files()["nats.conf"]
+    pid_file = _conf_value(config, "pid_file")
+    spec = k8s_object("StatefulSet", "nats")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == [
+        "nats-server",
+        "--signal",
+        f"ldm={pid_file}",
+    ]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes[mounts[str(Path(pid_file).parent)]]
+    assert spec["terminationGracePeriodSeconds"] > _lame_duck_seconds(config)
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+    budget = k8s_object("PodDisruptionBudget", "nats")["spec"]
+    assert budget["maxUnavailable"] == 1
+    assert budget["selector"] == k8s_object("StatefulSet", "nats")["spec"]["selector"]
+
+
+def test_jetstream_storage_stays_below_the_volume() -> None:
+    """max_file_store leaves a fifth of the volume free (Raft logs, snapshots, the filesystem);
+    the bounded dead-letter and event streams fit inside it."""
+    k8s_store = _bytes(_conf_value(k8s_nats_files()["nats.conf"], "max_file_store"))
+    (claim,) = k8s_object("StatefulSet", "nats")["spec"]["volumeClaimTemplates"]
+    volume = _bytes(claim["spec"]["resources"]["requests"]["storage"])
+    assert k8s_store <= 0.8 * volume, (k8s_store, volume)
+    compose_store = _bytes(_conf_value(compose_nats_files()["cluster.conf"], "max_file_store"))
+    assert compose_store == k8s_store, "the two templates size their stores alike"
+    for env in _worker_environments():
+        reserved = _bytes(env["JSWORKER_DLQ_MAX_BYTES"]) + _bytes(env["JSWORKER_EVENTS_MAX_BYTES"])
+        assert reserved <= compose_store / 4, "most of the store is for jobs"
+
+
+def _worker_environments() -> list[dict[str, str]]:
+    _, container = _k8s_worker()
+    k8s = {e["name"]: e.get("value") for e in container["env"]}
+    return [_compose()["services"]["worker"]["environment"], k8s]
+
+
+def test_workers_make_streams_with_three_replicas() -> None:
+    for env in _worker_environments():
+        assert env["JSWORKER_REPLICAS"] == "3"
 
 
 def test_workers_know_all_three_nats_nodes() -> None:
