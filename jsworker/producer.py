@@ -152,18 +152,28 @@ class Producer:
                 result = await op(publisher)
             except NoStreamError as missing:
                 # Either the first enqueue on a fresh server (create the streams) or a stream
-                # whose leader is being elected (creating fails or finds it): either way, try again.
+                # whose leader is being elected or moved (a node entering lame duck answers "no
+                # responders" for a moment; creating fails or finds it): either way, try again
+                # for publish_timeout. A user that may not create streams waits too: a worker
+                # starting beside it creates them.
+                denied: PermissionDeniedError | None = None
                 try:
                     await self._app.provision_streams(conn)
-                except PermissionDeniedError as denied:
-                    raise EnqueueError(
-                        f"cannot enqueue: {missing}, and this user may not create the app's "
-                        "streams (a worker creates them when it starts)"
-                    ) from denied
+                except PermissionDeniedError as exc:
+                    denied = exc
                 except TopologyError:
                     pass
                 publisher.retry_no_stream = True
-                result = await op(publisher)
+                try:
+                    result = await op(publisher)
+                except EnqueueError as failed:
+                    if denied is None:
+                        raise
+                    raise EnqueueError(
+                        f"cannot enqueue: {missing} within {self._app.options.publish_timeout:g}s, "
+                        "and this user may not create the app's streams (a worker creates them "
+                        "when it starts)"
+                    ) from failed
         except PermissionDeniedError as denied:
             stored = (
                 "; the job may have been stored (only its acknowledgement was refused), and "

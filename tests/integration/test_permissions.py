@@ -11,7 +11,9 @@ import asyncio
 import json
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nats
@@ -322,3 +324,49 @@ def test_a_worker_refused_its_pulls_says_so(tmp_path: Path, monkeypatch: pytest.
     finally:
         stop(worker)
         server.stop()
+
+
+def _producer_published(server: NatsServer) -> bool:
+    """Whether the producer's connection has sent the server anything beyond its set-up."""
+    with urllib.request.urlopen(f"{server.monitoring_url}/connz", timeout=5) as response:
+        connz = json.load(response)
+    return any(
+        c.get("name") == "jsworker:perm:producer" and c.get("in_msgs", 0) > 0 for c in connz["connections"]
+    )
+
+
+def test_a_producer_waits_for_a_worker_to_create_the_streams(secured: NatsServer, tmp_path: Path) -> None:
+    """A producer may not create streams: an enqueue sent before any worker has made them
+    waits for one (within publish_timeout) instead of failing at once, as it does while a
+    stream's leader moves. With no worker at all it fails, saying why."""
+    url, record = secured.url, tmp_path / "record"
+    producer = _app(url, "perm-producer")
+    worker = None
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(producer.tasks["add"].delay, 2, 3)
+            wait_until(lambda: _producer_published(secured), timeout=10, message="the producer's first try")
+            assert not pending.done()
+            worker = start_worker(
+                url, record, tmp_path / "worker.log", module="perm_app", env=_as("perm-worker")
+            )
+            job = pending.result(timeout=30)
+        wait_until(lambda: [job_id for job_id, _, _ in records(record)] == [job.id], timeout=20)
+    finally:
+        producer.close()
+        if worker is not None:
+            assert stop(worker) == 0
+
+    alone = App(
+        "other", url, user="other-producer", password=PASSWORD.format("other-producer"), publish_timeout=1
+    )
+
+    @alone.task
+    async def add(a: int, b: int) -> int: ...
+
+    try:
+        with pytest.raises(EnqueueError, match=r"within 1s, and this user may not create the app's streams"):
+            add.delay(1, 2)
+    finally:
+        alone.close()
+    assert not asyncio.run(_admin_stream_exists(url, "JSW_OTHER"))
