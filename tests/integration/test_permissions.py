@@ -357,16 +357,11 @@ def test_a_producer_waits_for_a_worker_to_create_the_streams(secured: NatsServer
         if worker is not None:
             assert stop(worker) == 0
 
-    alone = App(
-        "other", url, user="other-producer", password=PASSWORD.format("other-producer"), publish_timeout=1
-    )
-
-    @alone.task
-    async def add(a: int, b: int) -> int: ...
-
+    alone = _app(url, "other-producer", "other")
+    alone.configure_options(publish_timeout=1)
     try:
         with pytest.raises(EnqueueError, match=r"within 1s, and this user may not create the app's streams"):
-            add.delay(1, 2)
+            alone.tasks["add"].delay(1, 2)
     finally:
         alone.close()
     assert not asyncio.run(_admin_stream_exists(url, "JSW_OTHER"))

@@ -18,9 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +28,8 @@ import pytest
 from jsworker.testing import NatsServer
 
 from ..integration.workers import Samples, scrape, start_metrics_worker, stop, value
-from ..support import exited, on_a_free_port, wait_until
+from ..support import wait_until
+from .live import PROMETHEUS, PROMTOOL, PrometheusAPI, binary, start_prometheus
 from .opsfiles import (
     ALERTS,
     APPS,
@@ -39,15 +37,12 @@ from .opsfiles import (
     ROOT,
     concrete,
     dashboard_targets,
-    skip_or_fail,
     variable_queries,
 )
 
 sys.path.insert(0, str(APPS))
 import ops_app
 
-PROMETHEUS = os.environ.get("JSWORKER_PROMETHEUS", "/usr/bin/prometheus")
-PROMTOOL = os.environ.get("JSWORKER_PROMTOOL", "/usr/bin/promtool")
 HERE = Path(__file__).resolve().parent
 
 # Dashboard targets that may return no data in this test, with the reason. Empty so far: the job
@@ -58,20 +53,11 @@ MAY_BE_EMPTY: dict[tuple[str, str], str] = {}
 MUST_FIRE = {"JsworkerDeadLettersArriving", "JsworkerEventLoopBlocked"}
 
 
-def _binary(path: str) -> str:
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        skip_or_fail(
-            f"{path} not found: install Debian's prometheus package "
-            "(apt-get install prometheus; .ci/run does it on CI)"
-        )
-    return path
-
-
 # --- promtool ---------------------------------------------------------------------------------
 
 
 def _promtool(*args: str) -> None:
-    result = subprocess.run([_binary(PROMTOOL), *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    result = subprocess.run([binary(PROMTOOL), *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 0, f"promtool {' '.join(args)}:\n{result.stdout}{result.stderr}"
 
 
@@ -92,23 +78,9 @@ def test_alert_rules_pass_their_unit_tests() -> None:
 
 
 @dataclass
-class Live:
-    prometheus: str  # base URL
+class Live(PrometheusAPI):
     worker_port: int
     worker_samples: Samples  # the worker's /metrics at the end of the scenario
-
-    def api(self, path: str, **params: str) -> Any:
-        url = f"{self.prometheus}/api/v1/{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        try:
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                return json.load(resp)
-        except urllib.error.HTTPError as exc:  # a bad query answers 400 with the parse error
-            return json.load(exc)
-
-    def query(self, expr: str) -> Any:
-        return self.api("query", query=expr)
 
 
 def _prometheus_config(path: Path, worker_port: int) -> None:
@@ -171,7 +143,7 @@ def _scrapes(live: Live) -> int:
 
 @pytest.fixture(scope="module")
 def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    prometheus = _binary(PROMETHEUS)
+    binary(PROMETHEUS)  # skip (or fail on CI) before starting anything
     tmp = tmp_path_factory.mktemp("ops-prometheus")
     env = dict(os.environ)
     env["JSWORKER_URL"] = nats_server_module.url
@@ -188,34 +160,8 @@ def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactor
         procs.append(worker)
         config = tmp / "prometheus.yml"
         _prometheus_config(config, worker_port)
-        data = tmp / "data"
-
-        def start_prometheus(port: int) -> Live:
-            offset = prom_log.stat().st_size if prom_log.exists() else 0
-            with open(prom_log, "ab") as out:
-                prom = subprocess.Popen(
-                    [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}",
-                     f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                )  # fmt: skip
-            procs.append(prom)
-            live = Live(f"http://127.0.0.1:{port}", worker_port, {})
-
-            def ready() -> bool:
-                if prom.poll() is not None:
-                    exited(prom, prom_log, offset, "address already in use", "prometheus")
-                try:
-                    # The process answering is ours (not a system service): it runs on our store.
-                    return bool(live.api("status/flags")["data"]["storage.tsdb.path"] == str(data))
-                except (OSError, ValueError, KeyError):
-                    return False
-
-            wait_until(ready, timeout=30, message=f"prometheus to serve on port {port}")
-            return live
-
-        state = on_a_free_port(start_prometheus)
-        with urllib.request.urlopen(f"{state.prometheus}/-/ready", timeout=10) as resp:
-            assert resp.status == 200
+        api = start_prometheus(config, tmp / "data", prom_log, procs)
+        state = Live(api.prometheus, worker_port, {})
 
         wait_until(lambda: _scrapes(state) >= 2, timeout=20, message="prometheus to scrape the worker")
         for n in (1, 2):

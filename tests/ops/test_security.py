@@ -17,7 +17,6 @@ import stat
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,10 +24,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from jsworker import App
-from jsworker.server import NatsServer, PortInUseError
 
 from ..integration.workers import stop
-from ..support import free_port, wait_until
+from ..support import wait_until
+from .live import APP, QUICKSTART, Secured, auth_users, compose_worker_env, load_compose, secured_cluster
 from .opsfiles import (
     AUTH_CONF,
     COMPOSE,
@@ -39,22 +38,16 @@ from .opsfiles import (
     ENV_EXAMPLE,
     GITIGNORE,
     MAKE_DEV_CERTS,
-    ROOT,
     TLS_DIR,
     compose_nats_files,
     compose_variables,
     conf_blocks,
-    copy_configs,
     expand_includes,
     image_run_args,
-    interpolate,
     is_required_variable,
     k8s_nats_files,
     k8s_object,
-    load_yaml,
     load_yaml_all,
-    made_up_passwords,
-    password_variables,
     permissions_output,
     run_make_dev_certs,
     strip_conf_comments,
@@ -62,19 +55,7 @@ from .opsfiles import (
     without_leading_comments,
 )
 
-APP = "quickstart"  # the app of the worker image (examples/quickstart/tasks.py)
-QUICKSTART = ROOT / "examples" / "quickstart"
 ROLES = ("producer", "worker", "operator")
-
-
-def _compose() -> dict[str, Any]:
-    data: dict[str, Any] = load_yaml(COMPOSE)
-    return data
-
-
-def _auth_users() -> dict[str, str]:
-    """user -> password variable of deploy/nats/auth.conf."""
-    return password_variables(AUTH_CONF.read_text(encoding="utf-8"))
 
 
 # --- the users --------------------------------------------------------------------------------
@@ -100,7 +81,7 @@ def test_k8s_auth_conf_is_the_same() -> None:
 def test_every_user_is_a_role_with_its_password_from_the_environment() -> None:
     """One user per role, each with allow lists (no unrestricted user) and a password that is a
     variable (no secret in the file)."""
-    users = _auth_users()
+    users = auth_users()
     assert users == {f"{APP}-{role}": f"{APP.upper()}_{role.upper()}_PASSWORD" for role in ROLES}
     auth = conf_blocks(strip_conf_comments(AUTH_CONF.read_text(encoding="utf-8")))["authorization"]
     entries = re.findall(r"\{user:.*?\}\}\}", auth, flags=re.S)
@@ -169,14 +150,14 @@ def test_nats_config_requires_tls_and_includes_the_users(name: str) -> None:
 
 
 def test_compose_nats_nodes_get_the_role_passwords_and_the_tls_files() -> None:
-    compose = _compose()
+    compose = load_compose()
     cluster = conf_blocks(strip_conf_comments(compose_nats_files()["cluster.conf"]))
     wanted = {Path(p).name: p for p in _tls_files(cluster["tls"]).values()}
     assert set(wanted) == set(COMPOSE_TLS_NAMES)
     for name in ("nats-1", "nats-2", "nats-3"):
         svc = compose["services"][name]
         env = svc["environment"]
-        for variable in _auth_users().values():
+        for variable in auth_users().values():
             assert is_required_variable(env[variable]) == variable, (
                 f"{name}: {variable} should be ${{{variable}:?...}} so compose refuses to start without it"
             )
@@ -203,7 +184,7 @@ def test_k8s_nats_gets_passwords_and_tls_files_from_secrets() -> None:
     pod = sts["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
-    for variable in _auth_users().values():
+    for variable in auth_users().values():
         ref = env[variable]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": "nats-users", "key": variable}, ref
     config = conf_blocks(strip_conf_comments(k8s_nats_files()["nats.conf"]))
@@ -224,12 +205,12 @@ def test_k8s_nats_gets_passwords_and_tls_files_from_secrets() -> None:
 
 
 def test_compose_workers_log_in_as_the_worker_over_tls() -> None:
-    compose = _compose()
+    compose = load_compose()
     worker = compose["services"]["worker"]
     env = worker["environment"]
     urls = env["JSWORKER_URL"].split(",")
     assert urls and all(urlsplit(u).scheme == "tls" for u in urls), urls
-    users = _auth_users()
+    users = auth_users()
     assert env["JSWORKER_USER"] == f"{APP}-worker"
     assert is_required_variable(env["JSWORKER_PASSWORD"]) == users[env["JSWORKER_USER"]]
     # The CA certificate, and nothing else of the TLS files, reaches the workers.
@@ -249,7 +230,7 @@ def test_k8s_workers_log_in_as_the_worker_over_tls() -> None:
     user = env["JSWORKER_USER"]["value"]
     assert user == f"{APP}-worker"
     ref = env["JSWORKER_PASSWORD"]["valueFrom"]["secretKeyRef"]
-    assert ref == {"name": "nats-users", "key": _auth_users()[user]}
+    assert ref == {"name": "nats-users", "key": auth_users()[user]}
     ca = Path(env["JSWORKER_TLS_CA"]["value"])
     (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == ca.parent]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
@@ -309,13 +290,13 @@ def test_grafana_requires_a_login() -> None:
                 if key == "GF_AUTH_ANONYMOUS_ENABLED":
                     assert str(value).lower() == "false", f"{path.name}: anonymous Grafana"
                 assert key != "GF_AUTH_ANONYMOUS_ORG_ROLE", f"{path.name}: a role for anonymous users"
-    grafana = _compose()["services"]["grafana"]["environment"]
+    grafana = load_compose()["services"]["grafana"]["environment"]
     assert is_required_variable(grafana["GF_SECURITY_ADMIN_PASSWORD"]) == "GRAFANA_ADMIN_PASSWORD"
     assert str(grafana["GF_AUTH_ANONYMOUS_ENABLED"]).lower() == "false"
 
 
 def test_published_ports_listen_on_loopback_only() -> None:
-    for name, svc in _compose()["services"].items():
+    for name, svc in load_compose()["services"].items():
         for port in svc.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), f"{name}: {port} is reachable from other machines"
 
@@ -364,7 +345,7 @@ def _san(cert: Path) -> set[str]:
 
 def _hosts_dialed() -> set[str]:
     """Every host name a client or a route dials in the templates."""
-    compose = _compose()
+    compose = load_compose()
     urls = compose["services"]["worker"]["environment"]["JSWORKER_URL"].split(",")
     (container,) = k8s_object("Deployment", "jsworker")["spec"]["template"]["spec"]["containers"]
     urls += next(e["value"] for e in container["env"] if e["name"] == "JSWORKER_URL").split(",")
@@ -405,85 +386,12 @@ def test_make_dev_certs_script_is_safe_to_run(tmp_path: Path) -> None:
 # --- live: the templates run a job with TLS and users -----------------------------------------
 
 
-@dataclass
-class Secured:
-    nodes: dict[str, NatsServer]  # compose service name -> our server
-    passwords: dict[str, str]  # variable -> value
-    certs: Path
-
-    def url(self, service: str) -> str:
-        return f"tls://127.0.0.1:{self.nodes[service].port}"
-
-    def urls(self) -> str:
-        return ",".join(self.url(name) for name in self.nodes)
-
-
-def _node_configs(certs: Path, dest: Path, route_ports: dict[str, int], node: str) -> Path:
-    """deploy/nats for one node on loopback: TLS files from ``certs``, routes and this node's
-    cluster port on 127.0.0.1 (in containers every node has 6222 on its own address), the
-    store in a temporary directory. Everything else is as the containers run it."""
-    files = compose_nats_files()
-    cluster = files["cluster.conf"]
-    assert cluster.count("port: 6222") == 1, "expected one cluster port to move to loopback"
-    # NatsServer gives the store directory (-sd), which nats-server refuses to get twice.
-    assert cluster.count("store_dir: /data/jetstream") == 1
-    cluster = cluster.replace("store_dir: /data/jetstream", "")
-    cluster = cluster.replace("port: 6222", f"listen: 127.0.0.1:{route_ports[node]}")
-    for other, port in route_ports.items():
-        route = f"nats-route://{other}:6222"
-        assert cluster.count(route) == 1, route
-        cluster = cluster.replace(route, f"nats-route://127.0.0.1:{port}")
-    return copy_configs({**files, "cluster.conf": cluster}, dest, certs, COMPOSE_TLS_NAMES)
-
-
-def _meta_leader(nodes: list[NatsServer]) -> bool:
-    metas = [(node.jsz() or {}).get("meta_cluster") or {} for node in nodes]
-    leaders = {meta.get("leader") for meta in metas}
-    return (
-        len(leaders) == 1 and None not in leaders and all(m.get("cluster_size") == len(nodes) for m in metas)
-    )
-
-
-def _start_cluster(certs: Path, base: Path) -> dict[str, NatsServer]:
-    names = ["nats-1", "nats-2", "nats-3"]
-    route_ports = {name: free_port() for name in names}
-    nodes: dict[str, NatsServer] = {}
-    try:
-        for name in names:
-            conf = _node_configs(certs, base / name, route_ports, name) / f"{name}.conf"
-            # NatsServer adds -a 127.0.0.1, its own client and monitoring ports and store dir.
-            server = NatsServer(extra_args=["-c", str(conf)], store_dir=base / name / "store")
-            nodes[name] = server
-            server.start(timeout=30)
-        wait_until(lambda: _meta_leader(list(nodes.values())), timeout=30, message="a meta leader")
-    except BaseException:
-        for server in nodes.values():
-            server.stop()
-        raise
-    return nodes
-
-
 @pytest.fixture
 def secured(dev_certs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Secured]:
     """The compose cluster's configs, run on loopback with dev certificates and made-up
     passwords in the environment, as compose passes them."""
-    passwords = made_up_passwords(set(_auth_users().values()))
-    for variable, value in passwords.items():
-        monkeypatch.setenv(variable, value)
-    for variable in [v for v in os.environ if v.startswith("JSWORKER_")]:
-        monkeypatch.delenv(variable)
-    for attempt in range(3):
-        try:
-            nodes = _start_cluster(dev_certs, tmp_path / f"cluster-{attempt}")
-            break
-        except PortInUseError:
-            if attempt == 2:
-                raise
-    try:
-        yield Secured(nodes, passwords, dev_certs)
-    finally:
-        for server in nodes.values():
-            server.stop()
+    with secured_cluster(dev_certs, tmp_path, monkeypatch) as cluster:
+        yield cluster
 
 
 def _server_info(port: int) -> dict[str, Any]:
@@ -497,20 +405,6 @@ def _server_info(port: int) -> dict[str, Any]:
     assert data.startswith(b"INFO "), data[:40]
     info: dict[str, Any] = json.loads(data[5:])
     return info
-
-
-def _compose_worker_env(secured: Secured) -> dict[str, str]:
-    """compose.yaml's worker environment, with the compose host names and container paths
-    pointed at the loopback cluster and the dev certificates."""
-    compose = _compose()
-    worker = compose["services"]["worker"]
-    env = {k: interpolate(str(v), secured.passwords) for k, v in worker["environment"].items()}
-    for name in secured.nodes:
-        env["JSWORKER_URL"] = env["JSWORKER_URL"].replace(f"tls://{name}:4222", secured.url(name))
-    assert "nats-" not in env["JSWORKER_URL"], env["JSWORKER_URL"]
-    mounted = {c["target"]: compose["configs"][c["source"]]["file"] for c in worker["configs"]}
-    env["JSWORKER_TLS_CA"] = str(secured.certs / Path(mounted[env["JSWORKER_TLS_CA"]]).name)
-    return env
 
 
 def _cli_env(env: dict[str, str]) -> dict[str, str]:
@@ -539,8 +433,8 @@ def test_templates_run_a_job_with_tls_and_users(secured: Secured, tmp_path: Path
         info = _server_info(server.port)
         assert info.get("tls_required") and info.get("auth_required"), info
 
-    env = _compose_worker_env(secured)
-    worker_cmd = _compose()["services"]["worker"]["command"]
+    env = compose_worker_env(secured)
+    worker_cmd = load_compose()["services"]["worker"]["command"]
     argv = image_run_args(worker_cmd, env["JSWORKER_APP"])
     # The metrics port is the image's business; a test must not take 9400 on the host.
     at = argv.index("--metrics-port")
@@ -561,7 +455,7 @@ def test_templates_run_a_job_with_tls_and_users(secured: Secured, tmp_path: Path
             APP,
             secured.urls(),
             user=f"{APP}-producer",
-            password=secured.passwords[_auth_users()[f"{APP}-producer"]],
+            password=secured.passwords[auth_users()[f"{APP}-producer"]],
             tls_ca=str(secured.certs / "ca.pem"),
             events=True,
             publish_timeout=15,
@@ -580,7 +474,7 @@ def test_templates_run_a_job_with_tls_and_users(secured: Secured, tmp_path: Path
         operator = {
             "JSWORKER_URL": secured.urls(),
             "JSWORKER_USER": f"{APP}-operator",
-            "JSWORKER_PASSWORD": secured.passwords[_auth_users()[f"{APP}-operator"]],
+            "JSWORKER_PASSWORD": secured.passwords[auth_users()[f"{APP}-operator"]],
             "JSWORKER_TLS_CA": str(secured.certs / "ca.pem"),
         }
         status = subprocess.run(
