@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,23 +134,40 @@ def start_metrics_worker(
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
 
-        def serving() -> bool:
-            if proc.poll() is not None:
-                exited(proc, log, offset, "cannot serve metrics", "the worker")
-            try:
-                # Our worker's figures, not those of whatever else may answer on the port.
-                return value(scrape(port), "jsworker_concurrency_limit") > 0
-            except OSError:
-                return False
-
-        try:
-            wait_until(serving, timeout=timeout, message=f"the worker's metrics on port {port}")
-        except BaseException:
-            stop(proc)
-            raise
+        wait_serving(proc, log, offset, port, timeout)
         return proc, port
 
     return on_a_free_port(start)
+
+
+def wait_serving(
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    offset: int,
+    port: int,
+    timeout: float,
+    logged: str | None = None,
+) -> None:
+    """Wait until the worker ``proc`` serves its metrics on ``port`` (and has logged the
+    ``logged`` pattern past ``offset`` in ``log``, when given); stop it and raise if it does not.
+    Raises PortInUseError (for :func:`on_a_free_port`) when it exits unable to bind the port."""
+
+    def serving() -> bool:
+        if proc.poll() is not None:
+            exited(proc, log, offset, "cannot serve metrics", "the worker")
+        if logged is not None and not re.search(logged, log.read_bytes()[offset:].decode(errors="replace")):
+            return False
+        try:
+            # Our worker's figures, not those of whatever else may answer on the port.
+            return value(scrape(port), "jsworker_concurrency_limit") > 0
+        except OSError:
+            return False
+
+    try:
+        wait_until(serving, timeout=timeout, message=f"the worker's metrics on port {port}")
+    except BaseException:
+        stop(proc)
+        raise
 
 
 def scrape(port: int) -> Samples:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shlex
 import ssl
 import subprocess
@@ -36,7 +35,7 @@ import pytest
 
 from jsworker.server import NatsServer, PortInUseError
 
-from ..integration.workers import scrape, stop, value
+from ..integration.workers import wait_serving
 from ..support import exited, free_port, on_a_free_port, wait_until
 from .opsfiles import (
     AUTH_CONF,
@@ -253,23 +252,7 @@ def start_image_worker(env: dict[str, str], cwd: Path, log: Path, timeout: float
                 env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
 
-        def started() -> bool:
-            if proc.poll() is not None:
-                exited(proc, log, offset, "cannot serve metrics", "the worker")
-            said = log.read_bytes()[offset:].decode(errors="replace")
-            if not re.search(r'"event":\s*"worker\.started"', said):
-                return False
-            try:
-                # Our worker's figures, not those of whatever else may answer on the port.
-                return value(scrape(port), "jsworker_concurrency_limit") > 0
-            except OSError:
-                return False
-
-        try:
-            wait_until(started, timeout=timeout, message=f"the worker to start, metrics on port {port}")
-        except BaseException:
-            stop(proc)
-            raise
+        wait_serving(proc, log, offset, port, timeout, logged=r'"event":\s*"worker\.started"')
         return ImageWorker(proc, port, log)
 
     return on_a_free_port(start)

@@ -90,8 +90,6 @@ ALL_RUN_TIMEOUT = 90.0
 WHOLE_TIMEOUT = 90.0
 DEAD_LETTER_ALERT = "JsworkerDeadLettersArriving"
 
-_ON_WORKERS = "runs on the workers"
-
 
 def _interval(name: str) -> float:
     """A global interval of deploy/prometheus/prometheus.yml, in seconds."""
@@ -135,22 +133,13 @@ def _producer(cluster: Secured) -> ProducerTasks:
         events=True,
     )
 
-    @app.task
-    async def deliver(n: int) -> None:
-        raise AssertionError(_ON_WORKERS)
+    # The workers' tasks by name: their bodies never run here.
+    async def runs_on_the_workers(n: int) -> None:
+        raise AssertionError("runs on the workers")
 
-    @app.task
-    async def doomed(n: int) -> None:
-        raise AssertionError(_ON_WORKERS)
-
-    @app.task
-    async def flaky(n: int) -> None:
-        raise AssertionError(_ON_WORKERS)
-
-    @app.task
-    async def slow(n: int) -> None:
-        raise AssertionError(_ON_WORKERS)
-
+    deliver, doomed, flaky, slow = (
+        app.task(name=name)(runs_on_the_workers) for name in ("deliver", "doomed", "flaky", "slow")
+    )
     return ProducerTasks(app, deliver, doomed, flaky, slow)
 
 
@@ -434,6 +423,15 @@ def _mix(tasks: ProducerTasks) -> Callable[[int], Job]:
     return lambda n: cycle[n % len(cycle)].delay(n)
 
 
+def _until_none_left(
+    deployment: Deployment, missing: Callable[[], list[str]], timeout: float, what: str
+) -> None:
+    """Wait until ``missing`` lists nothing, while jobs of every outcome run (dead letters
+    among them, so their series exist whichever of the module's tests ran before)."""
+    with Producing(_mix(deployment.tasks), rate=10):
+        wait_until(missing, until=lambda left: not left, timeout=timeout, interval=1, message=what)
+
+
 # --- the tests --------------------------------------------------------------------------------
 
 
@@ -624,14 +622,9 @@ def test_every_dashboard_query_returns_data(deployment: Deployment) -> None:
                 empty.append(f"{title}/{ref}")
         return empty
 
-    with Producing(_mix(deployment.tasks), rate=10):
-        wait_until(
-            without_data,
-            until=lambda empty: not empty,
-            timeout=8 * _interval("scrape_interval"),
-            interval=1,
-            message="every dashboard query to return data",
-        )
+    _until_none_left(
+        deployment, without_data, 8 * _interval("scrape_interval"), "every dashboard query to return data"
+    )
     (up,) = [expr for title, _, expr in dashboard_targets() if title == "Workers up"]
     assert [float(r["value"][1]) for r in prometheus.result(concrete(up))] == [WORKERS]
 
@@ -653,12 +646,9 @@ def test_alert_rules_evaluate_and_the_series_they_use_exist(deployment: Deployme
         ]
         return waiting + [f"no series {s}" for s in used if not prometheus.result(f"count({s})")]
 
-    # Dead letters among them, so their counter exists however the module's tests were chosen.
-    with Producing(_mix(deployment.tasks), rate=10):
-        wait_until(
-            not_yet,
-            until=lambda waiting: not waiting,
-            timeout=6 * _interval("evaluation_interval"),
-            interval=1,
-            message="every rule evaluated and every series it uses present",
-        )
+    _until_none_left(
+        deployment,
+        not_yet,
+        6 * _interval("evaluation_interval"),
+        "every rule evaluated and every series it uses present",
+    )
