@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
-from jsworker import App
+from jsworker import App, current_job
 from jsworker.testing import record_execution as record
 
 app = App("acc")
@@ -43,7 +44,9 @@ def sleep_sync(seconds: float) -> None:
 
 
 @app.task(queue="overrun", timeout=0.3, ack_wait=1.5, max_retries=1, retry_backoff=0)
-def overrun_sync(seconds: float) -> None:
+def overrun_sync(gates: str) -> None:
+    """Runs past its timeout until the test opens this attempt's gate: reading the FIFO
+    ``<gates>/<attempt>`` blocks until the test opens it for writing and closes it."""
     record("start")
-    time.sleep(seconds)
+    (Path(gates) / str(current_job().attempt)).read_bytes()
     record("done")
