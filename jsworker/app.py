@@ -9,7 +9,7 @@ from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
-from .config import from_environment, option, option_fields, parse_size
+from .config import from_environment, option, option_fields, parse_number, parse_size
 from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ConsumerSpec, ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
@@ -70,9 +70,11 @@ class AppOptions:
     def __post_init__(self) -> None:
         # Values from JSWORKER_* variables arrive as strings.
         for what in ("duplicate_window", "dlq_max_age", "events_max_age", "publish_timeout"):
-            object.__setattr__(self, what, check_seconds(what, _number(what, getattr(self, what), float)))
+            object.__setattr__(
+                self, what, check_seconds(what, parse_number(what, getattr(self, what), float))
+            )
         for what in ("replicas", "max_ack_pending"):
-            value = _number(what, getattr(self, what), int)
+            value = parse_number(what, getattr(self, what), int)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigurationError(f"{what} must be an int >= 1, not {value!r}")
             object.__setattr__(self, what, value)
@@ -80,17 +82,6 @@ class AppOptions:
             object.__setattr__(self, what, parse_size(what, getattr(self, what)))
         object.__setattr__(self, "events", bool(self.events))
         object.__setattr__(self, "validate_arguments", bool(self.validate_arguments))
-
-
-def _number(what: str, value: object, kind: type[int] | type[float]) -> object:
-    if not isinstance(value, str):
-        return value
-    try:
-        return kind(value.strip())
-    except ValueError:
-        raise ConfigurationError(
-            f"{what} must be {'an int' if kind is int else 'a number'}, not {value!r}"
-        ) from None
 
 
 class AppArguments(TypedDict, total=False):

@@ -59,8 +59,23 @@ def from_environment(cls: type, given: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+def parse_number(
+    what: str, value: object, kind: type[int] | type[float], error: type[Exception] = ConfigurationError
+) -> object:
+    """``value`` as ``kind`` when it is a string (a ``JSWORKER_*`` variable's value), else as it
+    is for the caller's own checks; ``error`` naming the option when the string is no number."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return kind(value.strip())
+    except ValueError:
+        expected = "an int" if kind is int else "a number of seconds"
+        raise error(f"{what} must be {expected}, not {value!r}") from None
+
+
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"(-?\d+)\s*([KMGT]?)(?:I?B)?", re.IGNORECASE)
+# 8GB and 8GiB as nats-server writes them, 8Gi as Kubernetes does: all powers of 1024.
+_SIZE = re.compile(r"(-?\d+)\s*([KMGT]?)(?:I?B|I)?", re.IGNORECASE)
 
 
 def parse_size(what: str, value: object) -> int:

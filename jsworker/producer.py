@@ -100,11 +100,7 @@ class Producer:
         """Store one job; returns its receipt."""
         started = time.perf_counter()
         msg = self.message(task, call)
-        try:
-            stored = await self._with_topology(lambda p: p.publish(msg), [msg])
-        except EnqueueError:
-            self._app.metrics.enqueue_failures.labels(task.queue, task.name).inc()
-            raise
+        stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
         self._count(task, stored, started)
         await self._emit_enqueued(task, [msg], stored)
         return self._receipt(task, call, stored[0])
@@ -113,12 +109,7 @@ class Producer:
         """Store many jobs with many acknowledgements outstanding; receipts in order."""
         started = time.perf_counter()
         msgs = [self.message(task, call) for call in calls]
-        try:
-            stored = await self._with_topology(lambda p: p.publish_many(msgs), msgs)
-        except EnqueueError:
-            # The whole call failed: some of its jobs may be stored, none has a receipt.
-            self._app.metrics.enqueue_failures.labels(task.queue, task.name).inc(len(msgs))
-            raise
+        stored = await self._with_topology(task, lambda p: p.publish_many(msgs), msgs)
         self._count(task, stored, started)
         await self._emit_enqueued(task, msgs, stored)
         return [self._receipt(task, call, s) for call, s in zip(calls, stored, strict=True)]
@@ -143,46 +134,54 @@ class Producer:
                 await events.enqueued(task.queue, msg.headers)
 
     async def _with_topology(
-        self, op: Callable[[Publisher], Awaitable[Stored | list[Stored]]], msgs: list[OutMessage]
+        self,
+        task: Task[Any, Any],
+        op: Callable[[Publisher], Awaitable[Stored | list[Stored]]],
+        msgs: list[OutMessage],
     ) -> list[Stored]:
-        conn = await self.connection()
-        publisher = Publisher(conn, timeout=_ATTEMPT_TIMEOUT, retry_for=self._app.options.publish_timeout)
         try:
+            conn = await self.connection()
+            publisher = Publisher(conn, timeout=_ATTEMPT_TIMEOUT, retry_for=self._app.options.publish_timeout)
             try:
-                result = await op(publisher)
-            except NoStreamError as missing:
-                # Either the first enqueue on a fresh server (create the streams) or a stream
-                # whose leader is being elected or moved (a node entering lame duck answers "no
-                # responders" for a moment; creating fails or finds it): either way, try again
-                # for publish_timeout. A user that may not create streams waits too: a worker
-                # starting beside it creates them.
-                denied: PermissionDeniedError | None = None
-                try:
-                    await self._app.provision_streams(conn)
-                except PermissionDeniedError as exc:
-                    denied = exc
-                except TopologyError:
-                    pass
-                publisher.retry_no_stream = True
                 try:
                     result = await op(publisher)
-                except EnqueueError as failed:
-                    if denied is None:
-                        raise
-                    raise EnqueueError(
-                        f"cannot enqueue: {missing} within {self._app.options.publish_timeout:g}s, "
-                        "and this user may not create the app's streams (a worker creates them "
-                        "when it starts)"
-                    ) from failed
-        except PermissionDeniedError as denied:
-            stored = (
-                "; the job may have been stored (only its acknowledgement was refused), and "
-                "enqueueing it again with the same job id cannot duplicate it"
-                if denied.operation == "subscribe"
-                else ""
-            )
-            raise EnqueueError(f"cannot enqueue: {denied}{stored}") from denied
-        return result if isinstance(result, list) else [result]
+                except NoStreamError as missing:
+                    # Either the first enqueue on a fresh server (create the streams) or a stream
+                    # whose leader is being elected or moved (a node entering lame duck answers "no
+                    # responders" for a moment; creating fails or finds it): either way, try again
+                    # for publish_timeout. A user that may not create streams waits too: a worker
+                    # starting beside it creates them.
+                    denied: PermissionDeniedError | None = None
+                    try:
+                        await self._app.provision_streams(conn)
+                    except PermissionDeniedError as exc:
+                        denied = exc
+                    except TopologyError:
+                        pass
+                    publisher.retry_no_stream = True
+                    try:
+                        result = await op(publisher)
+                    except EnqueueError as failed:
+                        if denied is None:
+                            raise
+                        raise EnqueueError(
+                            f"cannot enqueue: {missing} within {self._app.options.publish_timeout:g}s, "
+                            "and this user may not create the app's streams (a worker creates them "
+                            "when it starts)"
+                        ) from failed
+            except PermissionDeniedError as denied:
+                stored = (
+                    "; the job may have been stored (only its acknowledgement was refused), and "
+                    "enqueueing it again with the same job id cannot duplicate it"
+                    if denied.operation == "subscribe"
+                    else ""
+                )
+                raise EnqueueError(f"cannot enqueue: {denied}{stored}") from denied
+            return result if isinstance(result, list) else [result]
+        except EnqueueError:
+            # The whole call failed: some of its jobs may be stored, none has a receipt.
+            self._app.metrics.enqueue_failures.labels(task.queue, task.name).inc(len(msgs))
+            raise
 
     @staticmethod
     def _receipt(task: Task[Any, Any], call: Call, stored: Stored) -> Job:

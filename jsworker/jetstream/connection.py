@@ -122,13 +122,9 @@ class ConnectOptions:
                     f"{what} must be dot-separated subject tokens without wildcards or spaces, not {value!r}"
                 )
         for what in ("connect_timeout", "attempt_timeout", "reconnect_wait"):
-            value = getattr(self, what)
-            if isinstance(value, str):
-                try:
-                    value = float(value)
-                except ValueError:
-                    raise ConnectError(f"{what} must be a number of seconds, not {value!r}") from None
-                object.__setattr__(self, what, value)
+            object.__setattr__(
+                self, what, config.parse_number(what, getattr(self, what), float, ConnectError)
+            )
 
     @classmethod
     def from_environment(cls, **given: Any) -> ConnectOptions:

@@ -144,8 +144,7 @@ async def _reconcile_stream(
             "Does something else on this server use that stream name?"
         )
     if (
-        current.num_replicas == wanted.num_replicas
-        and _close(current.duplicate_window, wanted.duplicate_window)
+        _close(current.duplicate_window, wanted.duplicate_window)
         and _close(current.max_age, wanted.max_age)
         and (current.max_bytes or -1) == wanted.max_bytes
         and current.discard == wanted.discard

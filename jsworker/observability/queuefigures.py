@@ -9,10 +9,13 @@ says which case it is, and is what the "cannot reach its stream" alert watches.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from ..status import QueueStatus
 
 # (attribute of the status, metric name, help): one gauge per queue each.
 _GAUGES = (
@@ -29,25 +32,6 @@ _GAUGES = (
 REACHABLE = "jsworker_queue_reachable"
 
 
-class QueueFacts(Protocol):
-    """What the worker learns of one queue from the server (a :class:`~jsworker.status.QueueStatus`)."""
-
-    @property
-    def queue(self) -> str: ...
-    @property
-    def pending(self) -> int: ...
-    @property
-    def in_flight(self) -> int: ...
-    @property
-    def redelivered(self) -> int: ...
-    @property
-    def waiting_pulls(self) -> int: ...
-    @property
-    def oldest_pending_age(self) -> float | None: ...
-    @property
-    def dead_letters(self) -> int: ...
-
-
 class QueueFigures(Collector):
     """The last successful read per queue, or None after a failed one."""
 
@@ -62,7 +46,7 @@ class QueueFigures(Collector):
         self._queues: dict[str, dict[str, float] | None] = {}
         self._dead_letters: float | None = None
 
-    def read(self, queues: Iterable[str], statuses: Iterable[QueueFacts]) -> None:
+    def read(self, queues: Iterable[str], statuses: Iterable[QueueStatus]) -> None:
         """Record a successful read of ``queues`` (a queue not in ``statuses`` reads as empty)."""
         wanted = set(queues)
         seen: dict[str, dict[str, float]] = {

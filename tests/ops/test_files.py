@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from jsworker.config import parse_size
 from jsworker.server import ServerNotFoundError, find_nats_server
 
 from .opsfiles import (
@@ -405,6 +406,12 @@ def test_stop_grace_outlasts_the_worker_grace() -> None:
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > k8s_grace
 
 
+def _size(value: str) -> int:
+    """A nats-server (``8GB``) or Kubernetes (``10Gi``) size in bytes, read as jsworker reads
+    JSWORKER_*_MAX_BYTES."""
+    return parse_size("size", value)
+
+
 def _conf_value(config: str, key: str) -> str:
     """The value of a top-level or nested ``key: value`` line of a nats-server config."""
     found = re.findall(rf"^\s*{key}:\s*(\S+)\s*$", strip_conf_comments(config), re.MULTILINE)
@@ -417,13 +424,6 @@ def _lame_duck_seconds(config: str) -> float:
     return seconds(_conf_value(config, "lame_duck_duration")) + seconds(
         _conf_value(config, "lame_duck_grace_period")
     )
-
-
-def _bytes(size: str) -> int:
-    """A nats-server (``8GB``: powers of 1024) or Kubernetes (``10Gi``) size in bytes."""
-    match = re.fullmatch(r"(\d+)([KMGT])(B|i)", size)
-    assert match, size
-    return int(match[1]) << (10 * "KMGT".index(match[2]) + 10)
 
 
 def test_compose_stops_nats_in_lame_duck_mode() -> None:
@@ -461,14 +461,14 @@ def test_k8s_stops_nats_in_lame_duck_mode() -> None:
 def test_jetstream_storage_stays_below_the_volume() -> None:
     """max_file_store leaves a fifth of the volume free (Raft logs, snapshots, the filesystem);
     the bounded dead-letter and event streams fit inside it."""
-    k8s_store = _bytes(_conf_value(k8s_nats_files()["nats.conf"], "max_file_store"))
+    k8s_store = _size(_conf_value(k8s_nats_files()["nats.conf"], "max_file_store"))
     (claim,) = k8s_object("StatefulSet", "nats")["spec"]["volumeClaimTemplates"]
-    volume = _bytes(claim["spec"]["resources"]["requests"]["storage"])
+    volume = _size(claim["spec"]["resources"]["requests"]["storage"])
     assert k8s_store <= 0.8 * volume, (k8s_store, volume)
-    compose_store = _bytes(_conf_value(compose_nats_files()["cluster.conf"], "max_file_store"))
+    compose_store = _size(_conf_value(compose_nats_files()["cluster.conf"], "max_file_store"))
     assert compose_store == k8s_store, "the two templates size their stores alike"
     for env in _worker_environments():
-        reserved = _bytes(env["JSWORKER_DLQ_MAX_BYTES"]) + _bytes(env["JSWORKER_EVENTS_MAX_BYTES"])
+        reserved = _size(env["JSWORKER_DLQ_MAX_BYTES"]) + _size(env["JSWORKER_EVENTS_MAX_BYTES"])
         assert reserved <= compose_store / 4, "most of the store is for jobs"
 
 

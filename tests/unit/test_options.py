@@ -194,7 +194,7 @@ def test_stream_options_fall_back_to_their_variables(monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize(
     ("given", "size"),
     [(1024, 1024), ("1024", 1024), ("2K", 2048), ("1GiB", 1 << 30), ("3gb", 3 << 30), (" 7 MB ", 7 << 20),
-     ("1T", 1 << 40), (-1, -1), ("-1", -1)],
+     ("1T", 1 << 40), ("10Gi", 10 << 30), (-1, -1), ("-1", -1)],
 )  # fmt: skip
 def test_sizes_read_as_nats_server_reads_them(given: object, size: int) -> None:
     assert AppOptions(dlq_max_bytes=given).dlq_max_bytes == size  # type: ignore[arg-type]
