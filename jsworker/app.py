@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
@@ -16,8 +17,11 @@ from .jetstream.topology import ConsumerSpec, ReplicasDiffer, StreamSpec, ensure
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
-from .serializers import JSONSerializer, Serializer
-from .task import ExceptionTypes, Task, TaskArguments, TaskOptions, check_seconds
+from .scheduling.claims import claims_spec
+from .scheduling.declare import DELAYED_SINCE, Schedule, args_tuple, check_schedule_form
+from .scheduling.delayed import cancel_delayed
+from .serializers import JSONSerializer, Serializer, encode_call
+from .task import ExceptionTypes, Task, TaskArguments, TaskOptions, check_job_id, check_seconds
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -176,6 +180,8 @@ class App:
         self.connection = ConnectOptions.from_environment(**given)
         self.metrics = metrics_for(metrics_registry)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: Periodic schedules declared with ``app.schedule`` or ``@app.task(cron=...)``, by name.
+        self.schedules: dict[str, Schedule] = {}
         self.producer = Producer(self)
 
     @property
@@ -197,7 +203,14 @@ class App:
 
     @overload
     def task(
-        self, fn: None = None, /, *, name: str | None = None, **options: Unpack[TaskArguments]
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        **options: Unpack[TaskArguments],
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -206,13 +219,17 @@ class App:
         /,
         *,
         name: str | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
         **options: Unpack[TaskArguments],
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task, bare (``@app.task``) or with options.
 
         Async functions run on the worker's event loop; sync functions run in the worker's
         thread pool. Options (see :class:`TaskOptions`) left out or None take the app's
-        defaults. Names and values are checked now, so a bad one fails at import, not at enqueue.
+        defaults. ``cron`` (with ``tz``) also declares a periodic schedule named after the task
+        that runs it without arguments (see :meth:`schedule`). Names and values are checked
+        now, so a bad one fails at import, not at enqueue.
         """
         unknown = set(options) - set(TaskArguments.__annotations__)
         if unknown:
@@ -228,6 +245,10 @@ class App:
                     "pass name=... to tell them apart"
                 )
             task = Task(self, func, task_name, task_options)
+            if cron is not None or tz is not None:
+                if cron is None:
+                    raise ConfigurationError(f"task {task_name}: tz is for cron=...; give cron too")
+                self.schedule(task, cron=cron, tz=tz)
             self.tasks[task_name] = task
             self.metrics.declare_task(task.queue, task_name)
             return task
@@ -235,6 +256,61 @@ class App:
         if fn is not None:
             return register(fn)
         return register
+
+    def schedule(
+        self,
+        task: Task[Any, Any],
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        tz: str | None = None,
+    ) -> Schedule:
+        """Declare a periodic schedule: ``task(*args, **kwargs)`` is enqueued on every tick of
+        ``cron`` (5 fields, minute first; 6 with seconds first; or ``@hourly``, ``@daily``...)
+        in time zone ``tz`` (an IANA name; UTC when None), or every ``every`` (a timedelta or
+        seconds, at least 1).
+
+        The server keeps and fires the schedule: workers install it at start (``jsworker run``
+        reconciles every declared schedule, see README), so it needs no process of its own
+        and each tick makes one job however many workers run. ``name`` (default: the task's
+        name) is unique in the app. A bad expression, zone, interval or argument raises
+        :class:`ConfigurationError` or ``TypeError`` here, naming the schedule.
+        """
+        label = validate_name("schedule", name or task.name)
+        if label in self.schedules:
+            raise ConfigurationError(f"app {self.name} already has a schedule named {label!r}; pass name=...")
+        if task.app is not self:
+            raise ConfigurationError(f"schedule {label!r}: task {task.name} belongs to another app")
+        cron_text, seconds = check_schedule_form(label, cron, every, tz)
+        call = task.make_call(args_tuple(label, args), kwargs, None)
+        declared = Schedule(
+            name=label,
+            task=task.name,
+            queue=task.queue,
+            cron=cron_text,
+            every=seconds,
+            tz=tz,
+            args=call.args,
+            kwargs=call.kwargs,
+            body=encode_call(self.serializer, call.args, call.kwargs),
+        )
+        self.schedules[label] = declared
+        return declared
+
+    async def acancel(self, job_id: str) -> bool:
+        """Cancel delayed job ``job_id`` before it fires: True when it was waiting and now never
+        runs, False when there was nothing to cancel (an unknown id, or a job that already
+        fired: it runs or ran)."""
+        conn = await self.producer.connection()
+        conn.require_version("cancelling delayed jobs", DELAYED_SINCE)
+        return await cancel_delayed(self, conn, check_job_id(job_id))
+
+    def cancel(self, job_id: str) -> bool:
+        """Sync form of :meth:`acancel`."""
+        return self.producer.run_sync(self.acancel, job_id)
 
     @property
     def queues(self) -> list[str]:
@@ -276,15 +352,17 @@ class App:
             self.connection, name=f"jsworker:{self.name}:{purpose or role}", inbox=f"{prefix}.{role}"
         )
 
-    def stream_spec(self) -> StreamSpec:
-        """The job stream."""
+    def stream_spec(self, schedules: bool = True) -> StreamSpec:
+        """The job stream; it also holds the schedules, which it allows when ``schedules``
+        (servers before 2.12 have none)."""
         ns = self.namespace
         return StreamSpec(
             name=ns.stream,
-            subjects=(ns.job_subjects,),
+            subjects=(ns.job_subjects, ns.schedule_subjects),
             work_queue=True,
             replicas=self.options.replicas,
             duplicate_window=self.options.duplicate_window,
+            schedules=schedules,
         )
 
     def dlq_spec(self) -> StreamSpec:
@@ -330,9 +408,13 @@ class App:
         )
 
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:
-        """Create or update the job and dead-letter streams, and the events stream if used;
+        """Create or update the job and dead-letter streams, the claims stream (servers with
+        schedules) and the events stream if used;
         returns the existing streams whose replicas differ from ``replicas`` (left as they are)."""
-        specs = [self.stream_spec(), self.dlq_spec()]
+        schedules = conn.server_version >= DELAYED_SINCE
+        specs = [self.stream_spec(schedules), self.dlq_spec()]
+        if schedules:
+            specs.append(claims_spec(self.namespace, self.options.replicas))
         if self.options.events:
             specs.append(self.events_spec())
         found = [await ensure_stream(conn, spec) for spec in specs]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from .errors import JsworkerError
 
@@ -15,6 +16,8 @@ class Job:
 
     ``duplicate`` is True when the server already held a job with this id inside its dedup
     window: nothing new was stored and ``seq`` is the original job's stream sequence.
+    ``scheduled_for`` is when a delayed job becomes runnable (UTC), None for a job that can
+    run now; ``seq`` is then the sequence of its schedule, not of the job it fires.
     """
 
     id: str
@@ -22,6 +25,7 @@ class Job:
     queue: str
     seq: int
     duplicate: bool = False
+    scheduled_for: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,8 @@ class JobContext:
     same on every attempt. ``enqueued_at`` is when the producer enqueued the job (unix
     seconds, the producer's clock; the same on every attempt), None when the message does not
     say (a hand-made one). ``headers`` are the message's headers as delivered.
+    ``scheduled_for`` is when a delayed job was due or a periodic schedule ticked (UTC), None
+    for a job enqueued to run at once.
     """
 
     id: str
@@ -42,6 +48,7 @@ class JobContext:
     max_retries: int
     enqueued_at: float | None
     headers: Mapping[str, str] = field(default_factory=dict)
+    scheduled_for: datetime | None = None
 
     @property
     def is_last_attempt(self) -> bool:

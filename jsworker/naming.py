@@ -4,6 +4,12 @@ One app is one namespace on the server: a job stream ``JSW_<APP>`` holding subje
 ``jsw.<app>.q.<queue>.<task>``, a durable consumer per queue, and a dead-letter stream
 ``JSW_<APP>_DLQ`` holding ``jsw.<app>.dlq.<queue>.<task>``, and (when the app emits job
 events) an events stream ``JSW_<APP>_EVENTS`` holding ``jsw.<app>.ev.<queue>.<task>.<event>``.
+
+Schedules live in the job stream too, on subjects no queue consumer covers (a consumer that
+received a schedule would delete it with its ack): ``jsw.<app>.sched.at.<queue>.<due>.<job>``
+for a delayed job (``due`` in unix milliseconds) and ``jsw.<app>.sched.repeat.<name>`` for a
+periodic schedule. ``JSW_<APP>_CLAIMS`` holds ``jsw.<app>.claim.<job>.<due>``: which fired
+message of a delayed job or a tick runs, so that one fired twice still runs once.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ def validate_name(kind: str, value: str) -> str:
 # Suffixes of the streams an app has besides its job stream. An app whose own name ends in
 # one (app "zeta_events") would have a job stream named like another app's ("zeta") events
 # stream: such names are refused.
-RESERVED_SUFFIXES = ("_dlq", "_events")
+RESERVED_SUFFIXES = ("_dlq", "_events", "_claims")
 
 
 def validate_app_name(value: str) -> str:
@@ -87,6 +93,11 @@ class Namespace:
         return f"JSW_{self.app.upper()}_EVENTS"
 
     @property
+    def claims_stream(self) -> str:
+        """The stream of claims on fired jobs (Limits retention, one message a subject)."""
+        return f"JSW_{self.app.upper()}_CLAIMS"
+
+    @property
     def job_subjects(self) -> str:
         """Wildcard covering every job subject of the app."""
         return f"jsw.{self.app}.q.>"
@@ -100,6 +111,53 @@ class Namespace:
     def events_subjects(self) -> str:
         """Wildcard covering every job-event subject of the app."""
         return f"jsw.{self.app}.ev.>"
+
+    @property
+    def schedule_subjects(self) -> str:
+        """Wildcard covering every schedule of the app (in the job stream)."""
+        return f"jsw.{self.app}.sched.>"
+
+    @property
+    def claim_subjects(self) -> str:
+        """Wildcard covering every claim of the app."""
+        return f"jsw.{self.app}.claim.>"
+
+    def delayed_subject(self, queue: str, due_ms: int, job_id: str) -> str:
+        """Subject of the schedule that fires delayed job ``job_id`` at ``due_ms``."""
+        return f"jsw.{self.app}.sched.at.{queue}.{due_ms}.{job_id}"
+
+    def delayed_filter(self, queue: str = "*", job_id: str = "*") -> str:
+        """Filter of the delayed jobs of ``queue`` (all when ``*``), or of one job id."""
+        if job_id != "*":
+            return f"jsw.{self.app}.sched.at.{queue}.*.{job_id}"
+        return f"jsw.{self.app}.sched.at.{queue}.>"
+
+    def parse_delayed_subject(self, subject: str) -> tuple[str, int, str] | None:
+        """``(queue, due_ms, job_id)`` of a delayed job's schedule subject, None otherwise."""
+        parts = subject.split(".")
+        if len(parts) != 7 or parts[:4] != ["jsw", self.app, "sched", "at"] or not parts[5].isdigit():
+            return None
+        return parts[4], int(parts[5]), parts[6]
+
+    def periodic_subject(self, name: str) -> str:
+        """Subject of periodic schedule ``name``."""
+        return f"jsw.{self.app}.sched.repeat.{name}"
+
+    @property
+    def periodic_filter(self) -> str:
+        """Wildcard covering every periodic schedule of the app."""
+        return f"jsw.{self.app}.sched.repeat.*"
+
+    def parse_periodic_subject(self, subject: str) -> str | None:
+        """The schedule name of a periodic schedule subject, None otherwise."""
+        parts = subject.split(".")
+        if len(parts) != 5 or parts[:4] != ["jsw", self.app, "sched", "repeat"]:
+            return None
+        return parts[4]
+
+    def claim_subject(self, job_id: str, due_ms: int) -> str:
+        """Subject of the claim on the firing of ``job_id`` due at ``due_ms``."""
+        return f"jsw.{self.app}.claim.{job_id}.{due_ms}"
 
     @property
     def inbox_prefix(self) -> str:

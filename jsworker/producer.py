@@ -21,6 +21,8 @@ from .events.emit import EventEmitter
 from .jetstream.connection import Connection
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored
 from .job import Job
+from .scheduling.declare import DELAYED_SINCE
+from .scheduling.delayed import delayed_message
 from .serializers import encode_call
 from .wire import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, TASK
 
@@ -83,9 +85,9 @@ class Producer:
     # -- sending --------------------------------------------------------------------------
 
     def message(self, task: Task[Any, Any], call: Call) -> OutMessage:
-        """The message that carries ``call`` of ``task``."""
+        """The message that carries ``call`` of ``task`` (for a delayed job, its schedule)."""
         app = self._app
-        return OutMessage(
+        msg = OutMessage(
             subject=app.namespace.job_subject(task.queue, task.name),
             body=encode_call(app.serializer, call.args, call.kwargs),
             headers={
@@ -95,13 +97,20 @@ class Producer:
                 CONTENT_TYPE: app.serializer.content_type,
             },
         )
+        if call.due is not None:
+            return delayed_message(app.namespace, task.queue, msg, call.due)
+        return msg
 
     async def send(self, task: Task[Any, Any], call: Call) -> Job:
         """Store one job; returns its receipt."""
         started = time.perf_counter()
+        if call.due is not None:
+            # Checked before anything is sent: an older server would store the schedule as
+            # a plain message on a subject no worker reads.
+            (await self.connection()).require_version("delayed jobs", DELAYED_SINCE)
         msg = self.message(task, call)
         stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
-        self._count(task, stored, started)
+        self._count(task, stored, started, delayed=call.due is not None)
         await self._emit_enqueued(task, [msg], stored)
         return self._receipt(task, call, stored[0])
 
@@ -114,10 +123,16 @@ class Producer:
         await self._emit_enqueued(task, msgs, stored)
         return [self._receipt(task, call, s) for call, s in zip(calls, stored, strict=True)]
 
-    def _count(self, task: Task[Any, Any], stored: list[Stored], started: float) -> None:
+    def _count(
+        self, task: Task[Any, Any], stored: list[Stored], started: float, delayed: bool = False
+    ) -> None:
         enqueued, duplicates, duration = self._app.metrics.producer(task.queue, task.name)
         dups = sum(s.duplicate for s in stored)
-        enqueued.inc(len(stored) - dups)
+        if delayed:
+            # Counted as enqueued by the worker that takes it up once fired (jsworker_jobs_fired).
+            self._app.metrics.scheduled.labels(task.queue, task.name).inc(len(stored) - dups)
+        else:
+            enqueued.inc(len(stored) - dups)
         if dups:
             duplicates.inc(dups)
         duration.observe(time.perf_counter() - started)
@@ -186,7 +201,12 @@ class Producer:
     @staticmethod
     def _receipt(task: Task[Any, Any], call: Call, stored: Stored) -> Job:
         return Job(
-            id=call.job_id, task=task.name, queue=task.queue, seq=stored.seq, duplicate=stored.duplicate
+            id=call.job_id,
+            task=task.name,
+            queue=task.queue,
+            seq=stored.seq,
+            duplicate=stored.duplicate,
+            scheduled_for=call.due,
         )
 
     # -- the sync bridge ------------------------------------------------------------------

@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
 
 from .arguments import TypedArguments, positional_names
@@ -15,6 +16,7 @@ from .config import option
 from .errors import ConfigurationError
 from .job import Job
 from .naming import validate_name
+from .scheduling.declare import due_time
 
 if TYPE_CHECKING:
     from .app import App
@@ -103,11 +105,12 @@ def check_seconds(what: str, value: object, *, positive: bool = True) -> float:
 
 
 class Call(NamedTuple):
-    """One job to enqueue: its arguments and its id."""
+    """One job to enqueue: its arguments, its id, and when it is due (None: now)."""
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     job_id: str
+    due: datetime | None = None
 
 
 _JOB_ID = re.compile(r"[A-Za-z0-9_=-]{1,128}")
@@ -199,7 +202,15 @@ class Task(Generic[P, R]):
         named = {p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
         return [repr(k) for k in kwargs if k not in named]
 
-    def _call(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None, job_id: str | None) -> Call:
+    def make_call(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None,
+        job_id: str | None,
+        due: datetime | None = None,
+    ) -> Call:
+        """The checked :class:`Call` of these arguments (types encoded when the task has
+        annotations); ``TypeError`` when they do not fit the function."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"task {self.name}: args must be a sequence (a tuple or list), not {args!r:.100}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -210,15 +221,15 @@ class Task(Generic[P, R]):
             args, kw = self.typed.encode(args, kw)
         if job_id is not None:
             check_job_id(job_id)
-        return Call(tuple(args), kw, job_id or new_job_id())
+        return Call(tuple(args), kw, job_id or new_job_id(), due)
 
     def _calls(self, items: Iterable[CallArgs]) -> list[Call]:
         calls = []
         for item in items:
             if isinstance(item, Mapping):
-                calls.append(self._call((), item, None))
+                calls.append(self.make_call((), item, None))
             elif isinstance(item, tuple):
-                calls.append(self._call(item, None, None))
+                calls.append(self.make_call(item, None, None))
             else:
                 raise TypeError(
                     f"task {self.name}: bulk items must be a tuple of positional arguments or a dict "
@@ -230,7 +241,7 @@ class Task(Generic[P, R]):
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a job from async code, on the app's connection for this event loop."""
-        return await self.app.producer.send(self, self._call(args, kwargs, None))
+        return await self.app.producer.send(self, self.make_call(args, kwargs, None))
 
     async def aapply(
         self,
@@ -238,9 +249,18 @@ class Task(Generic[P, R]):
         kwargs: Mapping[str, Any] | None = None,
         *,
         job_id: str | None = None,
+        countdown: float | None = None,
+        eta: datetime | None = None,
     ) -> Job:
-        """Enqueue with explicit arguments and, optionally, your own job id (dedup key)."""
-        return await self.app.producer.send(self, self._call(args, kwargs, job_id))
+        """Enqueue with explicit arguments and, optionally, your own job id (dedup key).
+
+        ``countdown`` (seconds) or ``eta`` (a timezone-aware datetime) delays the job: the
+        server keeps it and puts it in the queue at that time (never earlier), so it waits
+        through worker and server restarts; an ``eta`` in the past runs at once.
+        :meth:`App.cancel <jsworker.App.cancel>` removes it until then.
+        """
+        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta))
+        return await self.app.producer.send(self, call)
 
     async def adelay_many(self, items: Iterable[CallArgs]) -> list[Job]:
         """Enqueue many jobs with many publishes in flight; one receipt per item, in order."""
@@ -250,7 +270,7 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a job from sync code (a long-lived connection on a background thread)."""
-        call = self._call(args, kwargs, None)
+        call = self.make_call(args, kwargs, None)
         return self.app.producer.run_sync(self.app.producer.send, self, call)
 
     def apply(
@@ -259,9 +279,11 @@ class Task(Generic[P, R]):
         kwargs: Mapping[str, Any] | None = None,
         *,
         job_id: str | None = None,
+        countdown: float | None = None,
+        eta: datetime | None = None,
     ) -> Job:
         """Sync form of :meth:`aapply`."""
-        call = self._call(args, kwargs, job_id)
+        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta))
         return self.app.producer.run_sync(self.app.producer.send, self, call)
 
     def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..wire import ENQUEUED_AT, MSG_ID, TASK
+from ..wire import ENQUEUED_AT, MSG_ID, SCHEDULED_FOR, TASK
 from .schema import MAX_REASON, EventKind, JobEvent, encode_event
 
 if TYPE_CHECKING:
@@ -65,6 +65,14 @@ class EventEmitter:
             self._dropped.inc()
 
     async def enqueued(self, queue: str, headers: Mapping[str, str]) -> None:
-        """Publish ``enqueued`` for the job a producer stored with ``headers``."""
+        """Publish ``enqueued`` for the job a producer stored with ``headers``, or
+        ``scheduled`` when it is a delayed job (``delay``: seconds until it is due)."""
         at = int(headers[ENQUEUED_AT]) / 1e9
-        await self.emit("enqueued", queue, headers[TASK], headers[MSG_ID], ts=at, enqueued_at=at)
+        due = headers.get(SCHEDULED_FOR)
+        if due is None:
+            await self.emit("enqueued", queue, headers[TASK], headers[MSG_ID], ts=at, enqueued_at=at)
+        else:
+            await self.emit(
+                "scheduled", queue, headers[TASK], headers[MSG_ID], ts=at, enqueued_at=at,
+                delay=max(0.0, int(due) / 1000 - at),
+            )  # fmt: skip

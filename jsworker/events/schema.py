@@ -6,7 +6,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
-EventKind = Literal["enqueued", "started", "succeeded", "failed", "retried", "dead_lettered"]
+EventKind = Literal[
+    "enqueued", "scheduled", "cancelled", "started", "succeeded", "failed", "retried", "dead_lettered"
+]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 
 #: Bumped when a field changes meaning; readers skip versions they do not know.
@@ -24,7 +26,9 @@ class JobEvent:
     ``duration`` (on ``succeeded`` and ``failed``) is how long the run took; ``outcome`` (on
     ``failed`` and ``dead_lettered``) is why: ``failed``, ``timed_out``, ``retry``,
     ``rejected``, ``cancelled``, ``bad_input`` or ``poison``; ``delay`` (on ``retried``) is
-    the backoff before the next attempt; ``worker`` names the process (``host:pid``).
+    the backoff before the next attempt, and on ``scheduled`` (a delayed job stored by a
+    producer) the seconds until it is due; ``cancelled`` is a delayed job removed before it
+    fired; ``worker`` names the process (``host:pid``).
     """
 
     event: str

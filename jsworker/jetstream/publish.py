@@ -28,6 +28,8 @@ from .message import (
 )
 from .pipeline import AckPipeline, RefusedError, StalledError
 
+_SCHEDULES_DISABLED = 10188
+
 __all__ = ["NoStreamError", "OutMessage", "PayloadTooLargeError", "Publisher", "Stored", "check_size"]
 
 
@@ -124,6 +126,10 @@ def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int, retry_no
         if retry_no_stream:
             return  # the stream exists: its leader is being elected, or the server is restarting
         raise NoStreamError(f"no stream accepts subject {msg.subject}") from exc
+    if failure.err_code == _SCHEDULES_DISABLED:
+        # A job stream made before schedules were allowed (older jsworker or server): the
+        # caller brings it up to date, as for a missing stream, and tries again.
+        raise NoStreamError(f"the stream holding {msg.subject} does not allow schedules yet") from exc
     if failure.code:
         raise EnqueueError(f"server rejected job {job}: {failure.text}") from exc
     if isinstance(exc, nats.errors.MaxPayloadError):

@@ -39,6 +39,8 @@ class StreamSpec:
     max_age: float = 0.0
     max_bytes: int = -1
     memory: bool = False
+    max_msgs_per_subject: int = -1
+    schedules: bool = False
 
     def config(self) -> StreamConfig:
         """The nats-py config for this spec."""
@@ -55,6 +57,9 @@ class StreamSpec:
             # job stream has no max_bytes, so JetStream refuses enqueues instead of dropping jobs.
             max_bytes=self.max_bytes,
             discard=DiscardPolicy.OLD,
+            max_msgs_per_subject=self.max_msgs_per_subject,
+            # Servers before 2.12 do not know the field: it is only sent when wanted.
+            allow_msg_schedules=True if self.schedules else None,
         )
 
 
@@ -121,11 +126,11 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> ReplicasDiffer | 
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code == _STREAM_NAME_IN_USE:
                     continue  # another process created it between our two calls
-                raise _failed(f"cannot create stream {spec.name}", exc) from exc
+                raise topology_error(f"cannot create stream {spec.name}", exc) from exc
             except nats.errors.Error as exc:
-                raise _failed(f"cannot create stream {spec.name}", exc) from exc
+                raise topology_error(f"cannot create stream {spec.name}", exc) from exc
         except nats.errors.Error as exc:
-            raise _failed(f"cannot read stream {spec.name}", exc) from exc
+            raise topology_error(f"cannot read stream {spec.name}", exc) from exc
         return await _reconcile_stream(conn, spec, info.config)
     raise TopologyError(f"stream {spec.name} keeps appearing and disappearing")
 
@@ -137,7 +142,8 @@ async def _reconcile_stream(
     replicas = current.num_replicas or 1
     differ = ReplicasDiffer(spec.name, replicas, spec.replicas) if replicas != spec.replicas else None
     wanted.num_replicas = replicas
-    if current.retention != wanted.retention or sorted(current.subjects or []) != sorted(spec.subjects):
+    # A stream made by an older jsworker lacks the schedule subjects: adding subjects is safe.
+    if current.retention != wanted.retention or not set(current.subjects or []) <= set(spec.subjects):
         raise TopologyError(
             f"stream {spec.name} exists with retention {current.retention} and subjects "
             f"{current.subjects}; jsworker expects {wanted.retention} on {list(spec.subjects)}. "
@@ -148,12 +154,18 @@ async def _reconcile_stream(
         and _close(current.max_age, wanted.max_age)
         and (current.max_bytes or -1) == wanted.max_bytes
         and current.discard == wanted.discard
+        and sorted(current.subjects or []) == sorted(spec.subjects)
+        and (current.max_msgs_per_subject or -1) == wanted.max_msgs_per_subject
+        # Schedules, once allowed, cannot be turned off again; a spec without them leaves them.
+        and (bool(current.allow_msg_schedules) or not spec.schedules)
     ):
         return differ
+    if current.allow_msg_schedules:
+        wanted.allow_msg_schedules = True
     try:
         await conn.js.update_stream(wanted)
     except nats.errors.Error as exc:
-        raise _failed(f"cannot update stream {spec.name}", exc) from exc
+        raise topology_error(f"cannot update stream {spec.name}", exc) from exc
     return differ
 
 
@@ -164,7 +176,7 @@ async def stream_exists(conn: Connection, name: str) -> bool:
     except nats.js.errors.NotFoundError:
         return False
     except nats.errors.Error as exc:
-        raise _failed(f"cannot read stream {name}", exc) from exc
+        raise topology_error(f"cannot read stream {name}", exc) from exc
     return True
 
 
@@ -173,10 +185,10 @@ async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
     try:
         await conn.js.add_consumer(spec.stream, spec.config())
     except nats.errors.Error as exc:
-        raise _failed(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
+        raise topology_error(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
 
 
-def _failed(what: str, exc: BaseException) -> TopologyError:
+def topology_error(what: str, exc: BaseException) -> TopologyError:
     """A TopologyError for ``exc``, transient when the server did not (or could not yet) answer."""
     failure = classify(exc)
     if failure.code and not failure.transient:

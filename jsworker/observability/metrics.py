@@ -103,6 +103,27 @@ class Metrics:
             registry=r,
         )
         self._producer: dict[tuple[str, str], tuple[Counter, Counter, Histogram]] = {}
+        # Schedules: delayed jobs stored and cancelled (producers), fired jobs taken up or
+        # dropped unrun (workers).
+        self.scheduled = Counter(
+            "jsworker_jobs_scheduled", "Delayed jobs stored to run later.", _QT, registry=r
+        )
+        self.cancelled = Counter(
+            "jsworker_jobs_cancelled", "Delayed jobs cancelled before they fired.", _QT, registry=r
+        )
+        self.fired = Counter(
+            "jsworker_jobs_fired",
+            "Jobs a schedule fired that a worker took up (kind: delayed or periodic).",
+            (*_QT, "kind"),
+            registry=r,
+        )
+        self.fired_dropped = Counter(
+            "jsworker_fired_dropped",
+            "Fired jobs dropped unrun (reason: duplicate, a second copy of one firing; cancelled, "
+            "fired as it was being cancelled).",
+            (*_QT, "reason"),
+            registry=r,
+        )
 
     def count_in_flight(self, worker: RunsJobs) -> None:
         """Report ``worker.in_flight`` in ``jsworker_jobs_in_flight`` for as long as the worker
@@ -112,7 +133,8 @@ class Metrics:
     def declare_task(self, queue: str, task: str) -> None:
         """Start the producer counters of a declared task at 0, so that ``increase()`` in an
         alert sees its first failure (a series first scraped at 1 shows no increase)."""
-        for counter in (self.enqueued, self.duplicates, self.enqueue_failures):
+        counters = (self.enqueued, self.duplicates, self.enqueue_failures, self.scheduled, self.cancelled)
+        for counter in counters:
             counter.labels(queue, task)
 
     def producer(self, queue: str, task: str) -> tuple[Counter, Counter, Histogram]:

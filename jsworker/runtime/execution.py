@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Reject, Retry, SerializationError
 from ..job import JobContext, running_job
 from ..observability.logging import get_logger
+from ..scheduling.firing import Firing, firing
 from ..serializers import decode_call
-from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, TASK
+from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULER, TASK
 from .settlement import Outcome, OutcomeKind, exceeds_attempts
 from .threads import ThreadRunner
 
@@ -37,6 +39,8 @@ class JobRun:
     task: Task[Any, Any] | None = None
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Set for a job a schedule fired (a delayed job or a tick): its identity and due time.
+    fired: Firing | None = None
     _context: JobContext | None = None
 
     @property
@@ -46,7 +50,10 @@ class JobRun:
 
     @property
     def enqueued_at(self) -> float | None:
-        """When the producer enqueued the job (epoch seconds), if its headers say so."""
+        """When the producer enqueued the job (epoch seconds), if its headers say so; for a
+        fired job, when it was due: its time in the queue starts then."""
+        if self.fired is not None:
+            return self.fired.due_ms / 1000
         raw = self.delivery.headers.get(ENQUEUED_AT)
         try:
             return int(raw) / 1e9 if raw else None
@@ -70,6 +77,9 @@ class JobRun:
                 max_retries=self.task.options.max_retries,
                 enqueued_at=self.enqueued_at,
                 headers=self.delivery.headers,
+                scheduled_for=None
+                if self.fired is None
+                else datetime.fromtimestamp(self.fired.due_ms / 1000, UTC),
             )
         return ctx
 
@@ -83,6 +93,10 @@ def identify(app: App, queue: str, delivery: Delivery) -> JobRun:
     if name is None:
         parsed = app.namespace.parse_job_subject(delivery.subject)
         name = parsed[1] if parsed else ""
+    if SCHEDULER in headers:
+        fired = firing(headers)
+        if fired is not None:
+            return JobRun(delivery, fired.job_id, name, queue, app.tasks.get(name), fired=fired)
     return JobRun(delivery, job_id, name, queue, app.tasks.get(name))
 
 

@@ -62,6 +62,8 @@ class JobReporter:
             return
         name = _NAMES[kind]
         self.counts[name] += 1
+        if kind is OutcomeKind.SKIPPED:
+            return  # counted and logged where it was decided (the firing claim)
         if kind not in _NOT_STARTED:
             _observe_run(m, job, duration)
         if kind is OutcomeKind.FAILED:
@@ -105,6 +107,8 @@ async def emit_job_end(
     if kind is OutcomeKind.SUCCEEDED:
         await events.emit("succeeded", queue, task, job_id, attempt=attempt, duration=duration)
         return
+    if kind is OutcomeKind.SKIPPED:
+        return  # never started; a cancel already told of itself
     if kind not in _NOT_STARTED:
         await events.emit(
             "failed", queue, task, job_id, attempt=attempt, duration=duration, outcome=kind.value,

@@ -9,6 +9,7 @@
 | Reject, unknown task, bad payload or arguments  | dead-letter                           |
 | delivered more often than attempts allow        | dead-letter (a job that kills workers)|
 | cancelled by shutdown                           | nak at once, for another worker       |
+| skipped (a fired job's duplicate, or cancelled) | ack: it must never run                |
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class OutcomeKind(enum.Enum):
     BAD_INPUT = "bad_input"  # unknown task, undecodable body, arguments that do not fit
     POISON = "poison"  # delivered more times than attempts allow: it kills its workers
     CANCELLED = "cancelled"  # the worker shut down before the job finished
+    SKIPPED = "skipped"  # a fired job that must not run: a second copy of one firing, or cancelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,7 @@ def decide(
 ) -> Decision:
     """Decide the verb for ``outcome`` of delivery number ``attempt`` under ``policy``."""
     kind = outcome.kind
-    if kind is OutcomeKind.SUCCEEDED:
+    if kind is OutcomeKind.SUCCEEDED or kind is OutcomeKind.SKIPPED:
         return ACK
     if kind is OutcomeKind.CANCELLED:
         return _NAK_NOW

@@ -33,6 +33,7 @@ from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
 from ..status import queue_status
 from .execution import Executor, JobRun, identify
+from .firings import FiredJobs
 from .limiter import Limiter
 from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start
 from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
@@ -161,6 +162,7 @@ class Worker:
             self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
             self._events = EventEmitter(conn, app.namespace, app.metrics) if app.options.events else None
             self._report = JobReporter(app.metrics, self.counts)
+            self._fired = FiredJobs(app, conn)
             # The pull loops and the worker's own services run in one task group; each job
             # runs in a task of its own, outside it (see _spawn).
             async with anyio.create_task_group() as services:
@@ -359,6 +361,8 @@ class Worker:
             self._report.started(job)
             try:
                 outcome = self._executor.check(job)
+                if outcome is None and job.fired is not None:
+                    outcome = await self._fired.admit(job)
                 if outcome is None:
                     if self._events is not None:
                         await emit_job_start(self._events, job)

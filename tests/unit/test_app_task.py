@@ -331,12 +331,12 @@ def test_call_generates_job_id_when_none_given(app: App) -> None:
     def f(x: int) -> None:
         pass
 
-    call = f._call((1,), None, None)
+    call = f.make_call((1,), None, None)
     assert call.args == (1,)
     assert call.kwargs == {}
     assert len(call.job_id) == 32
     int(call.job_id, 16)
-    assert f._call((1,), None, None).job_id != call.job_id
+    assert f.make_call((1,), None, None).job_id != call.job_id
 
 
 @pytest.mark.parametrize("job_id", ["order-42", "x" * 128, "a", "b64_Zm9v=="])
@@ -347,7 +347,7 @@ def test_call_keeps_a_valid_job_id(app: App, job_id: str) -> None:
     def f(x: int) -> None:
         pass
 
-    assert f._call((1,), None, job_id).job_id == job_id
+    assert f.make_call((1,), None, job_id).job_id == job_id
 
 
 @pytest.mark.parametrize("job_id", ["", "x" * 129, 42, b"bytes", "a.b", "a b", "a:b", "a*", "a>", "é"])
@@ -359,7 +359,7 @@ def test_call_rejects_bad_job_ids(app: App, job_id: Any) -> None:
         pass
 
     with pytest.raises(ConfigurationError, match="job_id"):
-        f._call((1,), None, job_id)
+        f.make_call((1,), None, job_id)
     with pytest.raises(ConfigurationError, match="job_id"):
         f.apply((1,), job_id=job_id)
 

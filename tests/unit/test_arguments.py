@@ -54,7 +54,7 @@ def _app(**kw: Any) -> App:
 
 def _roundtrip(task: Any, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """What the function receives in the worker after enqueue-side encoding and JSON."""
-    call = task._call(args, kwargs, None)
+    call = task.make_call(args, kwargs, None)
     body = encode_call(JSONSerializer(), call.args, call.kwargs)
     sent_args, sent_kwargs = decode_call(JSONSerializer(), body)
     task.check_arguments(sent_args, sent_kwargs)
@@ -105,13 +105,13 @@ def test_a_wrong_type_is_a_type_error_naming_the_parameter_and_nothing_is_encode
     def pay(user_id: int, items: list[Item], customer: Customer | None = None) -> None: ...
 
     with pytest.raises(TypeError, match=r"argument 'user_id' \(int\): Expected `int`, got `str`"):
-        pay._call(("7", []), {}, None)
+        pay.make_call(("7", []), {}, None)
     with pytest.raises(TypeError, match=r"argument 'items'.*\$\[0\]\.qty"):
-        pay._call((1, [Item("a", "1")]), {}, None)  # type: ignore[arg-type]
+        pay.make_call((1, [Item("a", "1")]), {}, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"argument 'customer'.*age"):
-        pay._call((1, []), {"customer": {"name": "x", "age": "old"}}, None)
+        pay.make_call((1, []), {"customer": {"name": "x", "age": "old"}}, None)
     with pytest.raises(TypeError, match=r"argument 'user_id'.*got `bool`"):
-        pay._call((True, []), {}, None)
+        pay.make_call((True, []), {}, None)
 
 
 def test_unannotated_any_and_unknown_classes_travel_as_before() -> None:
@@ -122,7 +122,7 @@ def test_unannotated_any_and_unknown_classes_travel_as_before() -> None:
         ...
 
     assert loose.typed is not None and set(loose.typed.params) == {"d"}
-    call = loose._call(("x", {"k": 1}, [1]), {"d": 3}, None)
+    call = loose.make_call(("x", {"k": 1}, [1]), {"d": 3}, None)
     assert call.args == ("x", {"k": 1}, [1]) and call.kwargs == {"d": 3}
 
     @app.task
@@ -141,7 +141,7 @@ def test_var_positional_and_keyword_parameters_are_checked_item_by_item() -> Non
     args, kwargs = _roundtrip(total, Decimal("1.5"), Decimal("2"), kind=Color.RED)
     assert args == (Decimal("1.5"), Decimal("2")) and kwargs == {"kind": Color.RED}
     with pytest.raises(TypeError, match="argument 'tags'"):
-        total._call((), {"kind": "green"}, None)
+        total.make_call((), {"kind": "green"}, None)
 
 
 def test_decoding_a_hand_made_body_names_the_parameter() -> None:
@@ -163,7 +163,7 @@ def test_validation_can_be_turned_off() -> None:
     def pay(user_id: int) -> None: ...
 
     assert pay.typed is None
-    assert pay._call(("7",), {}, None).args == ("7",)
+    assert pay.make_call(("7",), {}, None).args == ("7",)
 
 
 def test_encoded_values_are_plain_json() -> None:
@@ -176,7 +176,9 @@ def test_encoded_values_are_plain_json() -> None:
     @app.task
     def f(amount: Decimal, when: datetime.datetime, m: dict[int, str]) -> None: ...
 
-    call = f._call((Decimal("1.10"), datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC), {1: "a"}), {}, None)
+    call = f.make_call(
+        (Decimal("1.10"), datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC), {1: "a"}), {}, None
+    )
     assert json.loads(encode_call(JSONSerializer(), call.args, call.kwargs)) == {
         "args": ["1.10", "2026-01-01T00:00:00Z", {"1": "a"}],
         "kwargs": {},

@@ -23,7 +23,7 @@ def test_a_wrong_keyword_is_named_with_the_missing_one(app: App) -> None:
     def notify(user_id: int) -> None: ...
 
     with pytest.raises(TypeError) as info:
-        notify._call((), {"user": 1}, None)
+        notify.make_call((), {"user": 1}, None)
     assert "'user_id'" in str(info.value) and "'user'" in str(info.value)
 
 
@@ -33,7 +33,7 @@ def test_args_must_be_a_sequence(app: App, args: Any) -> None:
     def f(*items: Any) -> None: ...
 
     with pytest.raises(TypeError, match="args must be a sequence"):
-        f._call(args, None, None)
+        f.make_call(args, None, None)
 
 
 def test_kwargs_must_be_a_mapping(app: App) -> None:
@@ -41,7 +41,7 @@ def test_kwargs_must_be_a_mapping(app: App) -> None:
     def f(**items: Any) -> None: ...
 
     with pytest.raises(TypeError, match="kwargs must be a mapping"):
-        f._call((), [("a", 1)], None)  # type: ignore[arg-type]
+        f.make_call((), [("a", 1)], None)  # type: ignore[arg-type]
 
 
 async def test_a_queue_no_task_uses_is_refused_before_connecting(app: App) -> None:

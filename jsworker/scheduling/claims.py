@@ -1,0 +1,56 @@
+"""Claims on fired jobs: the cluster-wide record that makes a delayed job or a tick run once.
+
+The server may fire one schedule twice (a leader killed between storing the fired message and
+removing the schedule), and a cancel can race a firing. Both are settled here, in a stream
+with one message per ``(job id, due time)`` subject, written only if the subject is empty:
+
+* the first worker to receive a fired job writes the job's stream sequence there and runs it;
+  a redelivery of that same message finds its own sequence and runs too;
+* a second fired copy finds another sequence: a duplicate, acknowledged without running;
+* a cancel that removed the schedule writes ``cancelled``: a copy the server fired just before
+  the removal is then dropped; if a worker claimed it first, the cancel came too late.
+
+Claims expire after :data:`CLAIM_AGE`; a duplicate copy that waits in its queue longer than
+that (every worker down for a week) would run.
+"""
+
+from __future__ import annotations
+
+from ..jetstream.connection import Connection
+from ..jetstream.stored import SubjectMoved, read_last, write
+from ..jetstream.topology import StreamSpec
+from ..naming import Namespace
+
+CLAIM_AGE = 7 * 86400.0
+CANCELLED = "cancelled"
+
+
+def claims_spec(namespace: Namespace, replicas: int) -> StreamSpec:
+    """The claims stream: one claim a subject, kept :data:`CLAIM_AGE` seconds."""
+    return StreamSpec(
+        name=namespace.claims_stream,
+        subjects=(namespace.claim_subjects,),
+        work_queue=False,
+        replicas=replicas,
+        duplicate_window=60.0,
+        max_age=CLAIM_AGE,
+        max_msgs_per_subject=1,
+    )
+
+
+async def claim(conn: Connection, namespace: Namespace, job_id: str, due_ms: int, holder: str) -> str | None:
+    """Claim the firing of ``job_id`` due at ``due_ms`` for ``holder``: None when the claim is
+    now ``holder``'s (or already was), else who holds it (another stream sequence, or
+    :data:`CANCELLED`)."""
+    subject = namespace.claim_subject(job_id, due_ms)
+    for _ in range(3):
+        try:
+            await write(conn, subject, holder.encode(), {}, expect_last=0)
+            return None
+        except SubjectMoved:
+            found = await read_last(conn, namespace.claims_stream, subject)
+            if found is not None:
+                held = found.body.decode(errors="replace")
+                return None if held == holder else held
+            # Expired between the write and the read: claim it again.
+    return None

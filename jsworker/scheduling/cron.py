@@ -1,0 +1,201 @@
+"""Schedule expressions as nats-server understands them, checked before anything is sent.
+
+The server fires cron schedules with six fields (seconds first) and reads ``@every`` as a Go
+duration. People write five-field cron (minute first) and think of intervals as
+``timedelta``: this module takes both forms, refuses what the server would refuse (a bad
+expression is otherwise stored and silently never fires), and computes fire times the way the
+server does, for ``jsworker schedules list`` and for naming the job of each tick.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..errors import ConfigurationError
+
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+# (name, low, high, names) of the six fields, seconds first.
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
+    ("second", 0, 59, {}),
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day of month", 1, 31, {}),
+    ("month", 1, 12, {m: i for i, m in enumerate(_MONTHS, start=1)}),
+    ("day of week", 0, 6, {d: i for i, d in enumerate(_WEEKDAYS)}),
+)
+_PREDEFINED = {
+    "@yearly": "0 0 0 1 1 *",
+    "@annually": "0 0 0 1 1 *",
+    "@monthly": "0 0 0 1 * *",
+    "@weekly": "0 0 0 * * 0",
+    "@daily": "0 0 0 * * *",
+    "@midnight": "0 0 0 * * *",
+    "@hourly": "0 0 * * * *",
+}
+# The server gives up looking for a fire time after five years; so does this module.
+_YEARS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Cron:
+    """A cron expression: ``expression`` as the server gets it (six fields), the sets of values
+    each field allows, and whether day of month and day of week were both restricted (then
+    either matching is enough, as in every cron)."""
+
+    expression: str
+    seconds: frozenset[int]
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+    either_day: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Cron:
+        """A cron of 5 fields (minute first), 6 (seconds first) or ``@hourly`` and friends;
+        :class:`ConfigurationError` naming the fault otherwise."""
+        if not isinstance(text, str):
+            raise ConfigurationError(f"cron must be a string, not {text!r}")
+        expression = _PREDEFINED.get(text.strip().lower(), text)
+        fields = expression.split()
+        if len(fields) == 5:
+            fields = ["0", *fields]
+        if len(fields) != 6:
+            raise ConfigurationError(
+                f"invalid cron {text!r}: use 5 fields (minute hour day month weekday), 6 (seconds "
+                "first) or one of " + ", ".join(_PREDEFINED)
+            )
+        sets: list[frozenset[int]] = []
+        stars: list[bool] = []
+        for value, (name, low, high, names) in zip(fields, _FIELDS, strict=True):
+            allowed, star = _field(text, value, name, low, high, names)
+            sets.append(allowed)
+            stars.append(star)
+        seconds, minutes, hours, days, months, weekdays = sets
+        return cls(
+            " ".join(fields), seconds, minutes, hours, days, months, weekdays, not (stars[3] or stars[5])
+        )
+
+    def _day_matches(self, when: datetime) -> bool:
+        day = when.day in self.days
+        weekday = (when.isoweekday() % 7) in self.weekdays
+        return (day or weekday) if self.either_day else (day and weekday)
+
+    def next_after(self, after: datetime, zone: ZoneInfo | None = None) -> datetime | None:
+        """The first fire time strictly after ``after`` (aware), in ``zone`` (UTC when None),
+        returned in UTC; None when there is none within five years."""
+        zone = zone or ZoneInfo("UTC")
+        local = after.astimezone(zone).replace(microsecond=0, tzinfo=None) + timedelta(seconds=1)
+        limit = local.year + _YEARS
+        day = local.date()
+        first = True
+        while day.year <= limit:
+            if day.month in self.months and self._day_matches(datetime(day.year, day.month, day.day)):
+                start = (local.hour, local.minute, local.second) if first else (0, 0, 0)
+                for hour in sorted(h for h in self.hours if h >= start[0]):
+                    for minute in sorted(self.minutes):
+                        for second in sorted(self.seconds):
+                            if (hour, minute, second) >= start:
+                                wall = datetime(day.year, day.month, day.day, hour, minute, second)
+                                return wall.replace(tzinfo=zone).astimezone(UTC)
+            day += timedelta(days=1)
+            first = False
+        return None
+
+    def previous_before(self, before: datetime, zone: ZoneInfo | None = None) -> datetime | None:
+        """The last fire time strictly before ``before`` (aware), in UTC; None when there is
+        none within five years."""
+        zone = zone or ZoneInfo("UTC")
+        local = before.astimezone(zone).replace(tzinfo=None)
+        if local.microsecond:
+            local = local.replace(microsecond=0) + timedelta(seconds=1)
+        limit = local.year - _YEARS
+        day = local.date()
+        first = True
+        while day.year >= limit:
+            if day.month in self.months and self._day_matches(datetime(day.year, day.month, day.day)):
+                end = (local.hour, local.minute, local.second) if first else (24, 0, 0)
+                for hour in sorted((h for h in self.hours if h <= end[0]), reverse=True):
+                    for minute in sorted(self.minutes, reverse=True):
+                        for second in sorted(self.seconds, reverse=True):
+                            if (hour, minute, second) < end:
+                                wall = datetime(day.year, day.month, day.day, hour, minute, second)
+                                return wall.replace(tzinfo=zone).astimezone(UTC)
+            day -= timedelta(days=1)
+            first = False
+        return None
+
+
+def _field(
+    text: str, value: str, name: str, low: int, high: int, names: dict[str, int]
+) -> tuple[frozenset[int], bool]:
+    """The values one field allows, and whether it is unrestricted (``*`` or ``?``)."""
+    allowed: set[int] = set()
+    star = False
+    for part in value.split(","):
+        bad = ConfigurationError(f"invalid cron {text!r}: {name} field {value!r} ({low}-{high})")
+        span, _, step_text = part.partition("/")
+        try:
+            step = int(step_text) if step_text else 1
+        except ValueError:
+            raise bad from None
+        if step < 1 or part.count("/") > 1:
+            raise bad
+        if span in ("*", "?"):
+            start, end = low, high
+            star = star or step == 1
+        else:
+            first, dash, last = span.partition("-")
+            start = _number(first, names, bad)
+            end = _number(last, names, bad) if dash else (high if step_text else start)
+        if not low <= start <= end <= high:
+            raise bad
+        allowed.update(range(start, end + 1, step))
+    return frozenset(allowed), star
+
+
+def _number(token: str, names: dict[str, int], bad: ConfigurationError) -> int:
+    if token.lower() in names:
+        return names[token.lower()]
+    if not token.isdigit():
+        raise bad
+    return int(token)
+
+
+def every_seconds(every: timedelta | float | int) -> float:
+    """An interval in seconds: a ``timedelta`` or a number, at least one second."""
+    seconds = every.total_seconds() if isinstance(every, timedelta) else every
+    if (
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not math.isfinite(seconds)
+        or seconds < 1
+    ):
+        raise ConfigurationError(f"every must be at least 1 second, not {every!r}")
+    return float(seconds)
+
+
+def go_duration(seconds: float) -> str:
+    """``seconds`` written as a Go duration (what ``@every`` takes), to the millisecond."""
+    millis = round(seconds * 1000)
+    whole, rest = divmod(millis, 1000)
+    return f"{whole}s" if not rest else f"{whole}s{rest}ms"
+
+
+def zone(name: str | None) -> ZoneInfo | None:
+    """The IANA time zone ``name`` (None stays None); ConfigurationError for an unknown one."""
+    if name is None:
+        return None
+    try:
+        if not isinstance(name, str) or not name or name.startswith(("/", ".")):
+            raise ValueError(name)
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ConfigurationError(
+            f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin'"
+        ) from None

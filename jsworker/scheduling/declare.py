@@ -1,0 +1,117 @@
+"""What an app declares about time: when a delayed job is due, and its periodic schedules."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import ConfigurationError
+from .cron import Cron, every_seconds, go_duration, zone
+
+#: nats-server versions that store and fire schedules: ``@at`` (delayed jobs) and the
+#: repeating forms with time zones (periodic schedules).
+DELAYED_SINCE = (2, 12, 0)
+PERIODIC_SINCE = (2, 14, 0)
+
+
+def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
+    """When a job asked to wait ``countdown`` seconds or until ``eta`` becomes runnable (UTC),
+    None for a job that runs now (neither given, a zero countdown or an ``eta`` already past)."""
+    if countdown is not None and eta is not None:
+        raise ConfigurationError("give countdown or eta, not both")
+    now = time.time()
+    if countdown is not None:
+        if (
+            not isinstance(countdown, int | float)
+            or isinstance(countdown, bool)
+            or not math.isfinite(countdown)
+            or countdown < 0
+        ):
+            raise ConfigurationError(f"countdown must be a number of seconds >= 0, not {countdown!r}")
+        if countdown == 0:
+            return None
+        return datetime.fromtimestamp(now + countdown, UTC)
+    if eta is None:
+        return None
+    if not isinstance(eta, datetime):
+        raise ConfigurationError(f"eta must be a datetime, not {type(eta).__name__}")
+    if eta.tzinfo is None or eta.utcoffset() is None:
+        raise ConfigurationError(
+            f"eta {eta.isoformat()} has no time zone: pass an aware datetime, such as "
+            "datetime.now(timezone.utc) + timedelta(...)"
+        )
+    due = eta.astimezone(UTC)
+    return due if due.timestamp() > now else None
+
+
+def at_expression(due: datetime) -> str:
+    """The ``Nats-Schedule`` value firing once at ``due`` (UTC, to the microsecond)."""
+    return "@at " + due.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One periodic schedule of an app: ``task`` is enqueued with ``args``/``kwargs`` on
+    every tick of ``cron`` (in ``tz``) or every ``every`` seconds. ``name`` is unique in the
+    app; it names the schedule on the server and starts the job id of each tick."""
+
+    name: str
+    task: str
+    queue: str
+    cron: str | None = None
+    every: float | None = None
+    tz: str | None = None
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    body: bytes = b""
+
+    @property
+    def expression(self) -> str:
+        """The ``Nats-Schedule`` value: a six-field cron or ``@every <duration>``."""
+        if self.cron is not None:
+            return Cron.parse(self.cron).expression
+        assert self.every is not None
+        return f"@every {go_duration(self.every)}"
+
+    @property
+    def digest(self) -> str:
+        """A fingerprint of everything that makes the schedule fire differently: equal digests
+        mean the one on the server need not be touched."""
+        h = hashlib.sha256()
+        for part in (self.task, self.queue, self.expression, self.tz or ""):
+            h.update(part.encode())
+            h.update(b"\0")
+        h.update(self.body)
+        return h.hexdigest()[:32]
+
+
+def check_schedule_form(
+    name: str, cron: str | None, every: timedelta | float | None, tz: str | None
+) -> tuple[str | None, float | None]:
+    """The checked ``(cron, every seconds)`` of a declaration; ConfigurationError naming the
+    schedule for a bad expression, interval or zone (nothing is sent)."""
+    if (cron is None) == (every is None):
+        raise ConfigurationError(f"schedule {name!r}: give cron=... or every=..., exactly one")
+    try:
+        zone(tz)
+        if cron is not None:
+            Cron.parse(cron)
+            return cron, None
+        if tz is not None:
+            raise ConfigurationError("tz applies to cron schedules only (every= is a plain interval)")
+        assert every is not None
+        return None, every_seconds(every)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"schedule {name!r}: {exc}") from None
+
+
+def args_tuple(name: str, args: Sequence[Any]) -> tuple[Any, ...]:
+    """``args`` as a tuple; TypeError for a string or a non-sequence."""
+    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        raise TypeError(f"schedule {name!r}: args must be a sequence (a tuple or list), not {args!r:.100}")
+    return tuple(args)

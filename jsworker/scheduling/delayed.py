@@ -1,0 +1,72 @@
+"""Delayed jobs: a job stored as an ``@at`` schedule that the server turns into the job at its
+due time, and the cancel that removes it before then."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ..events.emit import EventEmitter
+from ..jetstream.message import OutMessage
+from ..jetstream.stored import delete, read_next
+from ..observability.metrics import UNKNOWN
+from ..wire import JOB_ID, MSG_ID, SCHEDULE, SCHEDULE_TARGET, SCHEDULED_FOR, TASK
+from .claims import CANCELLED, claim
+from .declare import at_expression
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..jetstream.connection import Connection
+    from ..naming import Namespace
+
+
+def due_ms(due: datetime) -> int:
+    """``due`` in unix milliseconds, rounded up: a job fires at or after its due time, never
+    a fraction before."""
+    return math.ceil(due.timestamp() * 1000)
+
+
+def delayed_message(namespace: Namespace, queue: str, job: OutMessage, due: datetime) -> OutMessage:
+    """The schedule that stores ``job`` (an immediate job's message) until ``due``.
+
+    The job's own headers ride on the schedule and so on the job it fires; the server strips
+    ``Nats-Msg-Id`` from a fired job, so the job id also travels as ``Jsw-Job-Id``. The
+    schedule keeps ``Nats-Msg-Id``: enqueueing the same delayed job id twice inside the dedup
+    window stores one schedule.
+    """
+    at = due_ms(due)
+    job_id = job.headers[MSG_ID]
+    headers = dict(job.headers)
+    headers[SCHEDULE] = at_expression(datetime.fromtimestamp(at / 1000, UTC))
+    headers[SCHEDULE_TARGET] = job.subject
+    headers[JOB_ID] = job_id
+    headers[SCHEDULED_FOR] = str(at)
+    return OutMessage(namespace.delayed_subject(queue, at, job_id), job.body, headers)
+
+
+async def cancel_delayed(app: App, conn: Connection, job_id: str) -> bool:
+    """Remove every schedule of delayed job ``job_id`` that has not fired; True when one was.
+
+    The schedule is deleted first, then the firing claimed as cancelled: a copy the server
+    fired in the instant before the delete is then dropped by the worker that receives it,
+    unless a worker had already claimed it (the job is running: too late, False).
+    """
+    ns = app.namespace
+    cancelled = False
+    seq = 1
+    while (found := await read_next(conn, ns.stream, ns.delayed_filter(job_id=job_id), seq)) is not None:
+        seq = found.seq + 1
+        parsed = ns.parse_delayed_subject(found.subject)
+        if parsed is None or not await delete(conn, ns.stream, found.seq):
+            continue  # fired (or removed) since it was read
+        queue, due, _ = parsed
+        if await claim(conn, ns, job_id, due, CANCELLED) is None:
+            cancelled = True
+            # Label values and event subjects only take names the app declares.
+            task = found.headers.get(TASK, "")
+            task = task if task in app.tasks else UNKNOWN
+            app.metrics.cancelled.labels(queue, task).inc()
+            if app.options.events:
+                await EventEmitter(conn, ns, app.metrics).emit("cancelled", queue, task, job_id)
+    return cancelled
