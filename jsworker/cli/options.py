@@ -51,6 +51,8 @@ def _click_type(hint: Any, minimum: float | None) -> click.ParamType[Any]:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
         hint = args[0]
+    if hint is bool:
+        return click.BOOL
     if hint is int:
         return click.IntRange(min=None if minimum is None else int(minimum))
     if hint is float:

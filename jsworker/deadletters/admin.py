@@ -18,14 +18,13 @@ import builtins
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import aclosing
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .. import wire
 from ..errors import ConfigurationError
-from ..jetstream.connection import Connection
 from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.publish import NoStreamError, OutMessage, Publisher
+from ..jetstream.session import OperatorSession
 from ..job import Job
 from ..naming import validate_name
 from ..observability.logging import get_logger
@@ -46,7 +45,7 @@ _LETTER_ONLY = {wire.QUEUE.lower(), wire.ORIGINAL_SUBJECT.lower()}
 _CHUNK = 100
 
 
-class DeadLetters:
+class DeadLetters(OperatorSession):
     """The dead letters of ``app``: list, get, replay, purge, count.
 
     Opens its own connection on first use, on the event loop it is used from; close it with
@@ -56,32 +55,10 @@ class DeadLetters:
     """
 
     def __init__(self, app: App) -> None:
-        self.app = app
-        self._conn: Connection | None = None
-        self._lock = asyncio.Lock()
-
-    async def __aenter__(self) -> DeadLetters:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the connection (it is opened again on next use)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
-
-    async def _connection(self) -> Connection:
-        async with self._lock:
-            if self._conn is None or self._conn.is_closed:
-                self._conn = await Connection.open(self.app.connect_options("operator", "dlq"))
-            return self._conn
+        super().__init__(app, "dlq")
 
     async def _stream(self) -> LimitsStream:
-        return LimitsStream(await self._connection(), self.app.namespace.dlq_stream)
+        return LimitsStream(await self.connection(), self.app.namespace.dlq_stream)
 
     def _filter(self, task: str | None = None, queue: str | None = None) -> str:
         """The DLQ subject covering ``task`` and ``queue`` (any, when None)."""
@@ -195,7 +172,7 @@ class DeadLetters:
         if not ref_list:
             return await self._replay_scan(stream, self._filter(task))
         letters = await self._resolve(ref_list, task)
-        limit = (await self._connection()).max_payload
+        limit = (await self.connection()).max_payload
         prepared = [(letter, self._prepare(letter, limit)) for letter in letters]  # raises first
         jobs: builtins.list[Job] = []
         for i in range(0, len(prepared), _CHUNK):
@@ -214,7 +191,7 @@ class DeadLetters:
         # Only what is there now: a replayed job that fails again becomes a newer dead letter,
         # which must not be picked up by this same pass.
         stop = await stream.last_seq()
-        limit = (await self._connection()).max_payload
+        limit = (await self.connection()).max_payload
         jobs: builtins.list[Job] = []
         chunk: builtins.list[tuple[DeadLetter, OutMessage]] = []
         skipped: builtins.list[int] = []
@@ -255,7 +232,7 @@ class DeadLetters:
         Publish, then remove: a crash in between leaves a dead letter whose next replay carries
         the same Nats-Msg-Id, so the server drops it instead of running the job twice.
         """
-        conn = await self._connection()
+        conn = await self.connection()
         publisher = Publisher(conn, retry_for=self.app.options.publish_timeout)
         msgs = [msg for _, msg in chunk]
         try:

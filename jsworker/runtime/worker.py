@@ -33,9 +33,9 @@ from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
 from ..status import queue_status
 from .execution import Executor, JobRun, identify
-from .firings import FiredJobs
 from .limiter import Limiter
 from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start
+from .schedules import FiredJobs, install_schedules
 from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
 
 if TYPE_CHECKING:
@@ -85,6 +85,12 @@ class WorkerSettings:
     )
     blocked_loop_warning: float = option(1.0, help="Seconds of event-loop lag reported as blocked.")
     stats_interval: float = option(5.0, help="Seconds between reads of the server's queue figures.")
+    schedules: bool = option(
+        True,
+        flag="--schedules/--no-schedules",
+        help="Install the app's periodic schedules at start (create missing ones, replace "
+        "changed ones); --no-schedules leaves the server's as they are.",
+    )
 
     def __post_init__(self) -> None:
         # --queues arrives as one comma-separated string.
@@ -155,6 +161,8 @@ class Worker:
             app.producer.bind(conn)
             self._announce(conn)
             await self._provision()
+            if settings.schedules:
+                await install_schedules(app, conn)
             self._limiter = Limiter(settings.concurrency)
             # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
             self._create_task = asyncio.get_running_loop().create_task

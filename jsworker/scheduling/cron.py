@@ -187,6 +187,16 @@ def go_duration(seconds: float) -> str:
     return f"{whole}s" if not rest else f"{whole}s{rest}ms"
 
 
+def duration_seconds(duration: str) -> float:
+    """Seconds of a Go duration as :func:`go_duration` writes them (``90s``, ``1s500ms``);
+    ValueError for anything else."""
+    seconds, _, rest = duration.partition("s")
+    millis = rest[:-2] if rest.endswith("ms") else ""
+    if rest and not millis:
+        raise ValueError(duration)
+    return float(seconds) + (int(millis) / 1000 if millis else 0.0)
+
+
 def zone(name: str | None) -> ZoneInfo | None:
     """The IANA time zone ``name`` (None stays None); ConfigurationError for an unknown one."""
     if name is None:

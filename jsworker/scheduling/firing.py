@@ -10,7 +10,7 @@ from typing import Literal, NamedTuple
 
 from ..errors import ConfigurationError
 from ..wire import JOB_ID, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULE_SPEC, SCHEDULE_ZONE, SCHEDULED_FOR
-from .cron import Cron, zone
+from .cron import Cron, duration_seconds, zone
 
 FiredKind = Literal["delayed", "periodic"]
 
@@ -50,7 +50,7 @@ def firing(headers: Mapping[str, str]) -> Firing | None:
     try:
         after = datetime.fromisoformat(following)
         if spec.startswith("@every "):
-            tick = after - timedelta(seconds=_go_seconds(spec[7:]))
+            tick = after - timedelta(seconds=duration_seconds(spec[7:]))
         else:
             found = Cron.parse(spec).previous_before(after, zone(headers.get(SCHEDULE_ZONE)))
             if found is None:
@@ -60,12 +60,3 @@ def firing(headers: Mapping[str, str]) -> Firing | None:
         return None
     due_ms = math.floor(tick.timestamp() * 1000)
     return Firing(tick_job_id(name, due_ms), due_ms, "periodic")
-
-
-def _go_seconds(duration: str) -> float:
-    """Seconds of a Go duration as jsworker writes them (``90s``, ``1s500ms``)."""
-    seconds, _, rest = duration.partition("s")
-    millis = rest[:-2] if rest.endswith("ms") else ""
-    if rest and not millis:
-        raise ValueError(duration)
-    return float(seconds) + (int(millis) / 1000 if millis else 0.0)

@@ -1,13 +1,16 @@
-"""The worker's hook for jobs a schedule fired: claim the firing before the job runs."""
+"""The worker's part in scheduling: install the app's periodic schedules at start, and claim
+each fired job before it runs."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import JsworkerError
+from ..errors import JsworkerError, ServerVersionError
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN
 from ..scheduling.claims import CANCELLED, claim
+from ..scheduling.declare import PERIODIC_SINCE
+from ..scheduling.periodic import sync_schedules
 from .settlement import Outcome, OutcomeKind
 
 if TYPE_CHECKING:
@@ -16,6 +19,35 @@ if TYPE_CHECKING:
     from .execution import JobRun
 
 log = get_logger("jsworker.worker")
+
+
+async def install_schedules(app: App, conn: Connection) -> None:
+    """Reconcile the app's declared periodic schedules with the server, logging what changed.
+
+    Never fails the worker: jobs keep running on a server too old for schedules or when the
+    user may not write them; the error is logged. Schedules on the server that this code does
+    not declare are left alone (during a rolling deploy they are the other version's) and
+    named in a warning; ``jsworker schedules sync --prune`` removes them.
+    """
+    try:
+        if app.schedules:
+            conn.require_version("periodic schedules", PERIODIC_SINCE)
+        report = await sync_schedules(app, conn)
+    except ServerVersionError as exc:
+        log.error("schedules.unsupported", error=str(exc), schedules=sorted(app.schedules))
+        return
+    except JsworkerError as exc:
+        log.error("schedules.install_failed", error=str(exc))
+        return
+    if report.created or report.updated:
+        log.info("schedules.installed", created=report.created, updated=report.updated)
+    if report.stale:
+        log.warning(
+            "schedules.stale",
+            schedules=report.stale,
+            message="on the server but not declared by this code; left as they are "
+            "(remove with: jsworker schedules sync MODULE --prune)",
+        )
 
 
 class FiredJobs:

@@ -1,0 +1,44 @@
+"""A connection an administrative object opens on first use and closes with itself."""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from .connection import Connection
+
+if TYPE_CHECKING:
+    from ..app import App
+
+
+class OperatorSession:
+    """Opens an ``operator`` connection of ``app`` on first use, on the event loop it is
+    used from; close it with :meth:`aclose` or use the object as ``async with``."""
+
+    def __init__(self, app: App, purpose: str) -> None:
+        self.app = app
+        self._purpose = purpose
+        self._conn: Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection (it is opened again on next use)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def connection(self) -> Connection:
+        """The session's connection, opened on first use (ConnectError when it cannot be)."""
+        async with self._lock:
+            if self._conn is None or self._conn.is_closed:
+                self._conn = await Connection.open(self.app.connect_options("operator", self._purpose))
+            return self._conn

@@ -1,0 +1,90 @@
+"""Operating an app's periodic schedules from Python; ``jsworker schedules`` is built on it."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..jetstream.publish import OutMessage, Publisher
+from ..jetstream.session import OperatorSession
+from ..job import Job
+from ..task import new_job_id
+from ..wire import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, SCHEDULE_NAME, TASK
+from .declare import PERIODIC_SINCE
+from .periodic import (
+    ScheduleNotFound,
+    ScheduleState,
+    SyncReport,
+    read_schedule,
+    read_schedules,
+    remove_schedule,
+    set_paused,
+    sync_schedules,
+)
+
+if TYPE_CHECKING:
+    from ..app import App
+
+
+class Schedules(OperatorSession):
+    """The periodic schedules of ``app`` on the server: list, sync, trigger, pause, resume,
+    remove. Use as ``async with Schedules(app) as schedules:`` (or call :meth:`aclose`).
+
+    Writing schedules needs nats-server 2.14 (:class:`~jsworker.ServerVersionError` before);
+    an unknown name raises :class:`ScheduleNotFound`.
+    """
+
+    def __init__(self, app: App) -> None:
+        super().__init__(app, "schedules")
+
+    async def list(self) -> list[ScheduleState]:
+        """Every periodic schedule of the app on the server, by name."""
+        found = await read_schedules(self.app, await self.connection())
+        return [found[name] for name in sorted(found)]
+
+    async def sync(self, *, prune: bool = False) -> SyncReport:
+        """Install the declared schedules (what every worker does at start); with ``prune``
+        also remove the ones the app no longer declares."""
+        conn = await self.connection()
+        conn.require_version("periodic schedules", PERIODIC_SINCE)
+        return await sync_schedules(self.app, conn, prune=prune)
+
+    async def pause(self, name: str) -> bool:
+        """Stop schedule ``name`` firing until :meth:`resume`; False when it was paused. A
+        worker's reconcile keeps it paused, even when the code changes it."""
+        return await self._set_paused(name, True)
+
+    async def resume(self, name: str) -> bool:
+        """Let paused schedule ``name`` fire again; False when it was not paused."""
+        return await self._set_paused(name, False)
+
+    async def _set_paused(self, name: str, paused: bool) -> bool:
+        conn = await self.connection()
+        conn.require_version("periodic schedules", PERIODIC_SINCE)
+        return await set_paused(self.app, conn, name, paused)
+
+    async def remove(self, name: str) -> bool:
+        """Remove schedule ``name`` from the server; False when there was none."""
+        return await remove_schedule(self.app, await self.connection(), name)
+
+    async def trigger(self, name: str) -> Job:
+        """Enqueue one job of schedule ``name`` now, with its task and arguments, outside its
+        cadence (its next tick is unchanged). Its job id is ``<name>-manual-<random>``."""
+        conn = await self.connection()
+        state = await read_schedule(self.app, conn, name)
+        if state is None:
+            raise ScheduleNotFound(f"no schedule named {name!r} on the server (app {self.app.name})")
+        job_id = f"{name}-manual-{new_job_id()[:12]}"
+        msg = OutMessage(
+            self.app.namespace.job_subject(state.queue, state.task),
+            state.body,
+            {
+                MSG_ID: job_id,
+                TASK: state.task,
+                ENQUEUED_AT: str(time.time_ns()),
+                CONTENT_TYPE: state.content_type,
+                SCHEDULE_NAME: name,
+            },
+        )
+        stored = await Publisher(conn, retry_for=self.app.options.publish_timeout).publish(msg)
+        return Job(id=job_id, task=state.task, queue=state.queue, seq=stored.seq, duplicate=stored.duplicate)

@@ -1,0 +1,243 @@
+"""Periodic schedules on the server: one message per schedule, installed from the app's
+declarations and operated by name.
+
+A schedule is a message on ``jsw.<app>.sched.repeat.<name>`` whose ``Nats-Schedule`` the server
+fires into the task's queue subject. Every write names the sequence it replaces
+(``Nats-Expected-Last-Subject-Sequence``), so processes reconciling at once cannot undo each
+other: one write wins, the others re-read and find the schedule as they wanted it. A paused
+schedule is the same message without ``Nats-Schedule`` (it rolls the schedule up, so nothing is
+left to fire) and with ``Jsw-Paused``; resuming writes the schedule back from it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigurationError
+from ..jetstream.inspect import stream_facts
+from ..jetstream.message import OutMessage
+from ..jetstream.stored import StoredMessage, SubjectMoved, delete, read_last, write
+from ..naming import validate_name
+from ..wire import (
+    CONTENT_TYPE,
+    PAUSED,
+    QUEUE,
+    ROLLUP,
+    SCHEDULE,
+    SCHEDULE_DIGEST,
+    SCHEDULE_NAME,
+    SCHEDULE_SPEC,
+    SCHEDULE_TARGET,
+    SCHEDULE_TIME_ZONE,
+    SCHEDULE_ZONE,
+    TASK,
+)
+from .cron import Cron, duration_seconds, zone
+from .declare import Schedule
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..jetstream.connection import Connection
+
+# Writers racing on one schedule settle in one or two rounds; more means something keeps
+# rewriting it.
+_ROUNDS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """A periodic schedule as the server holds it.
+
+    ``expression`` is what the server fires on (six-field cron or ``@every``); ``declared``
+    says whether the app loaded here declares a schedule of that name (False: stale, left by
+    other code); ``stored_at`` is when the schedule was last written (unix seconds).
+    """
+
+    name: str
+    task: str
+    queue: str
+    expression: str
+    tz: str | None
+    paused: bool
+    digest: str
+    seq: int
+    stored_at: float | None
+    declared: bool
+    body: bytes = field(default=b"", repr=False)
+    content_type: str = field(default="", repr=False)
+
+    def next_run(self, now: float | None = None) -> datetime | None:
+        """When the schedule fires next (UTC), None when paused. Exact for cron; for
+        ``@every`` counted from when it was written, as the server counts (an outage moves it)."""
+        if self.paused:
+            return None
+        now = time.time() if now is None else now
+        if self.expression.startswith("@every "):
+            period = duration_seconds(self.expression[7:])
+            first = round(self.stored_at or now) + period
+            ticks = max(0, math.ceil((now - first) / period))
+            return datetime.fromtimestamp(first + ticks * period, UTC)
+        return Cron.parse(self.expression).next_after(datetime.fromtimestamp(now, UTC), zone(self.tz))
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What a reconcile did, by schedule name: ``stale`` are on the server but not declared
+    (``removed`` when pruned)."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+class ScheduleNotFound(ConfigurationError):
+    """No periodic schedule of that name is on the server."""
+
+
+def _message(app: App, state: ScheduleState, paused: bool) -> OutMessage:
+    ns = app.namespace
+    headers = {
+        TASK: state.task,
+        QUEUE: state.queue,
+        SCHEDULE_NAME: state.name,
+        SCHEDULE_SPEC: state.expression,
+        SCHEDULE_DIGEST: state.digest,
+        CONTENT_TYPE: state.content_type,
+    }
+    if state.tz:
+        headers[SCHEDULE_ZONE] = state.tz
+    if paused:
+        headers[PAUSED] = "1"
+        headers[ROLLUP] = "sub"
+    else:
+        headers[SCHEDULE] = state.expression
+        headers[SCHEDULE_TARGET] = ns.job_subject(state.queue, state.task)
+        if state.tz:
+            headers[SCHEDULE_TIME_ZONE] = state.tz
+    return OutMessage(ns.periodic_subject(state.name), state.body, headers)
+
+
+def _declared_state(app: App, schedule: Schedule) -> ScheduleState:
+    return ScheduleState(
+        name=schedule.name,
+        task=schedule.task,
+        queue=schedule.queue,
+        expression=schedule.expression,
+        tz=schedule.tz,
+        paused=False,
+        digest=schedule.digest,
+        seq=0,
+        stored_at=None,
+        declared=True,
+        body=schedule.body,
+        content_type=app.serializer.content_type,
+    )
+
+
+def _stored_state(app: App, msg: StoredMessage) -> ScheduleState | None:
+    h = msg.headers
+    name = app.namespace.parse_periodic_subject(msg.subject)
+    if name is None or TASK not in h or QUEUE not in h or SCHEDULE_SPEC not in h:
+        return None  # not written by jsworker
+    return ScheduleState(
+        name=name,
+        task=h[TASK],
+        queue=h[QUEUE],
+        expression=h[SCHEDULE_SPEC],
+        tz=h.get(SCHEDULE_ZONE),
+        paused=PAUSED in h,
+        digest=h.get(SCHEDULE_DIGEST, ""),
+        seq=msg.seq,
+        stored_at=msg.time,
+        declared=name in app.schedules,
+        body=msg.body,
+        content_type=h.get(CONTENT_TYPE, ""),
+    )
+
+
+async def read_schedules(app: App, conn: Connection) -> dict[str, ScheduleState]:
+    """Every periodic schedule of the app on the server, by name."""
+    ns = app.namespace
+    facts = await stream_facts(conn, ns.stream, ns.periodic_filter)
+    found: dict[str, ScheduleState] = {}
+    for subject in sorted(facts.subjects or {}):
+        msg = await read_last(conn, ns.stream, subject)
+        state = _stored_state(app, msg) if msg is not None else None
+        if state is not None:
+            found[state.name] = state
+    return found
+
+
+async def read_schedule(app: App, conn: Connection, name: str) -> ScheduleState | None:
+    """Periodic schedule ``name`` as the server holds it; None when there is none."""
+    subject = app.namespace.periodic_subject(validate_name("schedule", name))
+    msg = await read_last(conn, app.namespace.stream, subject)
+    return _stored_state(app, msg) if msg is not None else None
+
+
+async def _install(app: App, conn: Connection, wanted: ScheduleState, current: ScheduleState | None) -> str:
+    """Bring one schedule to ``wanted`` (keeping its paused state); ``created``, ``updated``
+    or ``unchanged``."""
+    for _ in range(_ROUNDS):
+        if current is not None and current.digest == wanted.digest:
+            return "unchanged"
+        paused = current is not None and current.paused
+        try:
+            await write_message(conn, _message(app, wanted, paused), current.seq if current else 0)
+            return "updated" if current is not None else "created"
+        except SubjectMoved:
+            current = await read_schedule(app, conn, wanted.name)
+    raise ConfigurationError(f"schedule {wanted.name!r} keeps changing under this process; not installed")
+
+
+async def write_message(conn: Connection, msg: OutMessage, expect_last: int) -> None:
+    """Store ``msg`` in place of the message with sequence ``expect_last`` on its subject."""
+    await write(conn, msg.subject, msg.body, msg.headers, expect_last=expect_last)
+
+
+async def sync_schedules(app: App, conn: Connection, *, prune: bool = False) -> SyncReport:
+    """Install the app's declared schedules: create missing ones, replace changed ones, leave
+    identical ones untouched (their timing goes on undisturbed). Schedules on the server that
+    the app does not declare are reported as stale, and removed only with ``prune``."""
+    report = SyncReport()
+    current = await read_schedules(app, conn)
+    for name, schedule in app.schedules.items():
+        done = await _install(app, conn, _declared_state(app, schedule), current.get(name))
+        getattr(report, done).append(name)
+    for name, state in current.items():
+        if name in app.schedules:
+            continue
+        report.stale.append(name)
+        if prune and await delete(conn, app.namespace.stream, state.seq):
+            report.removed.append(name)
+    return report
+
+
+async def set_paused(app: App, conn: Connection, name: str, paused: bool) -> bool:
+    """Pause or resume schedule ``name``; True when that changed something, False when it
+    already was so. :class:`ScheduleNotFound` when there is no such schedule."""
+    for _ in range(_ROUNDS):
+        state = await read_schedule(app, conn, name)
+        if state is None:
+            raise ScheduleNotFound(f"no schedule named {name!r} on the server (app {app.name})")
+        if state.paused == paused:
+            return False
+        try:
+            await write_message(conn, _message(app, state, paused), state.seq)
+            return True
+        except SubjectMoved:
+            continue
+    raise ConfigurationError(f"schedule {name!r} keeps changing under this process")
+
+
+async def remove_schedule(app: App, conn: Connection, name: str) -> bool:
+    """Remove schedule ``name`` from the server; False when there was none. A worker starting
+    with code that declares it installs it again."""
+    state = await read_schedule(app, conn, name)
+    return state is not None and await delete(conn, app.namespace.stream, state.seq)
