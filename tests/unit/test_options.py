@@ -73,7 +73,9 @@ def test_run_flags_and_worker_settings_agree() -> None:
     for f in flag_fields(WorkerSettings):
         assert f.name in params, f.name
         assert params[f.name].default == f.default, f.name
-        assert set(params[f.name].opts) == set(f.metadata["flag"].split())
+        # An on/off flag ("--x/--no-x") keeps its "off" spelling in secondary_opts.
+        spelled = set(params[f.name].opts) | set(params[f.name].secondary_opts)
+        assert spelled == {o for flag in f.metadata["flag"].split() for o in flag.split("/")}
     for f in (*flag_fields(AppOptions), *flag_fields(ConnectOptions)):
         assert f.name in params, f.name
         assert params[f.name].default is None  # left out, the app's own value stands
