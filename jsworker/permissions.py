@@ -2,13 +2,17 @@
 
 Three roles use an app (see :data:`~jsworker.naming.ROLES`):
 
-* **producer** enqueues jobs: it may publish to the app's job subjects (and the ``enqueued``
-  job events), look up its job stream, and read the replies on its own inbox. It cannot read
-  a job, a dead letter or an event, purge anything, or take another role's replies.
+* **producer** enqueues jobs: it may publish to the app's job subjects and delayed-job
+  schedules (and the ``enqueued``, ``scheduled`` and ``cancelled`` job events), look up its
+  job stream, and read the replies on its own inbox. To cancel a delayed job it may read and
+  delete single messages of the job stream and write claims. It cannot purge anything, read a
+  dead letter or an event, or take another role's replies.
 * **worker** runs jobs: it creates and updates the app's streams and its queue consumers,
-  pulls and acknowledges jobs, stores dead letters and events, and may enqueue.
-* **operator** looks after an app (``jsworker status``, ``dlq``, ``events``): it reads the
-  app's streams and consumers, reads, replays and deletes dead letters, and reads events.
+  pulls and acknowledges jobs, stores dead letters, events and claims, installs periodic
+  schedules, and may enqueue.
+* **operator** looks after an app (``jsworker status``, ``dlq``, ``events``, ``schedules``):
+  it reads the app's streams and consumers, reads, replays and deletes dead letters, reads
+  events, and writes and removes schedules.
   It never pulls from a queue's consumer, so it cannot take a job away from the workers.
 
 The subjects come from the app's names (:class:`~jsworker.naming.Namespace`) and its inbox
@@ -51,11 +55,20 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
         raise ValueError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
     ns = Namespace(app)
     inbox = f"{inbox_prefix or ns.inbox_prefix}.{role}.>"
-    streams = (ns.stream, ns.dlq_stream, ns.events_stream)
+    streams = (ns.stream, ns.dlq_stream, ns.events_stream, ns.claims_stream)
+    # Enqueueing a delayed job and cancelling it, which every role may do.
+    delayed = [
+        ns.delayed_filter(),
+        ns.claim_subjects,
+        f"{_API}.STREAM.MSG.GET.{ns.stream}",
+        f"{_API}.STREAM.MSG.DELETE.{ns.stream}",
+        f"{_API}.STREAM.MSG.GET.{ns.claims_stream}",
+    ]
     if role == "producer":
         publish = [
             ns.job_subjects,
-            f"jsw.{ns.app}.ev.*.*.enqueued",
+            *delayed,
+            *(f"jsw.{ns.app}.ev.*.*.{kind}" for kind in ("enqueued", "scheduled", "cancelled")),
             f"{_API}.STREAM.INFO.{ns.stream}",
         ]
         return Permissions(role=role, publish=tuple(publish), subscribe=(inbox,))
@@ -64,8 +77,10 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
     # `status` read each queue's oldest waiting job).
     publish = [
         ns.job_subjects,
+        *delayed,
+        # Periodic schedules: workers install them, operators also pause and remove them.
+        f"jsw.{ns.app}.sched.repeat.*",
         *(f"{_API}.STREAM.{verb}.{s}" for s in streams for verb in ("INFO", "CREATE", "UPDATE")),
-        f"{_API}.STREAM.MSG.GET.{ns.stream}",
         f"{_API}.CONSUMER.INFO.{ns.stream}.*",
         f"{_API}.CONSUMER.LIST.{ns.stream}",
     ]

@@ -14,6 +14,7 @@ from .dlq import dlq
 from .events import events
 from .permissions import permissions
 from .run import run
+from .schedules import jobs, schedules
 from .status import status
 
 
@@ -29,6 +30,8 @@ cli.add_command(status)
 cli.add_command(dlq)
 cli.add_command(events)
 cli.add_command(permissions)
+cli.add_command(schedules)
+cli.add_command(jobs)
 
 
 def main() -> None:

@@ -9,7 +9,14 @@ from typing import NoReturn
 import click
 
 from ..deadletters import DeadLetterNotFound, DeadLetterNotReplayable
-from ..errors import ConfigurationError, ConnectError, JsworkerError, PermissionDeniedError, TopologyError
+from ..errors import (
+    ConfigurationError,
+    ConnectError,
+    JsworkerError,
+    PermissionDeniedError,
+    ServerVersionError,
+    TopologyError,
+)
 from ..events.reader import EventsNotFound
 from ..jetstream.api import StreamRequestError
 from ..jetstream.connection import redact_urls
@@ -30,6 +37,7 @@ _USAGE = (
     DeadLetterNotFound,
     DeadLetterNotReplayable,
     EventsNotFound,
+    ServerVersionError,
     ImportError,
 )
 
