@@ -162,6 +162,7 @@ def jobs() -> None:
 def cancel(app_spec: str, job_id: str, **connection: str | None) -> None:
     """Cancel delayed job JOB_ID before it fires. Exit 0 when cancelled, 2 when there was
     nothing to cancel (unknown, or already fired)."""
+
     async def cancel_one(app: App, _: Schedules) -> bool:
         try:
             return await app.acancel(job_id)
