@@ -1,8 +1,10 @@
 """What every queue of an app looks like on the server right now (``jsworker status``).
 
 All numbers are the server's; nothing is estimated client-side. Per refresh this costs one
-``STREAM.INFO`` on each of the two streams (per-subject counts), one ``CONSUMER.LIST`` page per
-256 consumers, and one ``STREAM.MSG.GET`` per queue that has a pending job (its oldest one).
+``STREAM.INFO`` on each of the two streams (per-subject counts), one more on the job stream for
+the delayed jobs (a subject each: its answer grows with the number waiting, about 60 bytes a
+job), one ``CONSUMER.LIST`` page per 256 consumers, and one ``STREAM.MSG.GET`` per queue that
+has a pending job (its oldest one).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class QueueStatus:
     - ``oldest_pending_age``: seconds since the server stored the oldest ``pending`` job (not
       counting in-flight ones), measured on the server's clock; None when nothing is pending.
     - ``has_consumer``: whether the queue's durable consumer exists (created by workers).
+    - ``delayed``: delayed jobs of the queue waiting on the server for their due time (not
+      counted in ``pending`` until they fire).
+    - ``next_due_in``: seconds until the queue's next delayed job is due (server clock; 0 or
+      less: due, the server fires it within moments); None when none waits.
     """
 
     queue: str
@@ -50,6 +56,8 @@ class QueueStatus:
     waiting_pulls: int = 0
     oldest_pending_age: float | None = None
     has_consumer: bool = False
+    delayed: int = 0
+    next_due_in: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: counts as ints, the age in seconds (or None)."""
@@ -81,18 +89,27 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
         finally:
             await own.close()
     ns = app.namespace
-    jobs, dlq, consumers = await asyncio.gather(
+    jobs, dlq, consumers, waiting = await asyncio.gather(
         stream_facts(conn, ns.stream, ns.job_subjects),
         stream_facts(conn, ns.dlq_stream, ns.dlq_subjects),
         consumer_facts(conn, ns.stream),
+        stream_facts(conn, ns.stream, ns.delayed_filter()),
     )
+    delayed: dict[str, int] = {}
+    next_due: dict[str, int] = {}
+    for subject, count in (waiting.subjects or {}).items():
+        parsed = ns.parse_delayed_subject(subject)
+        if parsed is not None:
+            queue, due, _ = parsed
+            delayed[queue] = delayed.get(queue, 0) + count
+            next_due[queue] = min(due, next_due.get(queue, due))
     stored = _per_queue(jobs, ns.parse_job_subject)
     dead = _per_queue(dlq, ns.parse_dlq_subject)
     # A consumer with another filter is not a jsworker queue (someone's own inspector, say).
     by_queue: dict[str, ConsumerFacts] = {
         c.name: c for c in consumers if c.filter_subject == ns.queue_filter(c.name)
     }
-    queues = sorted(set(app.queues) | set(by_queue) | set(stored) | set(dead))
+    queues = sorted(set(app.queues) | set(by_queue) | set(stored) | set(dead) | set(delayed))
 
     starts: dict[str, tuple[str, int]] = {}
     for queue in queues:
@@ -111,27 +128,25 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
     for queue in queues:
         consumer = by_queue.get(queue)
         stored_at = oldest.get(queue)
-        age = None if stored_at is None else max(0.0, now - stored_at)
+        next_at = next_due.get(queue)
+        common: dict[str, Any] = {
+            "queue": queue,
+            "dead_letters": dead.get(queue, 0),
+            "oldest_pending_age": None if stored_at is None else max(0.0, now - stored_at),
+            "delayed": delayed.get(queue, 0),
+            "next_due_in": None if next_at is None else next_at / 1000 - now,
+        }
         if consumer is None:
-            result.append(
-                QueueStatus(
-                    queue=queue,
-                    pending=stored.get(queue, 0),
-                    dead_letters=dead.get(queue, 0),
-                    oldest_pending_age=age,
-                )
-            )
+            result.append(QueueStatus(pending=stored.get(queue, 0), **common))
             continue
         result.append(
             QueueStatus(
-                queue=queue,
                 pending=consumer.num_pending,
                 in_flight=consumer.num_ack_pending,
                 redelivered=consumer.num_redelivered,
-                dead_letters=dead.get(queue, 0),
                 waiting_pulls=consumer.num_waiting,
-                oldest_pending_age=age,
                 has_consumer=True,
+                **common,
             )
         )
     return result

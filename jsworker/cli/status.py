@@ -23,7 +23,17 @@ from .errors import command_errors
 
 T = TypeVar("T")
 
-_COLUMNS = ("QUEUE", "PENDING", "IN FLIGHT", "REDELIVERED", "DEAD", "WAITING", "OLDEST")
+_COLUMNS = (
+    "QUEUE",
+    "PENDING",
+    "IN FLIGHT",
+    "REDELIVERED",
+    "DEAD",
+    "WAITING",
+    "OLDEST",
+    "DELAYED",
+    "NEXT DUE",
+)
 _CLEAR = "\x1b[H\x1b[2J"
 
 
@@ -44,7 +54,8 @@ class _Stopped(Exception):
 @connection_options
 def status(app_spec: str, as_json: bool, watch: float | None, **connection: str | None) -> None:
     """Show every queue of the App in MODULE (or MODULE:ATTR): jobs pending, in flight,
-    redelivered, dead letters, waiting pull requests and the age of the oldest pending job.
+    redelivered, dead letters, waiting pull requests, the age of the oldest pending job, and
+    the delayed jobs waiting for their due time.
 
     \b
     PENDING      stored, not yet handed to a worker
@@ -53,6 +64,8 @@ def status(app_spec: str, as_json: bool, watch: float | None, **connection: str 
     DEAD         dead letters kept for the queue
     WAITING      pull requests open on the server: > 0 means a live worker has room
     OLDEST       age of the oldest pending job (server clock)
+    DELAYED      delayed jobs waiting on the server for their due time
+    NEXT DUE     when the next of those is due
     """
     app = load_connected_app(app_spec, connection)
     # In a terminal --watch redraws the table in place instead of scrolling.
@@ -115,8 +128,9 @@ def _json_lines(app: App, queues: list[QueueStatus]) -> None:
     at = round(time.time(), 3)
     for queue in queues:
         row = queue.as_dict()
-        if row["oldest_pending_age"] is not None:
-            row["oldest_pending_age"] = round(row["oldest_pending_age"], 3)
+        for key in ("oldest_pending_age", "next_due_in"):
+            if row[key] is not None:
+                row[key] = round(row[key], 3)
         click.echo(json.dumps({"app": app.name, "time": at, **row}))
     sys.stdout.flush()
 
@@ -131,6 +145,10 @@ def _table(app: App, queues: list[QueueStatus], *, clear: bool = False) -> None:
             str(q.dead_letters),
             str(q.waiting_pulls),
             format_age(q.oldest_pending_age),
+            str(q.delayed),
+            "-"
+            if q.next_due_in is None
+            else ("now" if q.next_due_in <= 0 else f"in {format_age(q.next_due_in)}"),
         )
         for q in queues
     ]

@@ -28,6 +28,7 @@ _GAUGES = (
         "jsworker_queue_oldest_pending_age_seconds",
         "Age of the oldest job not yet handed to a worker (0 when none).",
     ),
+    ("delayed", "jsworker_queue_delayed", "Delayed jobs waiting on the server for their due time."),
 )
 REACHABLE = "jsworker_queue_reachable"
 

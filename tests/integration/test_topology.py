@@ -9,7 +9,7 @@ import functools
 import nats
 import nats.js.errors
 import pytest
-from nats.js.api import RetentionPolicy
+from nats.js.api import RetentionPolicy, StreamConfig
 
 from jsworker import App, EnqueueError
 from jsworker.jetstream.connection import Connection
@@ -46,8 +46,13 @@ async def test_provisioning_matches_the_declared_topology(nats_server: NatsServe
         js = nc.jetstream()
         jobs = await js.stream_info("JSW_SHOP")
         assert jobs.config.retention == RetentionPolicy.WORK_QUEUE
-        assert jobs.config.subjects == ["jsw.shop.q.>"]
+        # Schedules share the job stream, on subjects no queue consumer covers.
+        assert jobs.config.subjects == ["jsw.shop.q.>", "jsw.shop.sched.>"]
+        assert jobs.config.allow_msg_schedules is True
         assert jobs.config.duplicate_window == 120
+        claims = await js.stream_info("JSW_SHOP_CLAIMS")
+        assert claims.config.subjects == ["jsw.shop.claim.>"]
+        assert claims.config.max_msgs_per_subject == 1
         dlq = await js.stream_info("JSW_SHOP_DLQ")
         assert dlq.config.retention == RetentionPolicy.LIMITS
         assert dlq.config.max_age == 3600
@@ -159,3 +164,33 @@ async def test_oversized_job_fails_at_enqueue_with_a_clear_error(nats_server: Na
             await big.adelay("x" * 2_000_000)
     finally:
         await app.aclose()
+
+
+async def test_a_job_stream_made_before_schedules_is_brought_up_to_date(nats_server: NatsServer) -> None:
+    """A job stream as an older jsworker made it (no schedule subjects, schedules not allowed)
+    keeps its jobs and gains both; a delayed job can then be stored."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(
+            StreamConfig(
+                name="JSW_OLD",
+                subjects=["jsw.old.q.>"],
+                retention=RetentionPolicy.WORK_QUEUE,
+                duplicate_window=120,
+            )
+        )
+        await js.publish(
+            "jsw.old.q.default.work", b'{"args":[1],"kwargs":{}}', headers={"Nats-Msg-Id": "kept"}
+        )
+        app = _app("old", nats_server.url, [])
+        work = app.tasks["work"]
+        job = await work.aapply((2,), countdown=60)  # the producer finds schedules refused and updates
+        assert job.scheduled_for is not None and not job.duplicate
+        await app.aclose()
+        info = await js.stream_info("JSW_OLD")
+        assert info.config.subjects == ["jsw.old.q.>", "jsw.old.sched.>"]
+        assert info.config.allow_msg_schedules is True
+        assert info.state.messages == 2  # the old job and the schedule
+    finally:
+        await nc.close()
