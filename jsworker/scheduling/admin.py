@@ -47,6 +47,7 @@ class Schedules(OperatorSession):
         also remove the ones the app no longer declares."""
         conn = await self.connection()
         conn.require_version("periodic schedules", PERIODIC_SINCE)
+        await self.app.provision_streams(conn)  # a first sync may come before any worker
         return await sync_schedules(self.app, conn, prune=prune)
 
     async def pause(self, name: str) -> bool:

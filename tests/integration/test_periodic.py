@@ -1,0 +1,176 @@
+"""Periodic schedules on a real nats-server: installed once however many processes reconcile
+at the same time, left alone when unchanged, replaced when changed, paused, resumed, triggered
+and removed from Python and from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from jsworker import App, current_job
+from jsworker.jetstream.connection import Connection
+from jsworker.scheduling.admin import Schedules
+from jsworker.scheduling.periodic import ScheduleNotFound, read_schedules, sync_schedules
+from jsworker.testing import NatsServer
+
+from ..support import stream_messages_async, wait_until_async
+from .workers import APPS, in_process_worker, worker_env
+
+sys.path.insert(0, str(APPS))
+import periodic_app
+
+pytestmark = pytest.mark.anyio
+
+
+def _app(url: str, every: float = 60, names: tuple[str, ...] = ("a", "b", "c")) -> tuple[App, list[str]]:
+    app = App("beat", url)
+    ran: list[str] = []
+
+    @app.task
+    async def tick(label: str) -> None:
+        ran.append(f"{label} {current_job().id}")
+
+    for name in names:
+        app.schedule(tick, every=every, name=name, args=(name,))
+    return app, ran
+
+
+async def test_processes_reconciling_at_once_leave_one_schedule_each(nats_server: NatsServer) -> None:
+    apps = [_app(nats_server.url)[0] for _ in range(6)]
+    conns = [await Connection.open(a.connect_options("worker")) for a in apps]
+    try:
+        await apps[0].provision_streams(conns[0])
+        reports = await asyncio.gather(*(sync_schedules(a, c) for a, c in zip(apps, conns, strict=True)))
+        created = sorted(n for r in reports for n in r.created + r.updated)
+        assert created == ["a", "b", "c"]  # each written by exactly one process, the others found it done
+        assert await stream_messages_async(nats_server.url, "JSW_BEAT") == 3
+        before = await read_schedules(apps[0], conns[0])
+        again = await sync_schedules(apps[1], conns[1])
+        assert again.unchanged == ["a", "b", "c"] and not again.created and not again.updated
+        assert {n: s.seq for n, s in (await read_schedules(apps[0], conns[0])).items()} == {
+            n: s.seq for n, s in before.items()
+        }  # identical schedules are not rewritten: their timing is undisturbed
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+async def test_a_changed_schedule_is_replaced_and_keeps_being_paused(nats_server: NatsServer) -> None:
+    old, _ = _app(nats_server.url, every=60)
+    async with Schedules(old) as schedules:
+        assert (await schedules.sync()).created == ["a", "b", "c"]
+        assert await schedules.pause("b") is True
+        assert await schedules.pause("b") is False
+    new, _ = _app(nats_server.url, every=30)
+    async with Schedules(new) as schedules:
+        report = await schedules.sync()
+        assert report.updated == ["a", "b", "c"]
+        listed = {s.name: s for s in await schedules.list()}
+        assert {s.expression for s in listed.values()} == {"@every 30s"}
+        assert listed["b"].paused and not listed["a"].paused
+        assert listed["b"].next_run() is None and listed["a"].next_run() is not None
+        assert await schedules.resume("b") is True
+        assert not {s.name: s for s in await schedules.list()}["b"].paused
+        with pytest.raises(ScheduleNotFound):
+            await schedules.pause("nope")
+
+
+async def test_ticks_fire_jobs_with_tick_ids_and_pausing_stops_them(nats_server: NatsServer) -> None:
+    app, ran = _app(nats_server.url, every=1, names=("fast",))
+    async with in_process_worker(app):
+        await wait_until_async(lambda: len(ran) >= 2, timeout=15, message="two ticks")
+        ids = [line.split()[1] for line in ran]
+        assert all(i.startswith("fast-") and i.endswith("Z") for i in ids) and len(set(ids)) == len(ids)
+        async with Schedules(app) as schedules:
+            assert await schedules.pause("fast")
+            # A tick in flight as the pause lands may still arrive; after that, none.
+            paused_at = time.time()
+            await wait_until_async(lambda: time.time() - paused_at > 1.5, timeout=5, message="a tick's time")
+            count = len(ran)
+            await wait_until_async(
+                lambda: time.time() - paused_at > 3.5, timeout=5, message="two ticks' time"
+            )
+            assert len(ran) == count, "a paused schedule fired"
+            job = await schedules.trigger("fast")
+            assert job.id.startswith("fast-manual-")
+            await wait_until_async(lambda: any(job.id in line for line in ran), timeout=10, message="trigger")
+            assert await schedules.resume("fast")
+            await wait_until_async(lambda: len(ran) >= count + 2, timeout=10, message="ticks after resume")
+
+
+async def test_stale_schedules_are_kept_by_workers_and_pruned_on_request(nats_server: NatsServer) -> None:
+    both, _ = _app(nats_server.url, names=("kept", "gone"))
+    async with Schedules(both) as schedules:
+        await both.provision_streams(await schedules.connection())
+        await schedules.sync()
+    only, _ = _app(nats_server.url, names=("kept",))
+    async with in_process_worker(only):
+        pass  # a worker's own reconcile never removes what other code declared
+    async with Schedules(only) as schedules:
+        assert [(s.name, s.declared) for s in await schedules.list()] == [("gone", False), ("kept", True)]
+        report = await schedules.sync(prune=True)
+        assert report.stale == ["gone"] and report.removed == ["gone"]
+        assert [s.name for s in await schedules.list()] == ["kept"]
+        assert await schedules.remove("kept") is True
+        assert await schedules.remove("kept") is False
+
+
+async def test_a_worker_started_without_schedules_installs_none(nats_server: NatsServer) -> None:
+    app, _ = _app(nats_server.url)
+    async with in_process_worker(app, schedules=False):
+        pass
+    async with Schedules(app) as schedules:
+        assert await schedules.list() == []
+
+
+def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jsworker", *args],
+        env=worker_env(url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_the_command_line_operates_schedules_and_cancels_delayed_jobs(nats_server: NatsServer) -> None:
+    url = nats_server.url
+    assert _cli(url, "schedules", "list", "periodic_app").stdout.strip() == "no schedules"
+    synced = _cli(url, "schedules", "sync", "periodic_app")
+    assert synced.returncode == 0, synced.stderr
+    assert synced.stdout.strip() == "created: morning_report, ping-db"
+    listed = _cli(url, "schedules", "list", "periodic_app").stdout.splitlines()
+    assert listed[0].split() == ["NAME", "TASK", "EXPRESSION", "ZONE", "NEXT", "RUN", "PAUSED"]
+    rows = {line.split()[0]: line.split() for line in listed[1:]}
+    assert rows["morning_report"][2:9] == ["0", "0", "7", "*", "*", "*", "Europe/Berlin"]
+    assert rows["ping-db"][1:4] == ["ping", "@every", "300s"]
+    assert _cli(url, "schedules", "pause", "periodic_app", "ping-db").stdout.strip() == "ping-db: paused"
+    assert (
+        _cli(url, "schedules", "pause", "periodic_app", "ping-db").stdout.strip()
+        == "ping-db: was already paused"
+    )
+    assert _cli(url, "schedules", "resume", "periodic_app", "ping-db").stdout.strip() == "ping-db: resumed"
+    triggered = _cli(url, "schedules", "trigger", "periodic_app", "ping-db")
+    assert triggered.returncode == 0 and triggered.stdout.startswith("ping-db-manual-")
+    unknown = _cli(url, "schedules", "pause", "periodic_app", "nope")
+    assert unknown.returncode == 2 and "no schedule named 'nope'" in unknown.stderr
+    assert _cli(url, "schedules", "remove", "periodic_app", "ping-db").returncode == 0
+    assert _cli(url, "schedules", "remove", "periodic_app", "ping-db").returncode == 2
+    nothing = _cli(url, "jobs", "cancel", "periodic_app", "no-such-job")
+    assert nothing.returncode == 2 and "nothing to cancel" in nothing.stderr
+
+    periodic_app.app.servers = [url]
+    try:
+        job = periodic_app.ping.apply(("db",), countdown=600)
+    finally:
+        periodic_app.app.close()
+    cancelled = _cli(url, "jobs", "cancel", "periodic_app", job.id)
+    assert cancelled.returncode == 0 and cancelled.stdout.strip() == f"{job.id}: cancelled"
+    as_json: Any = _cli(url, "schedules", "list", "periodic_app", "--json").stdout.splitlines()
+    assert len(as_json) == 1 and '"name": "morning_report"' in as_json[0]
