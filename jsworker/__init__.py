@@ -18,6 +18,7 @@ from .errors import (
     TopologyError,
 )
 from .job import Job, JobContext, current_job
+from .scheduling.admin import Schedules
 from .serializers import JSONSerializer, Serializer
 from .task import Task
 
@@ -35,6 +36,7 @@ __all__ = [
     "PermissionDeniedError",
     "Reject",
     "Retry",
+    "Schedules",
     "SerializationError",
     "Serializer",
     "ServerVersionError",

@@ -10,7 +10,7 @@ from typing import Any
 import click
 import prometheus_client
 
-from ..app import AppOptions
+from ..app_options import AppOptions
 from ..observability.logging import LEVELS, configure_logging
 from ..runtime.worker import Worker, WorkerSettings
 from .connection import connection_options, load_connected_app

@@ -10,7 +10,8 @@ import click
 import pytest
 
 from jsworker import App
-from jsworker.app import AppArguments, AppOptions
+from jsworker.app import AppArguments
+from jsworker.app_options import AppOptions
 from jsworker.cli import cli
 from jsworker.cli.options import flag_fields
 from jsworker.config import env_name, option_fields
