@@ -20,8 +20,9 @@ PERIODIC_SINCE = (2, 14, 0)
 
 
 def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
-    """When a job asked to wait ``countdown`` seconds or until ``eta`` becomes runnable (UTC),
-    None for a job that runs now (neither given, a zero countdown or an ``eta`` already past)."""
+    """When a job asked to wait ``countdown`` seconds or until ``eta`` becomes runnable (UTC,
+    rounded up to the millisecond the server is told), None for a job that runs now (neither
+    given, a zero countdown or an ``eta`` already past)."""
     if countdown is not None and eta is not None:
         raise ConfigurationError("give countdown or eta, not both")
     now = time.time()
@@ -35,7 +36,7 @@ def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
             raise ConfigurationError(f"countdown must be a number of seconds >= 0, not {countdown!r}")
         if countdown == 0:
             return None
-        return datetime.fromtimestamp(now + countdown, UTC)
+        return _whole_ms(now + countdown)
     if eta is None:
         return None
     if not isinstance(eta, datetime):
@@ -45,8 +46,13 @@ def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
             f"eta {eta.isoformat()} has no time zone: pass an aware datetime, such as "
             "datetime.now(timezone.utc) + timedelta(...)"
         )
-    due = eta.astimezone(UTC)
-    return due if due.timestamp() > now else None
+    due = eta.timestamp()
+    return _whole_ms(due) if due > now else None
+
+
+def _whole_ms(at: float) -> datetime:
+    # Rounded up: a job fires at or after the time its producer asked for, never a fraction before.
+    return datetime.fromtimestamp(math.ceil(at * 1000) / 1000, UTC)
 
 
 def at_expression(due: datetime) -> str:

@@ -70,9 +70,10 @@ def test_due_times() -> None:
     assert due_time(0, None) is None
     soon = due_time(2.5, None)
     assert soon is not None and soon.tzinfo is UTC
-    assert 2.0 < (soon - datetime.now(UTC)).total_seconds() <= 2.5
-    eta = datetime.now(timezone(timedelta(hours=2))) + timedelta(minutes=1)
+    assert 2.0 < (soon - datetime.now(UTC)).total_seconds() <= 2.501  # rounded up to the millisecond
+    eta = datetime.now(timezone(timedelta(hours=2))).replace(microsecond=250_000) + timedelta(minutes=1)
     assert due_time(None, eta) == eta.astimezone(UTC)
+    assert due_time(None, eta + timedelta(microseconds=1)) == eta.astimezone(UTC) + timedelta(milliseconds=1)
     assert due_time(None, datetime.now(UTC) - timedelta(seconds=1)) is None  # past: runs now
     with pytest.raises(ConfigurationError, match="no time zone"):
         due_time(None, datetime.now() + timedelta(minutes=1))
