@@ -1,6 +1,7 @@
 """The jsworker benchmark suite: every figure next to raw nats-py on the same server, same run.
 
-    python bench/run.py [--quick] [--runs 3] [--only enqueue,processing] [--peers] [--json-out FILE]
+    python bench/run.py [--quick] [--runs 3] [--only enqueue,processing] [--peers] [--pending N]
+                        [--json-out FILE]
 
 Starts its own nats-server (free loopback port, temporary store), runs each selected figure
 family once per run, round-robin (so drifting machine load hits every figure alike), and
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import functools
 import os
 import platform
 import sys
@@ -23,12 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import schedules
 from figures import enqueue, latency, memory, mixed, processing
 from lib import jetstream as jsh
 from lib.context import NORMAL, QUICK, Context
 from lib.report import json_lines, table
 from lib.stats import Measurement, summarize
-from lib.targets import compare
+from lib.targets import COMPARISONS, compare
 
 from jsworker.server import NatsServer
 
@@ -38,7 +41,10 @@ FAMILIES = {
     "latency": latency.run,
     "mixed": mixed.run,
     "memory": memory.run,
+    "schedules": schedules.run,
 }
+# The schedules family keeps its baselines next to its figures, in its own module.
+COMPARISONS.extend(schedules.COMPARISONS)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -51,10 +57,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peers", action="store_true", help="also run taskiq-nats and Dramatiq (installs them)"
     )
+    parser.add_argument(
+        "--pending",
+        type=int,
+        help=f"delayed jobs the schedules family keeps pending on its server "
+        f"(default {schedules.NORMAL_PENDING:,}; {schedules.QUICK_PENDING:,} with --quick)",
+    )
     parser.add_argument("--json-out", type=Path, help="also write the JSON lines to this file")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.pending is not None and args.pending < schedules.MIN_PENDING:
+        parser.error(f"--pending must be at least {schedules.MIN_PENDING}")
     wanted = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in FAMILIES and n != "peers"]
     if unknown:
@@ -108,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the suite; the exit code."""
     args = _parse(argv)
     families = dict(FAMILIES)
+    families["schedules"] = functools.partial(schedules.run, pending=args.pending)
     if args.peers:
         from peers import figures as peer_figures
 
