@@ -137,6 +137,14 @@ class Metrics:
         for counter in counters:
             counter.labels(queue, task)
 
+    def declare_fired(self, queue: str, task: str) -> None:
+        """Start the fired-job counters of a task a worker runs at 0 (each kind and reason),
+        for the same reason as :meth:`declare_task`."""
+        for kind in ("delayed", "periodic"):
+            self.fired.labels(queue, task, kind)
+        for reason in ("duplicate", "cancelled"):
+            self.fired_dropped.labels(queue, task, reason)
+
     def producer(self, queue: str, task: str) -> tuple[Counter, Counter, Histogram]:
         """The enqueued, duplicates and enqueue-duration children of ``task``, looked up once."""
         key = (queue, task)

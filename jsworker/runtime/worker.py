@@ -213,6 +213,7 @@ class Worker:
         for task in self.app.tasks.values():
             if task.queue in self.queues:
                 metrics.task(task.queue, task.name)
+                metrics.declare_fired(task.queue, task.name)
 
         async def disconnected() -> None:
             # A connection being closed reports its end as a disconnect too: not worth a warning.

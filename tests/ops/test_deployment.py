@@ -89,6 +89,11 @@ ALL_RUN_TIMEOUT = 90.0
 # The cluster is whole again well within this after a node is back.
 WHOLE_TIMEOUT = 90.0
 DEAD_LETTER_ALERT = "JsworkerDeadLettersArriving"
+# Dashboard queries this deployment may leave empty, with the reason.
+MAY_BE_EMPTY = {
+    ("Fired jobs dropped unrun", "A"): "only a schedule fired twice or a cancel racing a firing makes "
+    "the series, and nothing here does; tests/ops/test_prometheus.py makes both",
+}
 
 
 def _interval(name: str) -> float:
@@ -418,9 +423,16 @@ def _rules(prometheus: PrometheusAPI) -> list[dict[str, Any]]:
 
 def _mix(tasks: ProducerTasks) -> Callable[[int], Job]:
     """Jobs of every outcome, in turn: success, a retry then success, a timeout and a failure
-    (both dead-lettered)."""
-    cycle = [tasks.deliver, tasks.deliver, tasks.flaky, tasks.slow, tasks.doomed]
-    return lambda n: cycle[n % len(cycle)].delay(n)
+    (both dead-lettered), and a delayed job the server fires a second later."""
+    cycle: list[Callable[[int], Job]] = [
+        tasks.deliver.delay,
+        tasks.deliver.delay,
+        tasks.flaky.delay,
+        tasks.slow.delay,
+        tasks.doomed.delay,
+        lambda n: tasks.flaky.apply((n,), countdown=1.0),
+    ]
+    return lambda n: cycle[n % len(cycle)](n)
 
 
 def _until_none_left(
@@ -611,13 +623,16 @@ def test_rolling_restart_with_lame_duck_loses_no_job(deployment: Deployment) -> 
 
 def test_every_dashboard_query_returns_data(deployment: Deployment) -> None:
     """With jobs of every outcome running, every query of the dashboard (as Grafana sends it with
-    every queue and task selected) returns a number for the deployment's two workers."""
+    every queue and task selected) returns a number for the deployment's two workers; those of
+    MAY_BE_EMPTY at least parse."""
     prometheus = deployment.prometheus
 
     def without_data() -> list[str]:
         empty = []
         for title, ref, expr in dashboard_targets():
             result = prometheus.result(concrete(expr))
+            if (title, ref) in MAY_BE_EMPTY:
+                continue
             if not result or any(r["value"][1] == "NaN" for r in result):
                 empty.append(f"{title}/{ref}")
         return empty

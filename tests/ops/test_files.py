@@ -217,6 +217,37 @@ def test_dashboard_has_the_panels_operators_need() -> None:
     assert _panel("Workers up")["type"] == "stat"
 
 
+SCHEDULE_PANELS = [
+    "Delayed jobs scheduled, fired and cancelled",
+    "Fired jobs dropped unrun",
+    "Delayed jobs waiting",
+]
+
+
+def test_dashboard_has_a_schedules_row() -> None:
+    """Its panels right under the row (Grafana groups a row's panels by position) and what each
+    must show: rates of the schedule counters, drops by reason, the per-queue gauge as a max."""
+    board = dashboard()
+    (row,) = [p for p in board["panels"] if p["title"] == "Schedules"]
+    assert row["type"] == "row"
+    below = [p for p in board["panels"] if p["gridPos"]["y"] == row["gridPos"]["y"] + 1]
+    assert sorted(p["title"] for p in below) == sorted(SCHEDULE_PANELS)
+    rates = _exprs(SCHEDULE_PANELS[0])
+    for metric, by in (
+        ("jsworker_jobs_scheduled_total", "queue"),
+        ("jsworker_jobs_fired_total", "queue, kind"),
+        ("jsworker_jobs_cancelled_total", "queue"),
+    ):
+        assert any(e.startswith(f"sum by ({by}) (rate({metric}{{") for e in rates), metric
+    (dropped,) = _exprs("Fired jobs dropped unrun")
+    assert dropped.startswith("sum by (queue, reason) (rate(jsworker_fired_dropped_total{")
+    # Every worker on a queue reports the same figure: summing would multiply it.
+    (waiting,) = _exprs("Delayed jobs waiting")
+    assert waiting.startswith("max by (queue) (jsworker_queue_delayed{")
+    for title in SCHEDULE_PANELS:
+        assert _panel(title)["description"], title
+
+
 # --- alert rules ------------------------------------------------------------------------------
 
 

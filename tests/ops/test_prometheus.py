@@ -4,8 +4,11 @@ One module-wide scenario: a nats-server, ``jsworker run`` of tests/ops/apps/ops_
 ``--metrics-port``, and Debian's Prometheus (our own process, on a free loopback port, with a
 temporary store) scraping the worker every second and evaluating deploy/prometheus/alerts.yml.
 Two rounds of jobs with every outcome run while it scrapes, so counters exist before they grow
-and every rate is non-zero. Then every dashboard query must parse and return data, and every
-alert rule must evaluate without error, the ones this job mix triggers firing.
+and every rate is non-zero. Each round also has delayed jobs: two the worker itself schedules
+(cancelling one), one the server fires twice and one whose firing a cancel has already claimed,
+so the Schedules row has scheduled, fired, cancelled and dropped jobs to show. Then every
+dashboard query must parse and return data, and every alert rule must evaluate without error,
+the ones this job mix triggers firing.
 
 Also: promtool checks of the rule file and the compose prometheus.yml, and promtool's unit tests
 of the alert logic (tests/ops/alerts_test.yml).
@@ -13,6 +16,7 @@ of the alert logic (tests/ops/alerts_test.yml).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -25,10 +29,13 @@ from typing import Any
 
 import pytest
 
+from jsworker import Job
+from jsworker.scheduling.claims import CANCELLED, claim
+from jsworker.scheduling.delayed import due_ms
 from jsworker.testing import NatsServer
 
 from ..integration.workers import Samples, scrape, start_metrics_worker, stop, value
-from ..support import wait_until
+from ..support import connected, wait_until
 from .live import PROMETHEUS, PROMTOOL, PrometheusAPI, binary, start_prometheus
 from .opsfiles import (
     ALERTS,
@@ -95,8 +102,13 @@ def _prometheus_config(path: Path, worker_port: int) -> None:
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
-def _round() -> None:
-    """Each task once: every outcome the dashboard shows."""
+# Seconds ahead the test's own delayed jobs are due: time to copy one's schedule and claim the
+# other's firing before the server fires them.
+DUE_IN = 1.5
+
+
+def _round(url: str) -> None:
+    """Each task once: every outcome the dashboard shows. Then the two firings a worker drops."""
     ops_app.ok.delay()
     ops_app.report.delay()
     ops_app.flaky.delay()
@@ -104,12 +116,42 @@ def _round() -> None:
     ops_app.refuse.delay()
     ops_app.broken.delay()
     ops_app.blocker.delay()
+    ops_app.plan.delay()
+    twice = ops_app.later.apply(countdown=DUE_IN)
+    doomed = ops_app.later.apply(countdown=DUE_IN)
+    asyncio.run(_store_a_second_schedule(url, twice))
+    holder = ops_app.app.producer.run_sync(_claim_as_cancelled, doomed)
+    assert holder is None, f"{doomed.id} fired and was claimed by {holder} before the test's claim"
+
+
+async def _store_a_second_schedule(url: str, job: Job) -> None:
+    """The server fires ``job`` twice: its schedule stored again under a second subject (the
+    doubled firing of tests/integration/test_delayed_jobs.py)."""
+    assert job.scheduled_for is not None
+    due = due_ms(job.scheduled_for)
+    ns = ops_app.app.namespace
+    async with connected(url) as nc:
+        js = nc.jetstream()
+        original = await js.get_last_msg(ns.stream, ns.delayed_subject("default", due, job.id))
+        headers = dict(original.headers or {})
+        headers.pop("Nats-Msg-Id")  # else the copy is dropped as a duplicate publish
+        await js.publish(ns.delayed_subject("copy", due, job.id), original.data or b"", headers=headers)
+
+
+async def _claim_as_cancelled(job: Job) -> str | None:
+    """What a cancel racing the server's firing leaves: the firing claimed as cancelled while
+    the schedule still fires. None when the claim is the cancel's."""
+    assert job.scheduled_for is not None
+    conn = await ops_app.app.producer.connection()
+    return await claim(conn, ops_app.app.namespace, job.id, due_ms(job.scheduled_for), CANCELLED)
 
 
 def _settled(samples: Samples, n: int) -> bool:
-    """True once the worker has finished ``n`` rounds."""
+    """True once the worker has finished ``n`` rounds (and reports the job due after the end)."""
     succeeded = "jsworker_jobs_succeeded_total"
     dead = "jsworker_jobs_dead_lettered_total"
+    dropped = "jsworker_fired_dropped_total"
+    d = {"queue": "default"}
     return (
         all(
             value(samples, succeeded, queue=q, task=t) == n
@@ -118,11 +160,17 @@ def _settled(samples: Samples, n: int) -> bool:
                 ("reports", "report"),
                 ("default", "flaky"),
                 ("default", "blocker"),
+                ("default", "plan"),
             )
         )
-        and value(samples, dead, queue="default", task="slow", outcome="timed_out") == n
-        and value(samples, dead, queue="default", task="refuse", outcome="rejected") == n
-        and value(samples, dead, queue="default", task="broken", outcome="failed") == n
+        and value(samples, dead, **d, task="slow", outcome="timed_out") == n
+        and value(samples, dead, **d, task="refuse", outcome="rejected") == n
+        and value(samples, dead, **d, task="broken", outcome="failed") == n
+        # plan's delayed job and the one fired twice; not the one claimed as cancelled.
+        and value(samples, succeeded, **d, task="later") == 2 * n
+        and value(samples, dropped, **d, task="later", reason="duplicate") == n
+        and value(samples, dropped, **d, task="later", reason="cancelled") == n
+        and value(samples, "jsworker_queue_delayed", **d) >= 1
         and value(samples, "jsworker_jobs_in_flight") == 0
     )
 
@@ -164,9 +212,11 @@ def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactor
         state = Live(api.prometheus, worker_port, {})
 
         wait_until(lambda: _scrapes(state) >= 2, timeout=20, message="prometheus to scrape the worker")
+        # Due long after the scenario: Delayed jobs waiting has a job to show, not only a 0.
+        ops_app.later.apply(countdown=3600)
         for n in (1, 2):
             # Round 1 creates every (queue, task) series; round 2 makes them grow while scraped.
-            _round()
+            _round(nats_server_module.url)
             wait_until(
                 functools.partial(_settled_now, worker_port, n),
                 timeout=30,
@@ -208,6 +258,15 @@ def test_workers_up_counts_the_worker(live: Live) -> None:
     (expr,) = [e for t, _, e in dashboard_targets() if t == "Workers up"]
     (result,) = live.query(concrete(expr))["data"]["result"]
     assert float(result["value"][1]) == 1
+
+
+def test_delayed_jobs_waiting_shows_the_job_not_due_yet(live: Live) -> None:
+    (expr,) = [e for t, _, e in dashboard_targets() if t == "Delayed jobs waiting"]
+    result = live.query(concrete(expr))["data"]["result"]
+    by_queue = {r["metric"]["queue"]: float(r["value"][1]) for r in result}
+    # At least: the last read of the server's figures may predate the last round's firings.
+    assert by_queue["default"] >= 1
+    assert by_queue["reports"] == 0
 
 
 def test_variable_queries_list_the_queues_and_tasks(live: Live) -> None:
@@ -271,3 +330,7 @@ def test_worker_reported_the_job_mix(live: Live) -> None:
     assert value(s, "jsworker_jobs_retried_total", **d, task="flaky") == 2
     assert value(s, "jsworker_jobs_timed_out_total", **d, task="slow") == 2
     assert value(s, "jsworker_event_loop_blocked_total") >= 2
+    # Schedules: plan stored 2 delayed jobs a round and cancelled 1; 2 a round fired and ran.
+    assert value(s, "jsworker_jobs_scheduled_total", **d, task="later") == 4
+    assert value(s, "jsworker_jobs_cancelled_total", **d, task="later") == 2
+    assert value(s, "jsworker_jobs_fired_total", **d, task="later", kind="delayed") == 4

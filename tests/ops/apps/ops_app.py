@@ -2,7 +2,8 @@
 
 One run of each task gives: successes on two queues, a failure that is retried, a timeout and a
 rejection that are dead-lettered, a failure that is dead-lettered at once, and a blocked event
-loop.
+loop. ``plan`` makes the worker a producer of delayed jobs: it schedules one ``later`` job, which
+the server fires, and cancels a second.
 """
 
 from __future__ import annotations
@@ -55,3 +56,19 @@ async def broken() -> None:
 async def blocker() -> None:
     """Blocks the worker's event loop on purpose, longer than its 1 s warning threshold."""
     time.sleep(1.3)  # noqa: ASYNC251 - the blocking call is the point of this task
+
+
+@app.task
+async def later() -> None:
+    """Succeeds; enqueued as a delayed job, so it runs when the server fires it."""
+
+
+@app.task(max_retries=0)
+async def plan() -> None:
+    """Schedules ``later`` shortly and a second one far ahead, then cancels the second: the
+    scheduled and cancelled counters are the producer's, and here the producer is scraped. No
+    retry: a second run would schedule again and throw the test's counts off."""
+    await later.aapply(countdown=0.5)
+    doomed = await later.aapply(countdown=600)
+    if not await app.acancel(doomed.id):
+        raise RuntimeError(f"delayed job {doomed.id} could not be cancelled")
