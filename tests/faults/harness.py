@@ -227,6 +227,14 @@ def wait_stream_empty(urls: str | Sequence[str], timeout: float, stream: str = S
     )
 
 
+def stream_subjects(urls: str | Sequence[str], stream: str) -> dict[str, int]:
+    """Messages stored in ``stream`` now, by subject (empty when it holds none)."""
+    info = request_json(urls, f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": ">"})
+    if "error" in info:
+        raise AssertionError(f"stream info {stream}: {info['error']}")
+    return {str(k): int(v) for k, v in ((info.get("state") or {}).get("subjects") or {}).items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Letter:
     """One stored dead letter."""
