@@ -31,7 +31,7 @@ from lib import jetstream as jsh
 from lib.context import NORMAL, QUICK, Context
 from lib.report import json_lines, table
 from lib.stats import Measurement, summarize
-from lib.targets import COMPARISONS, compare
+from lib.targets import compare
 
 from jsworker.server import NatsServer
 
@@ -44,7 +44,6 @@ FAMILIES = {
     "schedules": schedules.run,
 }
 # The schedules family keeps its baselines next to its figures, in its own module.
-COMPARISONS.extend(schedules.COMPARISONS)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -45,7 +45,6 @@ from lib import records
 from lib.context import QUICK, Context
 from lib.procs import Child, rss_mb, start_worker
 from lib.stats import Measurement, percentile
-from lib.targets import Comparison
 
 from jsworker import App, current_job
 from jsworker.server import NatsServer
@@ -81,23 +80,6 @@ RESTART_TIMEOUT = 120.0
 PROBE_POLL = 0.002
 # Accuracy keys: warm-up jobs are negative, fired ones 0..N-1, the plain burst N..2N-1.
 BURST_KEY = ACCURACY_JOBS
-
-COMPARISONS = [
-    Comparison("schedules.accuracy.late_p50", "schedules.burst.late_p50", "diff"),
-    Comparison("schedules.accuracy.late_p99", "schedules.burst.late_p99", "diff"),
-    Comparison("schedules.accuracy.late_max", "schedules.burst.late_max", "diff"),
-    Comparison("schedules.accuracy.started", None, "value", ">=", ACCURACY_JOBS),
-    Comparison("schedules.accuracy.early", None, "value", "<=", 0),
-    Comparison("schedules.accuracy.duplicates", None, "value", "<=", 0),
-    Comparison("schedules.processing.fired", "schedules.processing.plain", "ratio"),
-    Comparison("schedules.enqueue.countdown_us", "schedules.enqueue.adelay_us", "ratio"),
-    Comparison("schedules.pending.enqueue_rate", "schedules.pending.plain_enqueue_rate", "ratio"),
-    Comparison("schedules.pending.rss_after_mb", "schedules.pending.rss_before_mb", "ratio"),
-    Comparison("schedules.pending.rss_restarted_mb", "schedules.pending.rss_before_mb", "ratio"),
-    Comparison("schedules.pending.cancel_p50", "schedules.empty.cancel_p50", "ratio"),
-    Comparison("schedules.pending.restart_info_ms", "schedules.empty.restart_info_ms", "ratio"),
-    Comparison("schedules.pending.restart_accept_ms", "schedules.empty.restart_accept_ms", "ratio"),
-]
 
 
 def default_pending(ctx: Context) -> int:

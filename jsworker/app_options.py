@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import option, parse_number, parse_size
+from .config import check_seconds, option, parse_number, parse_size
 from .errors import ConfigurationError
-from .task import check_seconds
 
 _DAY = 86400.0
 _GIB = 1 << 30

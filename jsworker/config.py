@@ -6,6 +6,7 @@ options, the checks that they agree) is derived from the fields.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -91,3 +92,13 @@ def parse_size(what: str, value: object) -> int:
     if size is None or (size < 1 and size != -1):
         raise ConfigurationError(f"{what} must be a size in bytes > 0 (or -1 for no limit), not {value!r}")
     return size
+
+
+def check_seconds(what: str, value: object, *, positive: bool = True) -> float:
+    """``value`` as float seconds; ConfigurationError unless a finite number > 0 (or >= 0)."""
+    bad = ConfigurationError(f"{what} must be a number {'>' if positive else '>='} 0, not {value!r}")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise bad
+    if value < 0 or (positive and value == 0):
+        raise bad
+    return float(value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -12,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
 
 from .arguments import TypedArguments, positional_names
-from .config import option
+from .config import check_seconds, option
 from .errors import ConfigurationError
 from .job import Job
 from .naming import validate_name
@@ -92,16 +91,6 @@ class TaskArguments(TypedDict, total=False):
     retry_backoff_max: float | None
     retry_on: ExceptionTypes | None
     dont_retry_on: ExceptionTypes | None
-
-
-def check_seconds(what: str, value: object, *, positive: bool = True) -> float:
-    """``value`` as float seconds; ConfigurationError unless a finite number > 0 (or >= 0)."""
-    bad = ConfigurationError(f"{what} must be a number {'>' if positive else '>='} 0, not {value!r}")
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise bad
-    if value < 0 or (positive and value == 0):
-        raise bad
-    return float(value)
 
 
 class Call(NamedTuple):

@@ -69,6 +69,22 @@ COMPARISONS = [
     Comparison("peers.taskiq_enqueue", "enqueue.adelay", "ratio"),
     Comparison("peers.taskiq_enqueue_gather", "enqueue.adelay_many", "ratio"),
     Comparison("peers.dramatiq_enqueue", "enqueue.delay_sync", "ratio"),
+    # Delayed jobs (bench/schedules.py): lateness against a plain burst, all 1,000 started,
+    # none early or twice; fired against plain jobs; 100,000 pending against an empty server.
+    Comparison("schedules.accuracy.late_p50", "schedules.burst.late_p50", "diff"),
+    Comparison("schedules.accuracy.late_p99", "schedules.burst.late_p99", "diff"),
+    Comparison("schedules.accuracy.late_max", "schedules.burst.late_max", "diff"),
+    Comparison("schedules.accuracy.started", None, "value", ">=", 1000),
+    Comparison("schedules.accuracy.early", None, "value", "<=", 0),
+    Comparison("schedules.accuracy.duplicates", None, "value", "<=", 0),
+    Comparison("schedules.processing.fired", "schedules.processing.plain", "ratio"),
+    Comparison("schedules.enqueue.countdown_us", "schedules.enqueue.adelay_us", "ratio"),
+    Comparison("schedules.pending.enqueue_rate", "schedules.pending.plain_enqueue_rate", "ratio"),
+    Comparison("schedules.pending.rss_after_mb", "schedules.pending.rss_before_mb", "ratio"),
+    Comparison("schedules.pending.rss_restarted_mb", "schedules.pending.rss_before_mb", "ratio"),
+    Comparison("schedules.pending.cancel_p50", "schedules.empty.cancel_p50", "ratio"),
+    Comparison("schedules.pending.restart_info_ms", "schedules.empty.restart_info_ms", "ratio"),
+    Comparison("schedules.pending.restart_accept_ms", "schedules.empty.restart_accept_ms", "ratio"),
 ]
 # jsworker's processing rate as a multiple of taskiq-nats's (the ">= 4x" target).
 PEER_TARGETS = [

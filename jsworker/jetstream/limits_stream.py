@@ -1,9 +1,10 @@
-"""Raw access to a dead-letter stream: read, scan, delete and purge its messages by sequence.
+"""Raw access to a stream's messages: read one by sequence or subject, delete one, and (for a
+Limits stream such as the dead letters) scan, count and purge them.
 
-The stream has Limits retention, so nothing here removes a message by consuming it: reads go
-through the stream API (``STREAM.MSG.GET``) or a throwaway ordered-by-sequence pull consumer
-with no acks, and removal is an explicit delete or purge. A stream that does not exist yet (no
-worker ever ran) reads as empty.
+Nothing here removes a message by consuming it: reads go through the stream API
+(``STREAM.MSG.GET``) or a throwaway ordered-by-sequence pull consumer with no acks, and removal
+is an explicit delete or purge, so single-message reads and deletes are safe on the job stream
+too (its schedules). A stream that does not exist yet (no worker ever ran) reads as empty.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _BATCH_BODIES = 100
 
 
 class LimitsStreamError(StreamRequestError):
-    """A request on the dead-letter stream failed (see ``transient``)."""
+    """A request on a stream failed (see ``transient``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,8 @@ class StoredMessage:
 
 
 class LimitsStream:
-    """The dead-letter stream named ``stream``, reached over ``conn``."""
+    """The stream named ``stream``, reached over ``conn`` (scanning and purging are meant for
+    Limits streams; reading and deleting single messages work on any)."""
 
     def __init__(self, conn: Connection, stream: str) -> None:
         self.conn = conn
@@ -61,14 +63,28 @@ class LimitsStream:
 
     async def get(self, seq: int) -> StoredMessage | None:
         """The message at ``seq`` with its body, or None when there is none."""
-        with _errors(f"cannot read message {seq} of {self.stream}"):
+        return await self._read(f"cannot read message {seq} of {self.stream}", seq=seq)
+
+    async def last(self, subject: str) -> StoredMessage | None:
+        """The last message on ``subject`` (a literal subject), or None when it holds none."""
+        return await self._read(f"cannot read {subject} of {self.stream}", subject=subject)
+
+    async def next(self, subjects: str, from_seq: int = 1) -> StoredMessage | None:
+        """The first message at or after ``from_seq`` on a subject matching ``subjects`` (found
+        through the server's subject index), or None."""
+        return await self._read(
+            f"cannot read {subjects} of {self.stream}", seq=max(1, from_seq), subject=subjects, next=True
+        )
+
+    async def _read(self, what: str, **request: Any) -> StoredMessage | None:
+        with _errors(what):
             try:
-                raw = await self.conn.js.get_msg(self.stream, seq)
+                raw = await self.conn.js.get_msg(self.stream, **request)
             except nats.js.errors.NotFoundError:
                 return None  # no such message, or no such stream
         body = raw.data or b""
         return StoredMessage(
-            seq=int(raw.seq or seq),
+            seq=int(raw.seq or request.get("seq") or 0),
             subject=raw.subject or "",
             headers=dict(raw.headers or {}),
             body=body,

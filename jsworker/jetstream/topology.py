@@ -126,11 +126,11 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> ReplicasDiffer | 
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code == _STREAM_NAME_IN_USE:
                     continue  # another process created it between our two calls
-                raise topology_error(f"cannot create stream {spec.name}", exc) from exc
+                raise _failed(f"cannot create stream {spec.name}", exc) from exc
             except nats.errors.Error as exc:
-                raise topology_error(f"cannot create stream {spec.name}", exc) from exc
+                raise _failed(f"cannot create stream {spec.name}", exc) from exc
         except nats.errors.Error as exc:
-            raise topology_error(f"cannot read stream {spec.name}", exc) from exc
+            raise _failed(f"cannot read stream {spec.name}", exc) from exc
         return await _reconcile_stream(conn, spec, info.config)
     raise TopologyError(f"stream {spec.name} keeps appearing and disappearing")
 
@@ -165,7 +165,7 @@ async def _reconcile_stream(
     try:
         await conn.js.update_stream(wanted)
     except nats.errors.Error as exc:
-        raise topology_error(f"cannot update stream {spec.name}", exc) from exc
+        raise _failed(f"cannot update stream {spec.name}", exc) from exc
     return differ
 
 
@@ -176,7 +176,7 @@ async def stream_exists(conn: Connection, name: str) -> bool:
     except nats.js.errors.NotFoundError:
         return False
     except nats.errors.Error as exc:
-        raise topology_error(f"cannot read stream {name}", exc) from exc
+        raise _failed(f"cannot read stream {name}", exc) from exc
     return True
 
 
@@ -185,10 +185,10 @@ async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
     try:
         await conn.js.add_consumer(spec.stream, spec.config())
     except nats.errors.Error as exc:
-        raise topology_error(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
+        raise _failed(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
 
 
-def topology_error(what: str, exc: BaseException) -> TopologyError:
+def _failed(what: str, exc: BaseException) -> TopologyError:
     """A TopologyError for ``exc``, transient when the server did not (or could not yet) answer."""
     failure = classify(exc)
     if failure.code and not failure.transient:

@@ -17,7 +17,8 @@ that (every worker down for a week) would run.
 from __future__ import annotations
 
 from ..jetstream.connection import Connection
-from ..jetstream.stored import SubjectMoved, read_last, write
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.stored import SubjectMoved, write
 from ..jetstream.topology import StreamSpec
 from ..naming import Namespace
 
@@ -48,9 +49,9 @@ async def claim(conn: Connection, namespace: Namespace, job_id: str, due_ms: int
             await write(conn, subject, holder.encode(), {}, expect_last=0)
             return None
         except SubjectMoved:
-            found = await read_last(conn, namespace.claims_stream, subject)
+            found = await LimitsStream(conn, namespace.claims_stream).last(subject)
             if found is not None:
-                held = found.body.decode(errors="replace")
+                held = (found.body or b"").decode(errors="replace")
                 return None if held == holder else held
             # Expired between the write and the read: claim it again.
     return None

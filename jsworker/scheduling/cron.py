@@ -9,11 +9,11 @@ server does, for ``jsworker schedules list`` and for naming the job of each tick
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..config import check_seconds
 from ..errors import ConfigurationError
 
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
@@ -169,15 +169,14 @@ def _number(token: str, names: dict[str, int], bad: ConfigurationError) -> int:
 
 def every_seconds(every: timedelta | float | int) -> float:
     """An interval in seconds: a ``timedelta`` or a number, at least one second."""
-    seconds = every.total_seconds() if isinstance(every, timedelta) else every
-    if (
-        not isinstance(seconds, int | float)
-        or isinstance(seconds, bool)
-        or not math.isfinite(seconds)
-        or seconds < 1
-    ):
-        raise ConfigurationError(f"every must be at least 1 second, not {every!r}")
-    return float(seconds)
+    bad = ConfigurationError(f"every must be at least 1 second, not {every!r}")
+    try:
+        seconds = check_seconds("every", every.total_seconds() if isinstance(every, timedelta) else every)
+    except ConfigurationError:
+        raise bad from None
+    if seconds < 1:
+        raise bad
+    return seconds
 
 
 def go_duration(seconds: float) -> str:

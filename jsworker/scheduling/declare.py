@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..config import check_seconds
 from ..errors import ConfigurationError
 from .cron import Cron, every_seconds, go_duration, zone
 
@@ -27,14 +28,7 @@ def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
         raise ConfigurationError("give countdown or eta, not both")
     now = time.time()
     if countdown is not None:
-        if (
-            not isinstance(countdown, int | float)
-            or isinstance(countdown, bool)
-            or not math.isfinite(countdown)
-            or countdown < 0
-        ):
-            raise ConfigurationError(f"countdown must be a number of seconds >= 0, not {countdown!r}")
-        if countdown == 0:
+        if check_seconds("countdown", countdown, positive=False) == 0:
             return None
         return _whole_ms(now + countdown)
     if eta is None:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..events.emit import EventEmitter
+from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.message import OutMessage
-from ..jetstream.stored import delete, read_next
 from ..observability.metrics import UNKNOWN
 from ..wire import JOB_ID, MSG_ID, SCHEDULE, SCHEDULE_TARGET, SCHEDULED_FOR, TASK
 from .claims import CANCELLED, claim
@@ -53,12 +53,13 @@ async def cancel_delayed(app: App, conn: Connection, job_id: str) -> bool:
     unless a worker had already claimed it (the job is running: too late, False).
     """
     ns = app.namespace
+    stream = LimitsStream(conn, ns.stream)
     cancelled = False
     seq = 1
-    while (found := await read_next(conn, ns.stream, ns.delayed_filter(job_id=job_id), seq)) is not None:
+    while (found := await stream.next(ns.delayed_filter(job_id=job_id), seq)) is not None:
         seq = found.seq + 1
         parsed = ns.parse_delayed_subject(found.subject)
-        if parsed is None or not await delete(conn, ns.stream, found.seq):
+        if parsed is None or not await stream.delete(found.seq):
             continue  # fired (or removed) since it was read
         queue, due, _ = parsed
         if await claim(conn, ns, job_id, due, CANCELLED) is None:

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ..jetstream.inspect import stream_facts
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.message import OutMessage
-from ..jetstream.stored import StoredMessage, SubjectMoved, delete, read_last, write
+from ..jetstream.stored import SubjectMoved, write
 from ..naming import validate_name
 from ..wire import (
     CONTENT_TYPE,
@@ -154,9 +155,9 @@ def _stored_state(app: App, msg: StoredMessage) -> ScheduleState | None:
         paused=PAUSED in h,
         digest=h.get(SCHEDULE_DIGEST, ""),
         seq=msg.seq,
-        stored_at=msg.time,
+        stored_at=msg.stored_at,
         declared=name in app.schedules,
-        body=msg.body,
+        body=msg.body or b"",
         content_type=h.get(CONTENT_TYPE, ""),
     )
 
@@ -166,8 +167,9 @@ async def read_schedules(app: App, conn: Connection) -> dict[str, ScheduleState]
     ns = app.namespace
     facts = await stream_facts(conn, ns.stream, ns.periodic_filter)
     found: dict[str, ScheduleState] = {}
+    stream = LimitsStream(conn, ns.stream)
     for subject in sorted(facts.subjects or {}):
-        msg = await read_last(conn, ns.stream, subject)
+        msg = await stream.last(subject)
         state = _stored_state(app, msg) if msg is not None else None
         if state is not None:
             found[state.name] = state
@@ -177,7 +179,7 @@ async def read_schedules(app: App, conn: Connection) -> dict[str, ScheduleState]
 async def read_schedule(app: App, conn: Connection, name: str) -> ScheduleState | None:
     """Periodic schedule ``name`` as the server holds it; None when there is none."""
     subject = app.namespace.periodic_subject(validate_name("schedule", name))
-    msg = await read_last(conn, app.namespace.stream, subject)
+    msg = await LimitsStream(conn, app.namespace.stream).last(subject)
     return _stored_state(app, msg) if msg is not None else None
 
 
@@ -214,7 +216,7 @@ async def sync_schedules(app: App, conn: Connection, *, prune: bool = False) -> 
         if name in app.schedules:
             continue
         report.stale.append(name)
-        if prune and await delete(conn, app.namespace.stream, state.seq):
+        if prune and await LimitsStream(conn, app.namespace.stream).delete(state.seq):
             report.removed.append(name)
     return report
 
@@ -240,4 +242,4 @@ async def remove_schedule(app: App, conn: Connection, name: str) -> bool:
     """Remove schedule ``name`` from the server; False when there was none. A worker starting
     with code that declares it installs it again."""
     state = await read_schedule(app, conn, name)
-    return state is not None and await delete(conn, app.namespace.stream, state.seq)
+    return state is not None and await LimitsStream(conn, app.namespace.stream).delete(state.seq)
