@@ -6,14 +6,13 @@ Run with ``-s`` to see each test's one-line JSON summary.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from .harness import APPS, Records, Workers
+from .harness import Records, Workers, app_module
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,13 +42,4 @@ def records(workers: Workers) -> Records:
 @pytest.fixture
 def fault_app() -> Iterator[ModuleType]:
     """The fault app module, as producers in this process use it; its settings are restored after."""
-    if str(APPS) not in sys.path:
-        sys.path.insert(0, str(APPS))
-    import fault_app as module
-
-    saved = (list(module.app.servers), module.app.options)
-    try:
-        yield module
-    finally:
-        module.app.close()
-        module.app.servers, module.app.options = saved
+    yield from app_module("fault_app")

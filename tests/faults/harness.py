@@ -10,6 +10,7 @@ plain nats-py, so nothing here depends on the package code under test.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -17,10 +18,11 @@ import subprocess
 import sys
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import nats.js.errors
@@ -377,3 +379,17 @@ def move_leaders(urls: Sequence[str], stream: str, consumer: str, to: str, timeo
         return False
 
     wait_until(placed, timeout=timeout, interval=0.5, message=f"stream and consumer leaders on {to}")
+
+
+def app_module(name: str) -> Iterator[ModuleType]:
+    """The app module ``name`` of apps/, as producers in this process use it; its settings
+    are restored after."""
+    if str(APPS) not in sys.path:
+        sys.path.insert(0, str(APPS))
+    module = importlib.import_module(name)
+    saved = (list(module.app.servers), module.app.options)
+    try:
+        yield module
+    finally:
+        module.app.close()
+        module.app.servers, module.app.options = saved

@@ -32,10 +32,10 @@ from jsworker.testing import NatsCluster, NatsServer
 
 from ..support import wait_until
 from .harness import (
-    APPS,
     Records,
     WorkerProc,
     Workers,
+    app_module,
     dead_letters,
     leaders,
     node_index,
@@ -59,16 +59,7 @@ R3 = {"JSWORKER_REPLICAS": "3"}
 def sched_app() -> Iterator[ModuleType]:
     """The scheduling app module, as producers in this process use it (it declares no
     schedule here: those come from the workers' environment); settings restored after."""
-    if str(APPS) not in sys.path:
-        sys.path.insert(0, str(APPS))
-    import sched_app as module
-
-    saved = (list(module.app.servers), module.app.options)
-    try:
-        yield module
-    finally:
-        module.app.close()
-        module.app.servers, module.app.options = saved
+    yield from app_module("sched_app")
 
 
 # -- what the workers recorded ------------------------------------------------------------
