@@ -103,6 +103,12 @@ class Delivery:
         self.settled = False
         self.attempt, self.stream_seq = _parse_reply(reply)
 
+    @property
+    def stored_at(self) -> float | None:
+        """When the server stored the message (unix seconds), from the reply subject; None
+        when the reply does not say."""
+        return _reply_timestamp(self.reply)
+
     async def ack(self) -> None:
         """The job is done: the server deletes it from the work-queue stream."""
         await self._settle(_ACK)
@@ -149,3 +155,12 @@ def _parse_reply(reply: str) -> tuple[int, int]:
     except ValueError:
         pass
     return 1, 0
+
+
+def _reply_timestamp(reply: str) -> float | None:
+    """The stored-at token (unix nanoseconds) of either form of ``$JS.ACK`` reply, in seconds."""
+    parts = reply.split(".")
+    index = 7 if len(parts) == 9 else 9 if len(parts) >= 11 else None
+    if index is None or not parts[index].isdigit():
+        return None
+    return int(parts[index]) / 1e9

@@ -49,11 +49,27 @@ class JobRun:
         return self.delivery.attempt
 
     @property
+    def due_at(self) -> float | None:
+        """For a fired job, when it was due (unix seconds); None for any other job.
+
+        A tick the server fires to catch up after an outage carries, as its identity, the
+        slot the server counts the cadence from: the firing time rounded to the nearest second,
+        up to half a second *after* it fired. Such a tick is dated when the server stored it,
+        so that no job ever starts before its ``scheduled_for``; its id and claim keep the
+        identity, which every copy of the firing agrees on.
+        """
+        if self.fired is None:
+            return None
+        due = self.fired.due_ms / 1000
+        stored = self.delivery.stored_at
+        return stored if stored is not None and stored < due else due
+
+    @property
     def enqueued_at(self) -> float | None:
         """When the producer enqueued the job (epoch seconds), if its headers say so; for a
         fired job, when it was due: its time in the queue starts then."""
         if self.fired is not None:
-            return self.fired.due_ms / 1000
+            return self.due_at
         raw = self.delivery.headers.get(ENQUEUED_AT)
         try:
             return int(raw) / 1e9 if raw else None
@@ -77,9 +93,7 @@ class JobRun:
                 max_retries=self.task.options.max_retries,
                 enqueued_at=self.enqueued_at,
                 headers=self.delivery.headers,
-                scheduled_for=None
-                if self.fired is None
-                else datetime.fromtimestamp(self.fired.due_ms / 1000, UTC),
+                scheduled_for=None if (due := self.due_at) is None else datetime.fromtimestamp(due, UTC),
             )
         return ctx
 

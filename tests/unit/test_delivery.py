@@ -173,3 +173,18 @@ async def test_nak_after_retry_with_longest_delay_is_sent() -> None:
     await d.nak(decision.delay)
     assert len(nc.sent) == 1
     assert nc.sent[0][1].startswith(b"-NAK")
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (REPLY, 1795325908.066727278),
+        ("$JS.ACK._.ACCHASH123.JSW_APP.default.2.77.12.1795325908066727278.0", 1795325908.066727278),
+        ("$JS.ACK._.ACCHASH123.JSW_APP.default.2.77.12.1795325908066727278.0.tok", 1795325908.066727278),
+        ("", None),
+        ("$JS.ACK.S.C.1.5.5.x.0", None),
+    ],
+)
+def test_stored_at_reads_the_timestamp_token(reply: str, expected: float | None) -> None:
+    """When the server stored a message comes from the timestamp token of each reply form."""
+    assert _delivery(reply)[0].stored_at == expected

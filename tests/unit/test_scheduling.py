@@ -8,10 +8,21 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jsworker import App, ConfigurationError
+from jsworker.jetstream.delivery import Delivery
+from jsworker.runtime.execution import JobRun, identify
 from jsworker.scheduling.cron import Cron, duration_seconds, every_seconds, go_duration
 from jsworker.scheduling.declare import at_expression, due_time
 from jsworker.scheduling.firing import firing, tick_job_id
-from jsworker.wire import JOB_ID, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULE_SPEC, SCHEDULE_ZONE, SCHEDULED_FOR
+from jsworker.wire import (
+    JOB_ID,
+    SCHEDULE_NAME,
+    SCHEDULE_NEXT,
+    SCHEDULE_SPEC,
+    SCHEDULE_ZONE,
+    SCHEDULED_FOR,
+    SCHEDULER,
+    TASK,
+)
 
 
 def _utc(*parts: int) -> datetime:
@@ -131,3 +142,34 @@ def test_fired_jobs_are_identified_the_same_for_every_copy() -> None:
     )
     assert firing({}) is None
     assert tick_job_id("n", 1767225600000) == "n-20260101T000000Z"
+
+
+def test_a_catch_up_tick_is_dated_no_later_than_the_server_stored_it() -> None:
+    """The server dates a catch-up tick from the nearest whole second, here 0.3 s after it
+    stored the tick: the job keeps that id but its due time is when it was stored."""
+    app = App("dating")
+    headers = {
+        SCHEDULER: "jsw.dating.sched.every.beat",
+        SCHEDULE_NAME: "beat",
+        SCHEDULE_SPEC: "@every 1s",
+        SCHEDULE_NEXT: "2026-01-01T00:00:02Z",
+        TASK: "t",
+    }
+
+    def run(stored_ns: int) -> JobRun:
+        reply = f"$JS.ACK.S.C.1.5.5.{stored_ns}.0"
+        return identify(app, "default", Delivery(_NoVerbs(), "jsw.dating.q.default.t", reply, b"", headers))
+
+    caught_up = run(1767225600_700_000_000)
+    assert caught_up.job_id == "beat-20260101T000001Z"
+    assert caught_up.due_at == pytest.approx(1767225600.7)
+    on_time = run(1767225601_000_300_000)
+    assert on_time.job_id == caught_up.job_id
+    assert on_time.due_at == 1767225601.0
+    plain = identify(app, "default", Delivery(_NoVerbs(), "jsw.dating.q.default.t", "", b"", {TASK: "t"}))
+    assert plain.due_at is None
+
+
+class _NoVerbs:
+    async def publish(self, subject: str, data: bytes) -> None:
+        raise AssertionError("identifying a job sends nothing")
