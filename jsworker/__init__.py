@@ -9,6 +9,10 @@ from .errors import (
     ConfigurationError,
     ConnectError,
     EnqueueError,
+    JobCancelled,
+    JobExpired,
+    JobFailed,
+    JobNotFound,
     JsworkerError,
     PermissionDeniedError,
     Reject,
@@ -18,6 +22,7 @@ from .errors import (
     TopologyError,
 )
 from .job import Job, JobContext, current_job
+from .lifecycle.state import JobError, JobState, JobStatus
 from .scheduling.admin import Schedules
 from .serializers import JSONSerializer, Serializer
 from .task import Task
@@ -31,7 +36,14 @@ __all__ = [
     "EnqueueError",
     "JSONSerializer",
     "Job",
+    "JobCancelled",
     "JobContext",
+    "JobError",
+    "JobExpired",
+    "JobFailed",
+    "JobNotFound",
+    "JobState",
+    "JobStatus",
     "JsworkerError",
     "PermissionDeniedError",
     "Reject",

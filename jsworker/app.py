@@ -14,12 +14,15 @@ from .config import from_environment, option_fields
 from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ConsumerSpec, ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
+from .job import Job
+from .lifecycle.bucket import RECORDS_SINCE, jobs_bucket_spec
+from .lifecycle.client import JobLifecycle
+from .lifecycle.state import JobStatus
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
 from .scheduling.claims import claims_spec
 from .scheduling.declare import DELAYED_SINCE, Schedule, args_tuple, check_schedule_form
-from .scheduling.delayed import cancel_delayed
 from .serializers import JSONSerializer, Serializer, encode_call
 from .task import ExceptionTypes, Task, TaskArguments, TaskOptions, check_job_id
 
@@ -40,6 +43,9 @@ class AppArguments(TypedDict, total=False):
     retry_backoff_max: float
     retry_on: ExceptionTypes
     dont_retry_on: ExceptionTypes
+    results: bool
+    result_ttl: float
+    expires: float | None
     duplicate_window: float
     replicas: int
     dlq_max_age: float
@@ -65,7 +71,7 @@ class AppArguments(TypedDict, total=False):
 
 
 # App keywords that name a field of another class.
-_ALIASES = {"default_queue": "queue"}
+_ALIASES = {"default_queue": "queue", "results": "store_result"}
 
 
 class App:
@@ -122,6 +128,8 @@ class App:
         #: Periodic schedules declared with ``app.schedule`` or ``@app.task(cron=...)``, by name.
         self.schedules: dict[str, Schedule] = {}
         self.producer = Producer(self)
+        #: Results, status and cancels of this app's jobs (what ``Job`` and ``App`` delegate to).
+        self.lifecycle = JobLifecycle(self)
 
     @property
     def servers(self) -> list[str]:
@@ -149,6 +157,8 @@ class App:
         name: str | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        unique: bool = False,
+        unique_key: Callable[..., str] | None = None,
         **options: Unpack[TaskArguments],
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
@@ -160,6 +170,8 @@ class App:
         name: str | None = None,
         cron: str | None = None,
         tz: str | None = None,
+        unique: bool = False,
+        unique_key: Callable[..., str] | None = None,
         **options: Unpack[TaskArguments],
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task, bare (``@app.task``) or with options.
@@ -167,9 +179,14 @@ class App:
         Async functions run on the worker's event loop; sync functions run in the worker's
         thread pool. Options (see :class:`TaskOptions`) left out or None take the app's
         defaults. ``cron`` (with ``tz``) also declares a periodic schedule named after the task
-        that runs it without arguments (see :meth:`schedule`). Names and values are checked
-        now, so a bad one fails at import, not at enqueue.
+        that runs it without arguments (see :meth:`schedule`). ``unique=True`` makes one job
+        per task and arguments at a time (``unique_key``: per the string a function of the
+        arguments returns): while it is scheduled, queued or running, enqueueing it again makes
+        no second job and returns a receipt with ``duplicate=True`` naming it. Names and values
+        are checked now, so a bad one fails at import, not at enqueue.
         """
+        if unique_key is not None and not callable(unique_key):
+            raise ConfigurationError(f"unique_key must be a function of the arguments, not {unique_key!r}")
         unknown = set(options) - set(TaskArguments.__annotations__)
         if unknown:
             raise TypeError(f"app.task() got unknown options: {', '.join(sorted(unknown))}")
@@ -183,7 +200,7 @@ class App:
                     f"app {self.name} already has a task named {task_name!r}; "
                     "pass name=... to tell them apart"
                 )
-            task = Task(self, func, task_name, task_options)
+            task = Task(self, func, task_name, task_options, unique_key or bool(unique))
             if cron is not None or tz is not None:
                 if cron is None:
                     raise ConfigurationError(f"task {task_name}: tz is for cron=...; give cron too")
@@ -239,13 +256,30 @@ class App:
         self.schedules[label] = declared
         return declared
 
+    # -- jobs after their enqueue ---------------------------------------------------------
+
+    def job(self, job_id: str) -> Job:
+        """A handle on job ``job_id`` from an id kept elsewhere (a web request, another
+        process): the same ``result``/``status``/``cancel`` as an enqueue's receipt."""
+        return Job(id=check_job_id(job_id), task="", queue="", seq=0, app=self)
+
+    async def astatus(self, job_id: str) -> JobStatus:
+        """Where job ``job_id`` is in its lifecycle: ``scheduled``, ``queued``, ``running``,
+        ``retrying``, ``succeeded``, ``failed``, ``cancelled``, ``expired`` or ``unknown``,
+        with attempts and times where known (README: "Job lifecycle" says what each is read
+        from). Needs nats-server 2.11+."""
+        return await self.lifecycle.status(check_job_id(job_id))
+
+    def status(self, job_id: str) -> JobStatus:
+        """Sync form of :meth:`astatus`."""
+        return self.producer.run_sync(self.astatus, job_id)
+
     async def acancel(self, job_id: str) -> bool:
-        """Cancel delayed job ``job_id`` before it fires: True when it was waiting and now never
-        runs, False when there was nothing to cancel (an unknown id, or a job that already
-        fired: it runs or ran)."""
-        conn = await self.producer.connection()
-        conn.require_version("cancelling delayed jobs", DELAYED_SINCE)
-        return await cancel_delayed(self, conn, check_job_id(job_id))
+        """Cancel job ``job_id`` before it finishes: True when it was scheduled, queued,
+        retrying or running and now never runs (again), False when there was nothing to
+        cancel (an unknown id, or a job that already finished). A running async task is
+        cancelled within moments; a sync one is told through ``current_job().cancelled``."""
+        return await self.lifecycle.cancel(check_job_id(job_id))
 
     def cancel(self, job_id: str) -> bool:
         """Sync form of :meth:`acancel`."""
@@ -347,11 +381,13 @@ class App:
         )
 
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:
-        """Create or update the job and dead-letter streams, the claims stream (servers with
-        schedules) and the events stream if used;
+        """Create or update the job and dead-letter streams, the jobs bucket (servers with
+        per-message TTLs), the claims stream (servers with schedules) and the events stream if used;
         returns the existing streams whose replicas differ from ``replicas`` (left as they are)."""
         schedules = conn.server_version >= DELAYED_SINCE
         specs = [self.stream_spec(schedules), self.dlq_spec()]
+        if conn.server_version >= RECORDS_SINCE:
+            specs.append(jobs_bucket_spec(self.namespace, self.options.replicas))
         if schedules:
             specs.append(claims_spec(self.namespace, self.options.replicas))
         if self.options.events:

@@ -68,6 +68,43 @@ class SerializationError(JsworkerError):
     """Arguments could not be encoded, or a message body could not be decoded."""
 
 
+class JobNotFound(JsworkerError):
+    """No job with that id is known: never enqueued, or finished and no record kept of it."""
+
+
+class JobFailed(JsworkerError):
+    """The job was dead-lettered. ``error_type``, ``error_message`` and ``traceback`` describe
+    the exception of its last attempt (None when it never ran: bad input, an unknown task)."""
+
+    def __init__(
+        self,
+        job_id: str,
+        reason: str,
+        error_type: str | None = None,
+        error_message: str | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        super().__init__(f"job {job_id} failed: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+        self.error_type = error_type
+        self.error_message = error_message
+        self.traceback = traceback
+
+
+class JobCancelled(JsworkerError):
+    """The job was cancelled (``app.cancel``) and has no result."""
+
+    def __init__(self, job_id: str, reason: str = "cancelled") -> None:
+        super().__init__(f"job {job_id} was {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+class JobExpired(JobCancelled):
+    """The job was not started within its ``expires`` and was never run."""
+
+
 class TaskControl(Exception):
     """Base of the signals a task raises to decide its job's fate."""
 

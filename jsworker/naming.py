@@ -160,6 +160,24 @@ class Namespace:
         return f"jsw.{self.app}.claim.{job_id}.{due_ms}"
 
     @property
+    def jobs_bucket(self) -> str:
+        """The key-value bucket of job records (results and lifecycle states), keyed by job id."""
+        return f"jsw_{self.app}_jobs"
+
+    @property
+    def jobs_stream(self) -> str:
+        """The stream behind :attr:`jobs_bucket` (named as every key-value bucket's is)."""
+        return f"KV_{self.jobs_bucket}"
+
+    def record_subject(self, job_id: str = ">") -> str:
+        """Subject of the record of ``job_id`` in :attr:`jobs_bucket` (``>``: all of them)."""
+        return f"$KV.{self.jobs_bucket}.{job_id}"
+
+    def cancel_subject(self, job_id: str = "*") -> str:
+        """Subject a cancel of running job ``job_id`` is announced on to the workers."""
+        return f"jsw.{self.app}.cancel.{job_id}"
+
+    @property
     def inbox_prefix(self) -> str:
         """The default prefix of the app's reply inboxes; a connection of role ``r`` gets its
         replies under ``<prefix>.<r>.>``. Outside ``_INBOX.``, which every client may be
@@ -174,25 +192,40 @@ class Namespace:
         """Filter subject of a queue's durable consumer."""
         return f"jsw.{self.app}.q.{queue}.>"
 
-    def job_subject(self, queue: str, task: str) -> str:
-        """Subject a job of ``task`` on ``queue`` is published to."""
-        return f"jsw.{self.app}.q.{queue}.{task}"
+    def job_subject(self, queue: str, task: str, job_id: str | None = None) -> str:
+        """Subject a job of ``task`` on ``queue`` is published to: ``...q.<queue>.<task>.<job id>``.
+
+        The job id as the last token lets the server find a waiting or running job by its id
+        (status, cancel) and refuse a second one with the same id (unique jobs) without any
+        record of jsworker's own. Without ``job_id``, the subject a periodic tick is fired to:
+        its id is only known when it fires.
+        """
+        if job_id is None:
+            return f"jsw.{self.app}.q.{queue}.{task}"
+        return f"jsw.{self.app}.q.{queue}.{task}.{job_id}"
+
+    def job_filter(self, job_id: str) -> str:
+        """Filter matching the job ``job_id`` on any queue, while it waits or runs."""
+        return f"jsw.{self.app}.q.*.*.{job_id}"
 
     def dlq_subject(self, queue: str, task: str) -> str:
         """Subject a dead letter of ``task`` on ``queue`` is stored under."""
         return f"jsw.{self.app}.dlq.{queue}.{task}"
 
     def parse_job_subject(self, subject: str) -> tuple[str, str] | None:
-        """Return ``(queue, task)`` from a job subject, or None when it is not one of ours."""
-        return self._parse(subject, "q")
+        """Return ``(queue, task)`` from a job subject (with or without the job id token),
+        or None when it is not one of ours."""
+        return self._parse(subject, "q", with_id=True)
 
     def parse_dlq_subject(self, subject: str) -> tuple[str, str] | None:
         """Return ``(queue, task)`` from a dead-letter subject, or None when it is not one."""
         return self._parse(subject, "dlq")
 
-    def _parse(self, subject: str, kind: str) -> tuple[str, str] | None:
+    def _parse(self, subject: str, kind: str, with_id: bool = False) -> tuple[str, str] | None:
         parts = subject.split(".")
-        if len(parts) != 5 or parts[0] != "jsw" or parts[1] != self.app or parts[2] != kind:
+        if not (len(parts) == 5 or (with_id and len(parts) == 6 and parts[5])):
+            return None
+        if parts[0] != "jsw" or parts[1] != self.app or parts[2] != kind:
             return None
         if not parts[3] or not parts[4]:
             return None

@@ -4,9 +4,10 @@ Three roles use an app (see :data:`~jsworker.naming.ROLES`):
 
 * **producer** enqueues jobs: it may publish to the app's job subjects and delayed-job
   schedules (and the ``enqueued``, ``scheduled`` and ``cancelled`` job events), look up its
-  job stream, and read the replies on its own inbox. To cancel a delayed job it may read and
-  delete single messages of the job stream and write claims. It cannot purge anything, read a
-  dead letter or an event, or take another role's replies.
+  job stream, and read the replies on its own inbox. For a job's status, result and cancel it
+  may read and delete single messages of the job stream, read its queues' consumers, read,
+  write and watch job records, announce cancels and write claims. It cannot purge anything,
+  read a dead letter or an event, or take another role's replies.
 * **worker** runs jobs: it creates and updates the app's streams and its queue consumers,
   pulls and acknowledges jobs, stores dead letters, events and claims, installs periodic
   schedules, and may enqueue.
@@ -55,14 +56,19 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
         raise ValueError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
     ns = Namespace(app)
     inbox = f"{inbox_prefix or ns.inbox_prefix}.{role}.>"
-    streams = (ns.stream, ns.dlq_stream, ns.events_stream, ns.claims_stream)
-    # Enqueueing a delayed job and cancelling it, which every role may do.
+    streams = (ns.stream, ns.dlq_stream, ns.events_stream, ns.claims_stream, ns.jobs_stream)
+    # Enqueueing a delayed job, a job's status and result, and cancelling any job, which
+    # every role may do.
     delayed = [
         ns.delayed_filter(),
         ns.claim_subjects,
+        ns.record_subject(),
+        ns.cancel_subject(),
         f"{_API}.STREAM.MSG.GET.{ns.stream}",
         f"{_API}.STREAM.MSG.DELETE.{ns.stream}",
         f"{_API}.STREAM.MSG.GET.{ns.claims_stream}",
+        f"{_API}.STREAM.MSG.GET.{ns.jobs_stream}",
+        f"{_API}.CONSUMER.INFO.{ns.stream}.*",
     ]
     if role == "producer":
         publish = [
@@ -71,7 +77,8 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
             *(f"jsw.{ns.app}.ev.*.*.{kind}" for kind in ("enqueued", "scheduled", "cancelled")),
             f"{_API}.STREAM.INFO.{ns.stream}",
         ]
-        return Permissions(role=role, publish=tuple(publish), subscribe=(inbox,))
+        # Results are watched as they are stored.
+        return Permissions(role=role, publish=tuple(publish), subscribe=(inbox, ns.record_subject()))
     # What workers and operators both do: enqueue (workers from tasks, operators replaying dead
     # letters), create and read the app's streams, and read its queues (the queue gauges and
     # `status` read each queue's oldest waiting job).
@@ -81,7 +88,6 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
         # Periodic schedules: workers install them, operators also pause and remove them.
         f"jsw.{ns.app}.sched.repeat.*",
         *(f"{_API}.STREAM.{verb}.{s}" for s in streams for verb in ("INFO", "CREATE", "UPDATE")),
-        f"{_API}.CONSUMER.INFO.{ns.stream}.*",
         f"{_API}.CONSUMER.LIST.{ns.stream}",
     ]
     if role == "worker":
@@ -93,6 +99,8 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
             f"{_API}.CONSUMER.MSG.NEXT.{ns.stream}.*",
             f"$JS.ACK.{ns.stream}.>",
         ]
+        # Cancels of running jobs reach the workers running them.
+        return Permissions(role=role, publish=tuple(publish), subscribe=(inbox, ns.cancel_subject()))
     else:
         kept = (ns.dlq_stream, ns.events_stream)
         publish += [
@@ -114,7 +122,7 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
             f"{_API}.STREAM.MSG.DELETE.{ns.dlq_stream}",
             f"{_API}.STREAM.PURGE.{ns.dlq_stream}",
         ]
-    return Permissions(role=role, publish=tuple(publish), subscribe=(inbox,))
+    return Permissions(role=role, publish=tuple(publish), subscribe=(inbox, ns.record_subject()))
 
 
 def server_config(apps: Sequence[str], roles: Sequence[Role] = ROLES, inbox_prefix: str | None = None) -> str:

@@ -14,17 +14,19 @@ import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import ConnectError, EnqueueError, PermissionDeniedError, TopologyError
+from .errors import ConfigurationError, ConnectError, EnqueueError, PermissionDeniedError, TopologyError
 from .events.emit import EventEmitter
 from .jetstream.connection import Connection
-from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored
+from .jetstream.limits_stream import LimitsStream
+from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .job import Job
 from .scheduling.declare import DELAYED_SINCE
 from .scheduling.delayed import delayed_message
 from .serializers import encode_call
-from .wire import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, TASK
+from .wire import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, EXPIRES_AT, JOB_ID, MSG_ID, TASK
 
 if TYPE_CHECKING:
     from .app import App
@@ -87,15 +89,25 @@ class Producer:
     def message(self, task: Task[Any, Any], call: Call) -> OutMessage:
         """The message that carries ``call`` of ``task`` (for a delayed job, its schedule)."""
         app = self._app
+        headers = {
+            MSG_ID: call.job_id,
+            TASK: task.name,
+            ENQUEUED_AT: str(time.time_ns()),
+            CONTENT_TYPE: app.serializer.content_type,
+        }
+        if call.expires_at is not None:
+            headers[EXPIRES_AT] = str(call.expires_at)
+        if call.unique:
+            # The server refuses the job while its subject (ending in the id, derived from the
+            # key) holds one: queued or running. No dedup key, which would also refuse a new
+            # job with that key for a while after the last one finished.
+            del headers[MSG_ID]
+            headers[JOB_ID] = call.job_id
+            headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
         msg = OutMessage(
-            subject=app.namespace.job_subject(task.queue, task.name),
+            subject=app.namespace.job_subject(task.queue, task.name, call.job_id),
             body=encode_call(app.serializer, call.args, call.kwargs),
-            headers={
-                MSG_ID: call.job_id,
-                TASK: task.name,
-                ENQUEUED_AT: str(time.time_ns()),
-                CONTENT_TYPE: app.serializer.content_type,
-            },
+            headers=headers,
         )
         if call.due is not None:
             return delayed_message(app.namespace, task.queue, msg, call.due)
@@ -108,14 +120,45 @@ class Producer:
             # Checked before anything is sent: an older server would store the schedule as
             # a plain message on a subject no worker reads.
             (await self.connection()).require_version("delayed jobs", DELAYED_SINCE)
+        if call.unique and (held := await self._held(task, call, other_form=True)) is not None:
+            return held
         msg = self.message(task, call)
-        stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
+        try:
+            stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
+        except SubjectTaken:
+            held = await self._held(task, call)
+            if held is None:  # finished in the meantime: its key is free again
+                return await self.send(task, call)
+            return held
         self._count(task, stored, started, delayed=call.due is not None)
         await self._emit_enqueued(task, [msg], stored)
         return self._receipt(task, call, stored[0])
 
+    async def _held(self, task: Task[Any, Any], call: Call, other_form: bool = False) -> Job | None:
+        """The receipt of the job holding a unique call's key (``duplicate=True``), or None.
+
+        With ``other_form``, only the form the enqueue itself does not check is looked at: a
+        scheduled job for an immediate call, a queued or running one for a delayed call.
+        """
+        ns = self._app.namespace
+        stream = LimitsStream(await self.connection(), ns.stream)
+        queued = call.due is not None or not other_form
+        scheduled = call.due is None or not other_form
+        found = await stream.next(ns.job_filter(call.job_id)) if queued else None
+        due: datetime | None = None
+        if found is None and scheduled:
+            found = await stream.next(ns.delayed_filter(job_id=call.job_id))
+            parsed = ns.parse_delayed_subject(found.subject) if found is not None else None
+            due = datetime.fromtimestamp(parsed[1] / 1000, UTC) if parsed is not None else None
+        if found is None:
+            return None
+        self._app.metrics.producer(task.queue, task.name)[1].inc()
+        return Job(call.job_id, task.name, task.queue, found.seq, True, due, self._app)
+
     async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
         """Store many jobs with many acknowledgements outstanding; receipts in order."""
+        if task.unique:
+            raise ConfigurationError(f"task {task.name} is unique: enqueue its jobs one at a time")
         started = time.perf_counter()
         msgs = [self.message(task, call) for call in calls]
         stored = await self._with_topology(task, lambda p: p.publish_many(msgs), msgs)
@@ -193,13 +236,14 @@ class Producer:
                 )
                 raise EnqueueError(f"cannot enqueue: {denied}{stored}") from denied
             return result if isinstance(result, list) else [result]
+        except SubjectTaken:
+            raise  # not a failure: the caller answers with the job that holds the key
         except EnqueueError:
             # The whole call failed: some of its jobs may be stored, none has a receipt.
             self._app.metrics.enqueue_failures.labels(task.queue, task.name).inc(len(msgs))
             raise
 
-    @staticmethod
-    def _receipt(task: Task[Any, Any], call: Call, stored: Stored) -> Job:
+    def _receipt(self, task: Task[Any, Any], call: Call, stored: Stored) -> Job:
         return Job(
             id=call.job_id,
             task=task.name,
@@ -207,6 +251,7 @@ class Producer:
             seq=stored.seq,
             duplicate=stored.duplicate,
             scheduled_for=call.due,
+            app=self._app,
         )
 
     # -- the sync bridge ------------------------------------------------------------------

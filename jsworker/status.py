@@ -77,10 +77,12 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
     """The status of every queue of ``app``, sorted by name.
 
     The queues are those with a task, those with a jsworker consumer on the job stream (a
-    consumer named ``<queue>`` filtering ``jsw.<app>.q.<queue>.>``), and those with jobs or dead
-    letters stored, so jobs for a queue nobody serves any more still show up. A stream that
-    does not exist yet (the app never ran) reads as empty. Without ``conn`` a connection is
-    opened for the call and closed after it (:class:`~jsworker.ConnectError` if none can be).
+    consumer named ``<queue>`` filtering ``jsw.<app>.q.<queue>.>``), and those with delayed
+    jobs or dead letters stored. Counts come from the consumers; only a declared queue that no
+    worker has served yet (no consumer) has its job subjects counted, since every waiting job
+    has a subject of its own. A stream that does not exist yet (the app never ran) reads as
+    empty. Without ``conn`` a connection is opened for the call and closed after it
+    (:class:`~jsworker.ConnectError` if none can be).
     """
     if conn is None:
         own = await Connection.open(app.connect_options("operator", "status"))
@@ -89,8 +91,7 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
         finally:
             await own.close()
     ns = app.namespace
-    jobs, dlq, consumers, waiting = await asyncio.gather(
-        stream_facts(conn, ns.stream, ns.job_subjects),
+    dlq, consumers, waiting = await asyncio.gather(
         stream_facts(conn, ns.dlq_stream, ns.dlq_subjects),
         consumer_facts(conn, ns.stream),
         stream_facts(conn, ns.stream, ns.delayed_filter()),
@@ -103,13 +104,17 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
             queue, due, _ = parsed
             delayed[queue] = delayed.get(queue, 0) + count
             next_due[queue] = min(due, next_due.get(queue, due))
-    stored = _per_queue(jobs, ns.parse_job_subject)
     dead = _per_queue(dlq, ns.parse_dlq_subject)
     # A consumer with another filter is not a jsworker queue (someone's own inspector, say).
     by_queue: dict[str, ConsumerFacts] = {
         c.name: c for c in consumers if c.filter_subject == ns.queue_filter(c.name)
     }
-    queues = sorted(set(app.queues) | set(by_queue) | set(stored) | set(dead) | set(delayed))
+    unserved = [q for q in app.queues if q not in by_queue]
+    stored: dict[str, int] = {}
+    for facts in await asyncio.gather(*(stream_facts(conn, ns.stream, ns.queue_filter(q)) for q in unserved)):
+        for queue, count in _per_queue(facts, ns.parse_job_subject).items():
+            stored[queue] = stored.get(queue, 0) + count
+    queues = sorted(set(app.queues) | set(by_queue) | set(dead) | set(delayed))
 
     starts: dict[str, tuple[str, int]] = {}
     for queue in queues:
@@ -119,10 +124,10 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
             # handed out; on a work-queue stream everything before is done or in flight.
             starts[queue] = (ns.queue_filter(queue), consumer.delivered_stream_seq + 1)
         elif consumer is None and stored.get(queue, 0) > 0:
-            starts[queue] = (ns.queue_filter(queue), jobs.first_seq)
+            starts[queue] = (ns.queue_filter(queue), waiting.first_seq)
     oldest = await first_stored_times(conn, ns.stream, starts)
     # The server's clock when it answered: ages do not depend on this machine's clock.
-    now = jobs.server_time or time.time()
+    now = waiting.server_time or time.time()
 
     result = []
     for queue in queues:

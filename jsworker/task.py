@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,6 +55,13 @@ class TaskOptions:
     retry_backoff_max: float = option(600.0, help="Most seconds any retry waits.")
     retry_on: ExceptionTypes = option((Exception,), help="Exceptions that retry.")
     dont_retry_on: ExceptionTypes = option((), help="Exceptions that never retry, even if in retry_on.")
+    store_result: bool = option(
+        False, help="Keep each job's return value (or failure) for job.result() and app.status()."
+    )
+    result_ttl: float = option(86400.0, help="Seconds a job's result and final state are kept.")
+    expires: float | None = option(
+        None, help="Seconds after enqueue past which a job that has not started is never run (None: never)."
+    )
 
     def __post_init__(self) -> None:
         validate_name("queue", self.queue)
@@ -64,6 +74,10 @@ class TaskOptions:
         if self.timeout is not None:
             check_seconds("timeout", self.timeout)
         check_seconds("ack_wait", self.ack_wait)
+        check_seconds("result_ttl", self.result_ttl)
+        if self.expires is not None:
+            check_seconds("expires", self.expires)
+        object.__setattr__(self, "store_result", bool(self.store_result))
         check_seconds("retry_backoff", self.retry_backoff, positive=False)
         check_seconds("retry_backoff_max", self.retry_backoff_max, positive=False)
         for what in ("retry_on", "dont_retry_on"):
@@ -91,15 +105,21 @@ class TaskArguments(TypedDict, total=False):
     retry_backoff_max: float | None
     retry_on: ExceptionTypes | None
     dont_retry_on: ExceptionTypes | None
+    store_result: bool | None
+    result_ttl: float | None
+    expires: float | None
 
 
 class Call(NamedTuple):
-    """One job to enqueue: its arguments, its id, and when it is due (None: now)."""
+    """One job to enqueue: its arguments, its id, when it is due (None: now), when it expires
+    (unix milliseconds, None: never) and whether it is unique (its id derived from its key)."""
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     job_id: str
     due: datetime | None = None
+    expires_at: int | None = None
+    unique: bool = False
 
 
 _JOB_ID = re.compile(r"[A-Za-z0-9_=-]{1,128}")
@@ -118,6 +138,24 @@ def check_job_id(job_id: object) -> str:
             "(no dots, spaces, ':', '*' or '>')"
         )
     return job_id
+
+
+def unique_key(task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The job id of a unique task's call: ``<task>-u<hash>``, the hash (sha256, 32 hex digits)
+    of the key: the task's key function's answer, or the arguments as canonical JSON."""
+    if callable(task.unique):
+        key = task.unique(*args, **kwargs)
+        if not isinstance(key, str):
+            raise TypeError(f"task {task.name}: unique_key must return a str, not {type(key).__name__}")
+    else:
+        try:
+            key = json.dumps([list(args), kwargs], sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"task {task.name}: arguments cannot make a unique key ({exc}); give unique=<a function "
+                "of the arguments returning a str>"
+            ) from exc
+    return f"{task.name}-u{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 def new_job_id() -> str:
@@ -142,8 +180,18 @@ class Task(Generic[P, R]):
     with the function's own parameter types and return a :class:`~jsworker.Job` receipt.
     """
 
-    def __init__(self, app: App, fn: Callable[P, R], name: str, options: TaskOptions) -> None:
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        name: str,
+        options: TaskOptions,
+        unique: bool | Callable[..., str] = False,
+    ) -> None:
         self.app = app
+        #: True (key: the arguments) or a function of the arguments giving the key: while a
+        #: job of this task with that key is scheduled, queued or running, no second is made.
+        self.unique = unique
         self.fn = fn
         self.name = name
         self.options = options
@@ -197,20 +245,33 @@ class Task(Generic[P, R]):
         kwargs: Mapping[str, Any] | None,
         job_id: str | None,
         due: datetime | None = None,
+        expires: float | None = None,
     ) -> Call:
         """The checked :class:`Call` of these arguments (types encoded when the task has
-        annotations); ``TypeError`` when they do not fit the function."""
+        annotations); ``TypeError`` when they do not fit the function. ``expires`` (seconds
+        from now) overrides the task's."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"task {self.name}: args must be a sequence (a tuple or list), not {args!r:.100}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise TypeError(f"task {self.name}: kwargs must be a mapping (a dict), not {kwargs!r:.100}")
         kw = dict(kwargs or {})
         self.check_arguments(args, kw)
+        # A key function sees the arguments as the caller gave them, the default key the
+        # encoded ones (which are what is sent, so equal calls give equal keys).
+        key = unique_key(self, args, kw) if callable(self.unique) else None
         if self.typed is not None:
             args, kw = self.typed.encode(args, kw)
+        if self.unique is True:
+            key = unique_key(self, args, kw)
         if job_id is not None:
             check_job_id(job_id)
-        return Call(tuple(args), kw, job_id or new_job_id(), due)
+            if key is not None:
+                raise ConfigurationError(
+                    f"task {self.name} is unique: its job id comes from its key, not job_id="
+                )
+        expires = self.options.expires if expires is None else check_seconds("expires", expires)
+        expires_at = None if expires is None else int((time.time() + expires) * 1000)
+        return Call(tuple(args), kw, key or job_id or new_job_id(), due, expires_at, key is not None)
 
     def _calls(self, items: Iterable[CallArgs]) -> list[Call]:
         calls = []
@@ -240,15 +301,17 @@ class Task(Generic[P, R]):
         job_id: str | None = None,
         countdown: float | None = None,
         eta: datetime | None = None,
+        expires: float | None = None,
     ) -> Job:
         """Enqueue with explicit arguments and, optionally, your own job id (dedup key).
 
         ``countdown`` (seconds) or ``eta`` (a timezone-aware datetime) delays the job: the
         server keeps it and puts it in the queue at that time (never earlier), so it waits
         through worker and server restarts; an ``eta`` in the past runs at once.
-        :meth:`App.cancel <jsworker.App.cancel>` removes it until then.
+        :meth:`App.cancel <jsworker.App.cancel>` removes it until then. ``expires`` (seconds
+        from now; the task's by default) drops the job unrun if no worker starts it in time.
         """
-        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta))
+        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires)
         return await self.app.producer.send(self, call)
 
     async def adelay_many(self, items: Iterable[CallArgs]) -> list[Job]:
@@ -270,9 +333,10 @@ class Task(Generic[P, R]):
         job_id: str | None = None,
         countdown: float | None = None,
         eta: datetime | None = None,
+        expires: float | None = None,
     ) -> Job:
         """Sync form of :meth:`aapply`."""
-        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta))
+        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires)
         return self.app.producer.run_sync(self.app.producer.send, self, call)
 
     def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:

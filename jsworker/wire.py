@@ -17,6 +17,11 @@ ENQUEUED_AT = "Jsw-Enqueued-At"
 
 CONTENT_TYPE = "Content-Type"
 
+EXPIRES_AT = "Jsw-Expires-At"
+"""Unix milliseconds after which the job must not start (``expires``)."""
+UNIQUE = "Jsw-Unique"
+"""Set on a unique job: its id is derived from its key and names one job at a time."""
+
 QUEUE = "Jsw-Queue"
 ORIGINAL_SUBJECT = "Jsw-Original-Subject"
 DLQ_REASON = "Jsw-Dlq-Reason"
@@ -44,6 +49,8 @@ SCHEDULER = "Nats-Scheduler"
 SCHEDULE_NEXT = "Nats-Schedule-Next"
 """Set by the server on a fired message: ``purge`` (fired once) or the next fire time."""
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+"""The subject (wildcards allowed) :data:`EXPECTED_LAST_SUBJECT_SEQ` is checked on (2.11+)."""
 ROLLUP = "Nats-Rollup"
 
 SCHEDULED_FOR = "Jsw-Scheduled-For"

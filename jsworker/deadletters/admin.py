@@ -28,6 +28,7 @@ from ..jetstream.session import OperatorSession
 from ..job import Job
 from ..naming import validate_name
 from ..observability.logging import get_logger
+from ..task import check_job_id
 from .format import task_token
 from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, job_id_of
 
@@ -256,13 +257,15 @@ class DeadLetters(OperatorSession):
                 f"{why}: its body was cut from {letter.original_size} bytes to fit max_payload"
             )
         ns = self.app.namespace
-        subject = letter.subject
-        if ns.parse_job_subject(subject) is None:
-            # Letters from before Jsw-Original-Subject existed, or with a hostile one.
-            try:
-                subject = ns.job_subject(validate_name("queue", letter.queue), task_token(letter.task))
-            except ConfigurationError as exc:
-                raise DeadLetterNotReplayable(f"{why}: it names no job subject") from exc
+        where = ns.parse_job_subject(letter.subject)
+        try:
+            if where is None:
+                # Letters from before Jsw-Original-Subject existed, or with a hostile one.
+                where = validate_name("queue", letter.queue), task_token(letter.task)
+            # The job id becomes the subject's last token, so the replayed job can be found by it.
+            subject = ns.job_subject(*where, check_job_id(letter.job_id))
+        except ConfigurationError as exc:
+            raise DeadLetterNotReplayable(f"{why}: it names no job subject") from exc
         headers = {k: v for k, v in letter.headers.items() if k.lower() not in _LETTER_ONLY}
         headers.update(
             {

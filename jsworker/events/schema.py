@@ -7,7 +7,15 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 EventKind = Literal[
-    "enqueued", "scheduled", "cancelled", "started", "succeeded", "failed", "retried", "dead_lettered"
+    "enqueued",
+    "scheduled",
+    "cancelled",
+    "expired",
+    "started",
+    "succeeded",
+    "failed",
+    "retried",
+    "dead_lettered",
 ]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 

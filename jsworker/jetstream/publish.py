@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import nats.errors
 
 from ..errors import EnqueueError
-from ..wire import MSG_ID
+from ..wire import EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID
 from .api import REQUEST_ERRORS, UNAVAILABLE, classify, parse_reply
 from .connection import Connection
 from .message import (
@@ -29,8 +29,21 @@ from .message import (
 from .pipeline import AckPipeline, RefusedError, StalledError
 
 _SCHEDULES_DISABLED = 10188
+_WRONG_LAST_SEQUENCE = (10071, 10164)
 
-__all__ = ["NoStreamError", "OutMessage", "PayloadTooLargeError", "Publisher", "Stored", "check_size"]
+__all__ = [
+    "NoStreamError",
+    "OutMessage",
+    "PayloadTooLargeError",
+    "Publisher",
+    "Stored",
+    "SubjectTaken",
+    "check_size",
+]
+
+
+class SubjectTaken(EnqueueError):
+    """A message meant for an empty subject found one there (a unique job's key is taken)."""
 
 
 class Publisher:
@@ -120,8 +133,10 @@ class Publisher:
 
 def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int, retry_no_stream: bool) -> None:
     """Raise the jsworker error for failures a retry cannot fix; return for those it can."""
-    job = msg.headers.get(MSG_ID)
+    job = msg.headers.get(MSG_ID) or msg.headers.get(JOB_ID)
     failure = classify(exc)
+    if failure.err_code in _WRONG_LAST_SEQUENCE and EXPECTED_LAST_SUBJECT_SEQ in msg.headers:
+        raise SubjectTaken(f"job {job}: {msg.subject} already holds a job") from exc
     if failure.code == UNAVAILABLE:
         if retry_no_stream:
             return  # the stream exists: its leader is being elected, or the server is restarting

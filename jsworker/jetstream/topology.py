@@ -41,6 +41,8 @@ class StreamSpec:
     memory: bool = False
     max_msgs_per_subject: int = -1
     schedules: bool = False
+    #: A key-value bucket: direct reads, rollups and per-message TTLs (servers 2.11+).
+    kv: bool = False
 
     def config(self) -> StreamConfig:
         """The nats-py config for this spec."""
@@ -60,6 +62,9 @@ class StreamSpec:
             max_msgs_per_subject=self.max_msgs_per_subject,
             # Servers before 2.12 do not know the field: it is only sent when wanted.
             allow_msg_schedules=True if self.schedules else None,
+            allow_direct=True if self.kv else None,
+            allow_rollup_hdrs=self.kv,
+            allow_msg_ttl=True if self.kv else None,
         )
 
 
@@ -158,6 +163,7 @@ async def _reconcile_stream(
         and (current.max_msgs_per_subject or -1) == wanted.max_msgs_per_subject
         # Schedules, once allowed, cannot be turned off again; a spec without them leaves them.
         and (bool(current.allow_msg_schedules) or not spec.schedules)
+        and (bool(current.allow_msg_ttl) or not spec.kv)
     ):
         return differ
     if current.allow_msg_schedules:

@@ -109,7 +109,13 @@ class Metrics:
             "jsworker_jobs_scheduled", "Delayed jobs stored to run later.", _QT, registry=r
         )
         self.cancelled = Counter(
-            "jsworker_jobs_cancelled", "Delayed jobs cancelled before they fired.", _QT, registry=r
+            "jsworker_jobs_cancelled",
+            "Jobs cancelled: delayed ones before they fired, queued and running ones.",
+            _QT,
+            registry=r,
+        )
+        self.expired = Counter(
+            "jsworker_jobs_expired", "Jobs not started before they expired: never run.", _QT, registry=r
         )
         self.fired = Counter(
             "jsworker_jobs_fired",
@@ -133,7 +139,14 @@ class Metrics:
     def declare_task(self, queue: str, task: str) -> None:
         """Start the producer counters of a declared task at 0, so that ``increase()`` in an
         alert sees its first failure (a series first scraped at 1 shows no increase)."""
-        counters = (self.enqueued, self.duplicates, self.enqueue_failures, self.scheduled, self.cancelled)
+        counters = (
+            self.enqueued,
+            self.duplicates,
+            self.enqueue_failures,
+            self.scheduled,
+            self.cancelled,
+            self.expired,
+        )
         for counter in counters:
             counter.labels(queue, task)
 

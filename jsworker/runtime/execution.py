@@ -41,6 +41,8 @@ class JobRun:
     kwargs: dict[str, Any] = field(default_factory=dict)
     #: Set for a job a schedule fired (a delayed job or a tick): its identity and due time.
     fired: Firing | None = None
+    #: Set when a cancel of this job reaches the worker running it.
+    cancel_requested: bool = False
     _context: JobContext | None = None
 
     @property
@@ -94,8 +96,12 @@ class JobRun:
                 enqueued_at=self.enqueued_at,
                 headers=self.delivery.headers,
                 scheduled_for=None if (due := self.due_at) is None else datetime.fromtimestamp(due, UTC),
+                is_cancelled=self._is_cancelled,
             )
         return ctx
+
+    def _is_cancelled(self) -> bool:
+        return self.cancel_requested
 
 
 def identify(app: App, queue: str, delivery: Delivery) -> JobRun:
@@ -172,17 +178,17 @@ class Executor:
                 # them, both measurable in a short job's cost (asyncio.timeout is 3.0 us a job,
                 # anyio.fail_after 7.0 us: bench/hotpath.py).
                 if task.is_async:
-                    await task.fn(*args, **kwargs)
+                    value = await task.fn(*args, **kwargs)
                 else:
-                    await self.threads.run(task.fn, *args, **kwargs)
+                    value = await self.threads.run(task.fn, *args, **kwargs)
             elif task.is_async:
                 async with asyncio.timeout(timeout) as scope:
-                    await task.fn(*args, **kwargs)
+                    value = await task.fn(*args, **kwargs)
             else:
                 # Shielded: a timeout must not drop the thread's call, see _outlive.
                 thread = self.threads.submit(task.fn, *args, **kwargs)
                 async with asyncio.timeout(timeout) as scope:
-                    await asyncio.shield(thread)
+                    value = await asyncio.shield(thread)
         except Retry as exc:
             return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
         except Reject as exc:
@@ -197,7 +203,7 @@ class Executor:
             return _failed(exc, task.options.is_retryable(exc))
         finally:
             running_job.reset(token)
-        return _SUCCEEDED
+        return _SUCCEEDED if value is None else Outcome(OutcomeKind.SUCCEEDED, value=value)
 
     async def _outlive(self, job: JobRun, thread: asyncio.Future[Any]) -> None:
         """Wait for a timed-out sync call's thread to return.

@@ -64,6 +64,12 @@ class JobReporter:
         self.counts[name] += 1
         if kind is OutcomeKind.SKIPPED:
             return  # counted and logged where it was decided (the firing claim)
+        if kind is OutcomeKind.EXPIRED or kind is OutcomeKind.ABORTED:
+            # Never run again, and no failure: the cancel counted itself where it was asked.
+            if kind is OutcomeKind.EXPIRED:
+                self.metrics.expired.labels(job.queue, _event_task(job)).inc()
+            self.log.info(f"job.{name}", reason=outcome.reason, **job.log_fields())
+            return
         if kind not in _NOT_STARTED:
             _observe_run(m, job, duration)
         if kind is OutcomeKind.FAILED:
@@ -107,8 +113,11 @@ async def emit_job_end(
     if kind is OutcomeKind.SUCCEEDED:
         await events.emit("succeeded", queue, task, job_id, attempt=attempt, duration=duration)
         return
-    if kind is OutcomeKind.SKIPPED:
-        return  # never started; a cancel already told of itself
+    if kind is OutcomeKind.SKIPPED or kind is OutcomeKind.ABORTED:
+        return  # a cancel already told of itself
+    if kind is OutcomeKind.EXPIRED:
+        await events.emit("expired", queue, task, job_id, attempt=attempt, reason=outcome.reason)
+        return
     if kind not in _NOT_STARTED:
         await events.emit(
             "failed", queue, task, job_id, attempt=attempt, duration=duration, outcome=kind.value,

@@ -10,6 +10,7 @@
 | delivered more often than attempts allow        | dead-letter (a job that kills workers)|
 | cancelled by shutdown                           | nak at once, for another worker       |
 | skipped (a fired job's duplicate, or cancelled) | ack: it must never run                |
+| aborted (cancelled on request) or expired       | ack: it must never run again          |
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class OutcomeKind(enum.Enum):
     POISON = "poison"  # delivered more times than attempts allow: it kills its workers
     CANCELLED = "cancelled"  # the worker shut down before the job finished
     SKIPPED = "skipped"  # a fired job that must not run: a second copy of one firing, or cancelled
+    ABORTED = "aborted"  # cancelled on request (app.cancel) before or while it ran
+    EXPIRED = "expired"  # not started within its expiry
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class Outcome:
     error: BaseException | None = None
     retry_delay: float | None = None
     retryable: bool = True  # False for exceptions the task lists in dont_retry_on (or not in retry_on)
+    value: object = None  # what the task returned (kept for its result)
 
 
 class Verb(enum.Enum):
@@ -75,6 +79,7 @@ class RetryPolicy:
 ACK = Decision(Verb.ACK)
 _NAK_NOW = Decision(Verb.NAK)
 _RETRYABLE = (OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT)
+_NEVER_AGAIN = (OutcomeKind.SKIPPED, OutcomeKind.ABORTED, OutcomeKind.EXPIRED)
 _FINAL = (OutcomeKind.REJECTED, OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
 
 
@@ -99,7 +104,7 @@ def decide(
 ) -> Decision:
     """Decide the verb for ``outcome`` of delivery number ``attempt`` under ``policy``."""
     kind = outcome.kind
-    if kind is OutcomeKind.SUCCEEDED or kind is OutcomeKind.SKIPPED:
+    if kind is OutcomeKind.SUCCEEDED or kind in _NEVER_AGAIN:
         return ACK
     if kind is OutcomeKind.CANCELLED:
         return _NAK_NOW

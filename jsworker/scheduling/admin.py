@@ -77,7 +77,7 @@ class Schedules(OperatorSession):
             raise ScheduleNotFound(f"no schedule named {name!r} on the server (app {self.app.name})")
         job_id = f"{name}-manual-{new_job_id()[:12]}"
         msg = OutMessage(
-            self.app.namespace.job_subject(state.queue, state.task),
+            self.app.namespace.job_subject(state.queue, state.task, job_id),
             state.body,
             {
                 MSG_ID: job_id,

@@ -11,7 +11,16 @@ from ..events.emit import EventEmitter
 from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.message import OutMessage
 from ..observability.metrics import UNKNOWN
-from ..wire import JOB_ID, MSG_ID, SCHEDULE, SCHEDULE_TARGET, SCHEDULED_FOR, TASK
+from ..wire import (
+    EXPECTED_LAST_SUBJECT_SEQ,
+    EXPECTED_LAST_SUBJECT_SEQ_SUBJECT,
+    JOB_ID,
+    MSG_ID,
+    SCHEDULE,
+    SCHEDULE_TARGET,
+    SCHEDULED_FOR,
+    TASK,
+)
 from .claims import CANCELLED, claim
 from .declare import at_expression
 
@@ -36,12 +45,15 @@ def delayed_message(namespace: Namespace, queue: str, job: OutMessage, due: date
     window stores one schedule.
     """
     at = due_ms(due)
-    job_id = job.headers[MSG_ID]
+    job_id = job.headers.get(MSG_ID) or job.headers[JOB_ID]
     headers = dict(job.headers)
     headers[SCHEDULE] = at_expression(datetime.fromtimestamp(at / 1000, UTC))
     headers[SCHEDULE_TARGET] = job.subject
     headers[JOB_ID] = job_id
     headers[SCHEDULED_FOR] = str(at)
+    if EXPECTED_LAST_SUBJECT_SEQ in headers:
+        # A unique job: no other schedule of its id may exist, whatever its due time.
+        headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = namespace.delayed_filter(job_id=job_id)
     return OutMessage(namespace.delayed_subject(queue, at, job_id), job.body, headers)
 
 

@@ -71,8 +71,9 @@ class RowEncoder:
         run_id: str | None = None,
         where: str = "",
     ) -> None:
-        self.subject = Namespace(app).job_subject(queue, task)
-        self._app = Namespace(app).app
+        self._namespace = Namespace(app)
+        self._queue = queue
+        self._app = self._namespace.app
         self._task = task
         self._run_id = run_id
         self._columns = list(columns)
@@ -90,6 +91,10 @@ class RowEncoder:
             values if conv is None else [conv(v) for v in values]
             for conv, values in zip(self._converters, columns, strict=True)
         ]
+
+    def subject(self, job_id: str) -> str:
+        """The subject of job ``job_id``."""
+        return self._namespace.job_subject(self._queue, self._task, job_id)
 
     def encode(self, row: Sequence[Any], position: int) -> tuple[bytes, dict[str, str]]:
         """Body and headers of the job for converted ``row``, the ``position``-th of its partition."""

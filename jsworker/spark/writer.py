@@ -30,6 +30,7 @@ from ..jetstream.message import OutMessage, Stored
 from ..jetstream.pipeline import AckPipeline, StoredHook
 from ..jetstream.topology import stream_exists
 from ..naming import validate_app_name, validate_name
+from ..wire import MSG_ID
 from .jobs import RowEncoder
 from .options import Connect, integer, names
 from .schema import plan_columns
@@ -218,7 +219,7 @@ async def write_partition(
             rows = 0
             for row in _rows(batches, encoder):
                 body, headers = encoder.encode(row, rows)
-                await pipe.publish(OutMessage(encoder.subject, body, headers))
+                await pipe.publish(OutMessage(encoder.subject(headers[MSG_ID]), body, headers))
                 rows += 1
             await pipe.wait()
         return PartitionResult(partition, rows, pipe.created, pipe.duplicates)

@@ -168,7 +168,7 @@ def test_list_get_and_purge(nats_server: NatsServer, app: Any, worker: Any) -> N
     assert letter.payload() == {"args": [1], "kwargs": {}}
     assert letter.size == len(letter.body or b"")
     assert (letter.task, letter.queue, letter.attempts) == ("charge", "default", 1)
-    assert letter.subject == "jsw.dlq.q.default.charge"
+    assert letter.subject == "jsw.dlq.q.default.charge.order-1"
     assert (letter.error_type, letter.error) == ("Reject", "order 1 cannot be charged")
     assert letter.traceback is not None and "\n" in letter.traceback
     assert 'raise Reject(f"order {order} cannot be charged")' in letter.traceback

@@ -116,7 +116,7 @@ def test_replay_message() -> None:
     """Original subject and body, same job id, a fresh dedup key, no dead-letter headers."""
     letter = DeadLetter.from_stored(_stored(seq=12))
     msg = DeadLetters(APP)._prepare(letter, LIMIT)
-    assert msg.subject == "jsw.shop.q.emails.send" and msg.body == BODY
+    assert msg.subject == "jsw.shop.q.emails.send.job-1" and msg.body == BODY
     h = msg.headers
     assert (h["Nats-Msg-Id"], h["Jsw-Job-Id"], h["Jsw-Replayed-From"]) == ("job-1:replay:12", "job-1", "12")
     assert h["X-Trace"] == "abc" and h["Jsw-Task"] == "send" and h["Content-Type"] == "x"
@@ -128,7 +128,7 @@ def test_replay_message() -> None:
 def test_replay_subject_of_a_foreign_letter() -> None:
     """An original subject that is not one of the app's job subjects is not published to."""
     letter = DeadLetter.from_stored(_stored(subject="elsewhere.q.emails.send"))
-    assert DeadLetters(APP)._prepare(letter, LIMIT).subject == "jsw.shop.q.emails.send"
+    assert DeadLetters(APP)._prepare(letter, LIMIT).subject == "jsw.shop.q.emails.send.job-1"
 
 
 def test_a_cut_body_cannot_be_replayed() -> None:

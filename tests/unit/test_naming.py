@@ -67,6 +67,9 @@ def test_namespace_stream_and_subject_names() -> None:
     assert ns.dlq_subjects == "jsw.shop.dlq.>"
     assert ns.queue_filter("emails") == "jsw.shop.q.emails.>"
     assert ns.job_subject("emails", "send") == "jsw.shop.q.emails.send"
+    assert ns.job_subject("emails", "send", "j1") == "jsw.shop.q.emails.send.j1"
+    assert ns.parse_job_subject("jsw.shop.q.emails.send.j1") == ("emails", "send")
+    assert ns.parse_job_subject("jsw.shop.q.emails.send.j1.x") is None
     assert ns.dlq_subject("emails", "send") == "jsw.shop.dlq.emails.send"
 
 
@@ -89,7 +92,8 @@ def test_parse_job_subject_round_trips_job_subject() -> None:
         "jsw.other.q.emails.send",  # another app
         "jsw.shop.dlq.emails.send",  # a dead letter, not a job
         "jsw.shop.q.emails",  # too short
-        "jsw.shop.q.emails.send.extra",  # too long
+        "jsw.shop.q.emails.send.j1.extra",  # too long
+        "jsw.shop.q.emails.send.",  # an empty job id
         "nats.shop.q.emails.send",  # not our prefix
         "jsw.SHOP.q.emails.send",  # app names are case sensitive in subjects
         "",

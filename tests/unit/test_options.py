@@ -10,7 +10,7 @@ import click
 import pytest
 
 from jsworker import App
-from jsworker.app import AppArguments
+from jsworker.app import _ALIASES, AppArguments
 from jsworker.app_options import AppOptions
 from jsworker.cli import cli
 from jsworker.cli.options import flag_fields
@@ -32,11 +32,11 @@ def _names(cls: type) -> set[str]:
 
 
 def test_app_keywords_are_the_option_fields() -> None:
-    """AppArguments lists exactly TaskOptions (queue as default_queue), AppOptions and the
-    user-facing ConnectOptions fields, with the same types."""
+    """AppArguments lists exactly TaskOptions (queue as default_queue, store_result as
+    results), AppOptions and the user-facing ConnectOptions fields, with the same types."""
+    renamed = {field: keyword for keyword, field in _ALIASES.items()}
     expected = (
-        (_names(TaskOptions) - {"queue"})
-        | {"default_queue"}
+        {renamed.get(name, name) for name in _names(TaskOptions)}
         | _names(AppOptions)
         | (_names(ConnectOptions) - INTERNAL_CONNECTION_FIELDS)
     )
@@ -45,7 +45,7 @@ def test_app_keywords_are_the_option_fields() -> None:
     for owner in (TaskOptions, AppOptions, ConnectOptions):
         owner_hints = typing.get_type_hints(owner)
         for name, hint in owner_hints.items():
-            key = "default_queue" if (owner, name) == (TaskOptions, "queue") else name
+            key = renamed.get(name, name) if owner is TaskOptions else name
             if key in hints:
                 assert hints[key] == hint, key
 

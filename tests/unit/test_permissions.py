@@ -20,10 +20,12 @@ from ..support import wait_until_async
 
 def test_producer_may_enqueue_and_nothing_that_reads_jobs() -> None:
     producer = permissions("shop", "producer")
-    assert producer.subscribe == ("_jsw_inbox.shop.producer.>",)
+    assert producer.subscribe == ("_jsw_inbox.shop.producer.>", "$KV.jsw_shop_jobs.>")  # replies, results
     assert "jsw.shop.q.>" in producer.publish
+    # Reading a queue's consumer (a job's status) is all it may do with consumers.
+    assert [s for s in producer.publish if "CONSUMER" in s] == ["$JS.API.CONSUMER.INFO.JSW_SHOP.*"]
     for subject in producer.publish:
-        assert "CONSUMER" not in subject and "$JS.ACK" not in subject and "PURGE" not in subject
+        assert "MSG.NEXT" not in subject and "$JS.ACK" not in subject and "PURGE" not in subject
         assert not subject.startswith(("jsw.shop.dlq", "_INBOX"))
 
 
@@ -35,11 +37,11 @@ def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
     assert not any("PURGE" in s for s in worker.publish)
     # The one delete: a single message of the job stream, to cancel a delayed job from a task.
     assert [s for s in worker.publish if "DELETE" in s] == ["$JS.API.STREAM.MSG.DELETE.JSW_SHOP"]
-    assert worker.subscribe == ("_jsw_inbox.shop.worker.>",)
+    assert worker.subscribe == ("_jsw_inbox.shop.worker.>", "jsw.shop.cancel.*")  # replies, cancels
 
 
 def test_inbox_prefix_and_app_case_follow_the_app() -> None:
-    assert permissions("Shop", "worker", "corp.in.shop").subscribe == ("corp.in.shop.worker.>",)
+    assert permissions("Shop", "worker", "corp.in.shop").subscribe[0] == "corp.in.shop.worker.>"
     assert "jsw.shop.q.>" in permissions("Shop", "producer").publish
     with pytest.raises(ValueError, match="unknown role"):
         permissions("shop", "admin")  # type: ignore[arg-type]

@@ -86,7 +86,7 @@ def test_encoded_job_is_what_a_producer_sends() -> None:
     """Subject, the four producer headers, and the {"args", "kwargs"} JSON body."""
     encoder = _encoder()
     body, headers = encoder.encode((7, 990), 0)
-    assert encoder.subject == "jsw.shop.q.billing.charge"
+    assert encoder.subject("abc") == "jsw.shop.q.billing.charge.abc"
     assert json.loads(body) == {"args": [], "kwargs": {"order_id": 7, "cents": 990}}
     assert headers[MSG_ID] == job_id("shop", "charge", [7])
     assert headers[TASK] == "charge"

@@ -1,0 +1,68 @@
+"""The app's jobs bucket: one record a job id, kept ``result_ttl`` seconds.
+
+A key-value bucket (stream ``KV_jsw_<app>_jobs``, keys ``$KV.jsw_<app>_jobs.<job id>``), so
+``nats kv get jsw_<app>_jobs <job id>`` shows a record too. Each record carries its own
+``Nats-TTL``, so tasks can keep their results for different times in one bucket.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import SerializationError
+from ..jetstream.connection import Connection
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.message import OutMessage, Stored
+from ..jetstream.stored import write
+from ..jetstream.topology import StreamSpec
+from ..naming import Namespace
+from .state import JobRecord
+
+TTL = "Nats-TTL"
+#: Per-message TTLs, which the bucket needs, came with nats-server 2.11.
+RECORDS_SINCE = (2, 11, 0)
+
+
+def jobs_bucket_spec(namespace: Namespace, replicas: int) -> StreamSpec:
+    """The bucket's stream: the last record of each job, every record with its own TTL."""
+    return StreamSpec(
+        name=namespace.jobs_stream,
+        subjects=(namespace.record_subject(),),
+        work_queue=False,
+        replicas=replicas,
+        duplicate_window=60.0,
+        max_msgs_per_subject=1,
+        kv=True,
+    )
+
+
+def record_message(namespace: Namespace, job_id: str, record: JobRecord, ttl: float) -> OutMessage:
+    """The message that stores ``record`` for ``job_id`` for ``ttl`` seconds (at least one)."""
+    return OutMessage(namespace.record_subject(job_id), record.encode(), {TTL: f"{max(1, math.ceil(ttl))}s"})
+
+
+class Records:
+    """Reads and compare-and-set writes of job records."""
+
+    def __init__(self, conn: Connection, namespace: Namespace) -> None:
+        self.conn = conn
+        self.namespace = namespace
+        self._stream = LimitsStream(conn, namespace.jobs_stream)
+
+    async def read(self, job_id: str) -> tuple[int, JobRecord] | None:
+        """``(sequence, record)`` of ``job_id``, None when there is none (or it is unreadable)."""
+        found = await self._stream.last(self.namespace.record_subject(job_id))
+        if found is None or not found.body:
+            return None
+        try:
+            return found.seq, JobRecord.decode(found.body)
+        except SerializationError:
+            return None
+
+    async def write(
+        self, job_id: str, record: JobRecord, ttl: float, *, expect_last: int | None = None
+    ) -> Stored:
+        """Store ``record``; with ``expect_last`` only over that record (0: none), else
+        :class:`~jsworker.jetstream.stored.SubjectMoved`."""
+        msg = record_message(self.namespace, job_id, record, ttl)
+        return await write(self.conn, msg.subject, msg.body, msg.headers, expect_last=expect_last)

@@ -1,0 +1,89 @@
+"""Cancelling a job in any state before it finishes.
+
+* **scheduled**: the schedule is deleted and its firing claimed as cancelled
+  (:func:`~jsworker.scheduling.delayed.cancel_delayed`).
+* **queued, retrying or running**: its message is deleted from the stream (its subject ends
+  in the job id), so no worker receives it again, not even after the one holding it is
+  restarted; then a ``cancelled`` record is written, and the workers are told on
+  ``jsw.<app>.cancel.<job id>``: the one running it cancels it (an async task at once, a sync
+  one through ``current_job().cancelled``), one holding it in its buffer drops it.
+
+The record is written only over the record read before the delete (compare-and-set): a
+worker that stored the job's result in between wins, and the cancel reports False.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..events.emit import EventEmitter
+from ..jetstream.connection import Connection
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.stored import SubjectMoved
+from ..observability.metrics import UNKNOWN
+from ..scheduling.declare import DELAYED_SINCE
+from ..scheduling.delayed import cancel_delayed
+from .bucket import RECORDS_SINCE, Records
+from .state import JobRecord, JobState
+
+if TYPE_CHECKING:
+    from ..app import App
+
+# A worker writing a retrying record at the same instant can move the record under a cancel
+# a few times at most; more means something else keeps writing.
+_ATTEMPTS = 5
+
+
+async def cancel_job(app: App, conn: Connection, job_id: str) -> bool:
+    """Cancel ``job_id``: True when it was waiting or running and now never runs (again),
+    False when there was nothing to cancel (unknown, or already finished)."""
+    ns = app.namespace
+    records = Records(conn, ns)
+    if conn.server_version >= DELAYED_SINCE and await cancel_delayed(app, conn, job_id):
+        if conn.server_version >= RECORDS_SINCE:
+            await _record(app, records, job_id, "", "", 0)
+        return True
+    jobs = LimitsStream(conn, ns.stream)
+    message = await jobs.next(ns.job_filter(job_id))
+    if message is None:
+        return False
+    queue, task = ns.parse_job_subject(message.subject) or ("", "")
+    found = await records.read(job_id) if conn.server_version >= RECORDS_SINCE else None
+    if found is not None and found[1].state.finished and found[1].seq == message.seq:
+        return False
+    if not await jobs.delete(message.seq):
+        return False  # settled (or cancelled) since it was read
+    if conn.server_version >= RECORDS_SINCE:
+        last = found[0] if found is not None else 0
+        if not await _record(app, records, job_id, queue, task, message.seq, last):
+            return False
+    await conn.nc.publish(ns.cancel_subject(job_id), b"")
+    label = task if task in app.tasks else UNKNOWN
+    app.metrics.cancelled.labels(queue, label).inc()
+    if app.options.events:
+        await EventEmitter(conn, ns, app.metrics).emit("cancelled", queue, label, job_id)
+    return True
+
+
+async def _record(
+    app: App, records: Records, job_id: str, queue: str, task: str, seq: int, last: int | None = None
+) -> bool:
+    """Write the ``cancelled`` record over the one at ``last`` (None: whatever is there);
+    False when a worker finished the job first."""
+    known = app.tasks.get(task)
+    ttl = (known.options if known is not None else app.defaults).result_ttl
+    record = JobRecord(JobState.CANCELLED, queue, task, seq=seq, finished_at=time.time(), reason="cancelled")
+    for _ in range(_ATTEMPTS):
+        if last is None:
+            found = await records.read(job_id)
+            last = found[0] if found is not None else 0
+        try:
+            await records.write(job_id, record, ttl, expect_last=last)
+            return True
+        except SubjectMoved:
+            found = await records.read(job_id)
+            if found is not None and found[1].state.finished:
+                return False
+            last = found[0] if found is not None else 0
+    return False

@@ -1,0 +1,94 @@
+"""A job's status, read from what the server holds: no write on the hot path is needed for it.
+
+=========  ==============================================================================
+state      read from
+=========  ==============================================================================
+scheduled  a delayed job's schedule subject (``sched.at.<queue>.<due>.<job id>``)
+queued     the job's message (its subject ends in the job id), past the consumer's
+           delivered sequence
+running    the job's message at or before the delivered sequence: handed out, not settled
+retrying   the same, with a ``retrying`` record whose next attempt is still to come
+succeeded  the job's record (written for tasks that keep results, and for a success after
+           retries)
+failed     the job's record, written when it is dead-lettered
+cancelled  the record a cancel writes
+expired    the record written when a worker finds it expired
+unknown    none of these: never enqueued, or finished and not recorded (a first-attempt
+           success of a task that keeps no results) or its record expired
+=========  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import nats.errors
+import nats.js.errors
+
+from ..errors import JsworkerError
+from ..jetstream.connection import Connection
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..wire import TASK
+from .bucket import Records
+from .state import JobRecord, JobState, JobStatus
+
+if TYPE_CHECKING:
+    from ..app import App
+
+
+async def job_status(app: App, conn: Connection, job_id: str) -> JobStatus:
+    """The status of job ``job_id`` (``unknown`` when nothing is known of it)."""
+    ns = app.namespace
+    records = Records(conn, ns)
+    found = await records.read(job_id)
+    record = found[1] if found is not None else None
+    if record is not None and record.state.finished:
+        return record.status(job_id)
+    jobs = LimitsStream(conn, ns.stream)
+    message = await jobs.next(ns.job_filter(job_id))
+    if message is not None:
+        return await _in_stream(conn, app, job_id, message, record)
+    schedule = await jobs.next(ns.delayed_filter(job_id=job_id))
+    if schedule is not None:
+        parsed = ns.parse_delayed_subject(schedule.subject)
+        if parsed is not None:
+            queue, due_ms, _ = parsed
+            return JobStatus(
+                job_id,
+                JobState.SCHEDULED,
+                queue=queue,
+                task=schedule.headers.get(TASK),
+                scheduled_for=datetime.fromtimestamp(due_ms / 1000, UTC),
+            )
+    # It may have finished between the reads.
+    found = await records.read(job_id)
+    if found is not None:
+        return found[1].status(job_id)
+    return JobStatus(job_id, JobState.UNKNOWN)
+
+
+async def _in_stream(
+    conn: Connection, app: App, job_id: str, message: StoredMessage, record: JobRecord | None
+) -> JobStatus:
+    ns = app.namespace
+    queue, task = ns.parse_job_subject(message.subject) or ("", "")
+    retrying = record is not None and record.state is JobState.RETRYING and record.seq == message.seq
+    if record is not None and retrying and (record.next_attempt_at or 0.0) > time.time():
+        return record.status(job_id)
+    delivered = await _delivered_seq(conn, ns.stream, queue)
+    state = JobState.RUNNING if message.seq <= delivered else JobState.QUEUED
+    attempts = record.attempts if record is not None and record.seq == message.seq else None
+    return JobStatus(job_id, state, queue=queue, task=task, attempts=attempts)
+
+
+async def _delivered_seq(conn: Connection, stream: str, queue: str) -> int:
+    """The last stream sequence the queue's consumer handed out (0: none, or no consumer)."""
+    try:
+        info = await conn.js.consumer_info(stream, queue)
+    except nats.js.errors.NotFoundError:
+        return 0
+    except (nats.errors.Error, OSError) as exc:
+        raise JsworkerError(f"cannot read consumer {queue} of {stream}: {exc}") from exc
+    return int(info.delivered.stream_seq or 0) if info.delivered is not None else 0

@@ -1,0 +1,197 @@
+"""A job's lifecycle as callers see it: its states, its status, and the record a worker keeps
+of it in the app's jobs bucket.
+
+::
+
+    scheduled ──fires──▶ queued ──delivered──▶ running ──returns──▶ succeeded
+                          │  ▲                   │ │
+                          │  └──── retrying ◀────┘ └──raises, no attempts left──▶ failed
+                          │       (nak + delay)
+                          ├──not started in time──▶ expired
+                          └──cancel (from scheduled, queued, retrying or running)──▶ cancelled
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import SerializationError
+from ..serializers import Serializer
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its lifecycle."""
+
+    SCHEDULED = "scheduled"  # a delayed job waiting on the server for its time
+    QUEUED = "queued"  # in its queue, not handed to a worker yet
+    RUNNING = "running"  # handed to a worker, not settled
+    RETRYING = "retrying"  # failed an attempt, waiting for the next
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # dead-lettered
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"  # not started within its expiry: never run
+    UNKNOWN = "unknown"  # no trace of it: never enqueued, or finished and forgotten
+
+    @property
+    def finished(self) -> bool:
+        """True for the states a job never leaves."""
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED})
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """Why a job failed: the exception's type and message, and its traceback when it raised."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """What is known of a job: its state and, where the server or a record says, the rest.
+
+    ``attempts`` counts the runs started so far; times are UTC. ``worker`` names the worker
+    process (``host:pid``) that settled it; ``error`` is set for ``failed`` and for a
+    ``retrying`` job's last failure.
+    """
+
+    id: str
+    state: JobState
+    queue: str | None = None
+    task: str | None = None
+    attempts: int | None = None
+    scheduled_for: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    worker: str | None = None
+    error: JobError | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (times as ISO 8601 strings)."""
+        out: dict[str, Any] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, JobError):
+                value = {"type": value.type, "message": value.message, "traceback": value.traceback}
+            out[name] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job's record in the jobs bucket: its state when a worker or a cancel last wrote it,
+    and, for a success with results on, the encoded return value.
+
+    ``seq`` is the job message's stream sequence: a waiter holding a receipt takes only the
+    record of that very message (a unique job's id comes back for each new run).
+    """
+
+    state: JobState
+    queue: str
+    task: str
+    seq: int = 0
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    next_attempt_at: float | None = None
+    worker: str | None = None
+    error: JobError | None = None
+    reason: str | None = None
+    content_type: str | None = None
+    value: bytes | None = field(default=None, repr=False)
+
+    def encode(self) -> bytes:
+        """The record as stored: a JSON object, the value inline when it is JSON."""
+        doc: dict[str, Any] = {"state": self.state.value, "queue": self.queue, "task": self.task}
+        for name in ("seq", "attempts", "started_at", "finished_at", "next_attempt_at", "worker", "reason"):
+            value = getattr(self, name)
+            if value is not None:
+                doc[name] = value
+        if self.error is not None:
+            doc["error"] = {
+                "type": self.error.type,
+                "message": self.error.message,
+                "traceback": self.error.traceback,
+            }
+        if self.value is not None:
+            doc["content_type"] = self.content_type
+            if self.content_type == "application/json":
+                # Spliced in as it is: readable with `nats kv get`, and not decoded to re-encode.
+                head = json.dumps(doc, separators=(",", ":"))
+                return f'{head[:-1]},"value":'.encode() + self.value + b"}"
+            doc["value_b64"] = base64.b64encode(self.value).decode()
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> JobRecord:
+        """Read a stored record; :class:`SerializationError` when it is not one."""
+        try:
+            doc = json.loads(data)
+            state = JobState(doc["state"])
+            error = doc.get("error")
+            value: bytes | None = None
+            if "value" in doc:
+                value = json.dumps(doc["value"], separators=(",", ":")).encode()
+            elif "value_b64" in doc:
+                value = base64.b64decode(doc["value_b64"])
+            return cls(
+                state=state,
+                queue=str(doc.get("queue", "")),
+                task=str(doc.get("task", "")),
+                seq=int(doc.get("seq", 0)),
+                attempts=int(doc.get("attempts", 0)),
+                started_at=doc.get("started_at"),
+                finished_at=doc.get("finished_at"),
+                next_attempt_at=doc.get("next_attempt_at"),
+                worker=doc.get("worker"),
+                error=None
+                if error is None
+                else JobError(str(error["type"]), str(error["message"]), error.get("traceback")),
+                reason=doc.get("reason"),
+                content_type=doc.get("content_type"),
+                value=value,
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SerializationError(f"not a job record: {exc}") from exc
+
+    def result(self, serializer: Serializer) -> Any:
+        """The return value, decoded; None when the record holds none."""
+        if self.value is None:
+            return None
+        try:
+            return serializer.loads(self.value)
+        except Exception as exc:  # a decoder may raise anything on foreign bytes
+            raise SerializationError(f"cannot decode the result ({self.content_type}): {exc}") from exc
+
+    def status(self, job_id: str) -> JobStatus:
+        """The record as a :class:`JobStatus`."""
+        return JobStatus(
+            id=job_id,
+            state=self.state,
+            queue=self.queue or None,
+            task=self.task or None,
+            attempts=self.attempts or None,
+            started_at=_utc(self.started_at),
+            finished_at=_utc(self.finished_at),
+            next_attempt_at=_utc(self.next_attempt_at),
+            worker=self.worker,
+            error=self.error,
+            reason=self.reason,
+        )
+
+
+def _utc(when: float | None) -> datetime | None:
+    return None if when is None else datetime.fromtimestamp(when, UTC)

@@ -1,0 +1,153 @@
+"""The worker's part in a job's lifecycle, as hooks around a run: expiry and cancels before
+it starts, cancels while it runs, and its record (result or state) once it is settled.
+
+A job whose task keeps no results and that succeeds on its first attempt passes none of the
+write paths: the worker's loop checks that before calling :meth:`JobBook.conclude`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import traceback
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from ..errors import EnqueueError
+from ..jetstream.connection import Connection
+from ..jetstream.publish import Publisher
+from ..lifecycle.bucket import RECORDS_SINCE, record_message
+from ..lifecycle.state import JobError, JobRecord, JobState
+from ..observability.logging import get_logger
+from ..wire import EXPIRES_AT
+from .execution import JobRun
+from .settlement import Decision, Outcome, OutcomeKind, Verb
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = get_logger("jsworker.worker")
+
+# Cancels remembered for jobs this worker may still hold in its buffer (their message is gone
+# from the server, the copy in hand is not); a buffer holds at most a few hundred.
+_REMEMBERED_CANCELS = 4096
+# The record of a job the worker cannot write is not worth failing the job for: it is retried
+# for this long, then the job is settled without it (and the failure logged).
+_RECORD_PATIENCE = 5.0
+
+
+class JobBook:
+    """Expiry, cancels and job records for one worker."""
+
+    def __init__(self, app: App, conn: Connection, running: dict[JobRun, asyncio.Task[None]]) -> None:
+        self.app = app
+        self.conn = conn
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self._running = running
+        self._publisher = Publisher(conn, retry_for=_RECORD_PATIENCE)
+        # An older server has no jobs bucket: jobs run as before, without records.
+        self._records = conn.server_version >= RECORDS_SINCE
+        #: Job ids cancelled while this worker runs, newest last (read before a job starts).
+        self.cancelled: OrderedDict[str, None] = OrderedDict()
+
+    async def start(self) -> None:
+        """Listen for cancels of running jobs."""
+        await self.conn.nc.subscribe(self.app.namespace.cancel_subject(), cb=self._on_cancel)
+
+    async def _on_cancel(self, msg: object) -> None:
+        job_id = getattr(msg, "subject", "").rsplit(".", 1)[-1]
+        self.cancelled[job_id] = None
+        while len(self.cancelled) > _REMEMBERED_CANCELS:
+            self.cancelled.popitem(last=False)
+        for job, task in list(self._running.items()):
+            if job.job_id == job_id and not job.cancel_requested:
+                job.cancel_requested = True
+                log.info("job.cancel_requested", **job.log_fields())
+                # A sync task's thread goes on (it can read current_job().cancelled); the
+                # coroutine awaiting it is cancelled like an async task's.
+                task.cancel()
+
+    def admit(self, job: JobRun) -> Outcome | None:
+        """Why ``job`` must not start (expired, or cancelled while it waited in this worker's
+        buffer), or None."""
+        if self.cancelled and job.job_id in self.cancelled:
+            job.cancel_requested = True
+            return Outcome(OutcomeKind.ABORTED, "cancelled before it started")
+        expires = job.delivery.headers.get(EXPIRES_AT)
+        if expires is not None and expires.isdigit() and time.time() * 1000 > int(expires):
+            return Outcome(OutcomeKind.EXPIRED, "not started before it expired")
+        return None
+
+    def check_result(self, job: JobRun, outcome: Outcome) -> Outcome | tuple[Outcome, bytes]:
+        """For a success whose task keeps results: the outcome with the encoded value, or a
+        failure that is never retried when the value cannot be encoded or stored."""
+        serializer = self.app.serializer
+        try:
+            value = serializer.dumps(outcome.value)
+        except Exception as exc:  # an encoder may raise anything on a foreign object
+            return _unstorable(f"return value cannot be encoded with {serializer.content_type}: {exc}", exc)
+        limit = self.conn.max_payload
+        if len(value) + 1024 > limit:
+            return _unstorable(
+                f"return value of {len(value)} bytes does not fit a message (max_payload {limit})", None
+            )
+        return outcome, value
+
+    async def record(
+        self, job: JobRun, outcome: Outcome, decision: Decision, started: float, value: bytes | None = None
+    ) -> None:
+        """Write ``job``'s record for ``outcome`` settled by ``decision``: the result of a
+        success (``value``), a failure, a retry, an expiry; nothing for a shutdown's hand-back
+        or a cancel (the cancel wrote its own)."""
+        kind = outcome.kind
+        if not self._records or kind in (OutcomeKind.CANCELLED, OutcomeKind.SKIPPED, OutcomeKind.ABORTED):
+            return
+        task = job.task
+        options = task.options if task is not None else self.app.defaults
+        now = time.time()
+        error = _error(outcome)
+        next_at: float | None = None
+        if kind is OutcomeKind.SUCCEEDED:
+            state = JobState.SUCCEEDED
+        elif kind is OutcomeKind.EXPIRED:
+            state = JobState.EXPIRED
+        elif decision.verb is Verb.NAK:
+            state, next_at = JobState.RETRYING, now + (decision.delay or 0.0)
+        else:
+            state = JobState.FAILED
+        record = JobRecord(
+            state=state,
+            queue=job.queue,
+            task=job.task_name,
+            seq=job.delivery.stream_seq,
+            attempts=job.attempt if kind is not OutcomeKind.EXPIRED else job.attempt - 1,
+            started_at=started if kind is not OutcomeKind.EXPIRED else None,
+            finished_at=None if next_at is not None else now,
+            next_attempt_at=next_at,
+            worker=self.worker,
+            error=error,
+            reason=decision.reason or outcome.reason or None,
+            content_type=self.app.serializer.content_type if value is not None else None,
+            value=value,
+        )
+        msg = record_message(self.app.namespace, job.job_id, record, options.result_ttl)
+        try:
+            await self._publisher.publish(msg)
+        except EnqueueError as exc:
+            log.error("job.record_failed", state=state.value, error=str(exc), **job.log_fields())
+
+
+def _unstorable(reason: str, exc: BaseException | None) -> Outcome:
+    return Outcome(OutcomeKind.FAILED, reason, error=exc, retryable=False)
+
+
+def _error(outcome: Outcome) -> JobError | None:
+    exc = outcome.error
+    if exc is None:
+        if outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.EXPIRED):
+            return None
+        return JobError(outcome.kind.value, outcome.reason)
+    text = "".join(traceback.format_exception(exc)) if exc.__traceback__ is not None else None
+    return JobError(type(exc).__qualname__, str(exc) or outcome.reason, text)

@@ -1,0 +1,280 @@
+"""A job's lifecycle against a real nats-server: results, status, cancel in every state,
+unique jobs and expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from jsworker import App, ConfigurationError, JobCancelled, JobExpired, JobFailed, JobNotFound, current_job
+from jsworker.lifecycle.state import JobState
+from jsworker.testing import NatsServer
+
+from ..support import connected, stream_messages_async, wait_until_async
+from .workers import in_process_worker
+
+pytestmark = pytest.mark.anyio
+
+
+def _app(url: str, seen: dict[str, Any], **options: Any) -> App:
+    app = App("life", url, **options)
+    seen["gate"] = asyncio.Event()  # read at each run: a test may put a new one in
+    seen["started"] = []
+    seen["flag"] = threading.Event()
+
+    @app.task(store_result=True)
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task(store_result=True, max_retries=0)
+    async def boom(n: int) -> None:
+        raise ValueError(f"boom {n}")
+
+    @app.task(store_result=True, max_retries=2, retry_backoff=30)
+    async def flaky() -> str:
+        if current_job().attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return "ok"
+
+    @app.task(store_result=True)
+    async def unstorable() -> object:
+        return object()
+
+    @app.task(store_result=True)
+    async def hold(tag: str) -> str:
+        seen["started"].append(tag)
+        await seen["gate"].wait()
+        return tag
+
+    @app.task(store_result=True)
+    def hold_sync(tag: str) -> str:
+        seen["started"].append(tag)
+        while not current_job().cancelled:
+            if seen["flag"].wait(0.01):
+                return tag
+        seen["saw_cancel"] = tag
+        return "stopped"
+
+    @app.task
+    async def plain(n: int) -> int:
+        return n
+
+    @app.task(unique=True, store_result=True)
+    async def report(user: int) -> int:
+        seen["started"].append(f"report-{user}")
+        await seen["gate"].wait()
+        return user
+
+    @app.task(unique_key=lambda order, note="": f"order-{order}")
+    async def ship(order: int, note: str = "") -> None:
+        await seen["gate"].wait()
+
+    @app.task(queue="later", expires=0.3)
+    async def stale() -> None:
+        seen["started"].append("stale")
+
+    return app
+
+
+async def test_results_wait_by_watching_and_keep_errors(nats_server: NatsServer) -> None:
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen)
+    async with in_process_worker(app, queues=["default"]):
+        job = await app.tasks["add"].adelay(2, 3)
+        assert await job.aresult(timeout=10) == 5
+        assert (await job.astatus()).state is JobState.SUCCEEDED
+        # The same handle from the id alone, as another process would make it.
+        again = app.job(job.id)
+        assert await again.aresult(timeout=5) == 5
+        status = await app.astatus(job.id)
+        assert status.state is JobState.SUCCEEDED and status.attempts == 1 and status.worker
+        assert status.started_at is not None and status.finished_at is not None
+
+        failed = await app.tasks["boom"].adelay(7)
+        with pytest.raises(JobFailed) as caught:
+            await failed.aresult(timeout=10)
+        assert caught.value.error_type == "ValueError" and caught.value.error_message == "boom 7"
+        assert "raise ValueError" in (caught.value.traceback or "")
+        assert (await app.astatus(failed.id)).state is JobState.FAILED
+
+        bad = await app.tasks["unstorable"].adelay()
+        with pytest.raises(JobFailed, match="cannot be encoded"):
+            await bad.aresult(timeout=10)
+
+        flaky = await app.tasks["flaky"].adelay()
+        await wait_until_async(
+            lambda: app.astatus(flaky.id), until=lambda s: s.state is JobState.RETRYING, timeout=10,
+            message="the failed first attempt to leave a retrying record",
+        )  # fmt: skip
+        retrying = await app.astatus(flaky.id)
+        assert retrying.attempts == 1 and retrying.next_attempt_at is not None
+        assert retrying.error is not None and retrying.error.type == "RuntimeError"
+
+        with pytest.raises(TimeoutError):
+            await (await app.tasks["hold"].adelay("never")).aresult(timeout=0.3)
+        with pytest.raises(ConfigurationError, match="keeps no results"):
+            await (await app.tasks["plain"].adelay(1)).aresult(timeout=1)
+        with pytest.raises(JobNotFound):
+            await app.job("no-such-job").aresult(timeout=1)
+        assert (await app.astatus("no-such-job")).state is JobState.UNKNOWN
+        seen["gate"].set()
+
+
+def test_sync_result_and_status(nats_server: NatsServer) -> None:
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen)
+
+    async def main() -> None:
+        async with in_process_worker(app, queues=["default"]):
+            job = await asyncio.to_thread(app.tasks["add"].delay, 20, 22)
+            assert await asyncio.to_thread(job.result, 10) == 42
+            assert (await asyncio.to_thread(app.status, job.id)).state is JobState.SUCCEEDED
+
+    try:
+        asyncio.run(main())
+    finally:
+        app.close()
+
+
+async def test_status_follows_a_job_from_queued_to_running(nats_server: NatsServer) -> None:
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen)
+    hold = app.tasks["hold"]
+    await app.provision()
+    queued = await hold.adelay("q")
+    assert (await app.astatus(queued.id)).state is JobState.QUEUED
+    later = await hold.aapply(("s",), countdown=60)
+    scheduled = await app.astatus(later.id)
+    assert scheduled.state is JobState.SCHEDULED and scheduled.scheduled_for == later.scheduled_for
+    await app.aclose()  # the worker's connection takes over this loop's enqueues
+    async with in_process_worker(app, queues=["default"]):
+        await wait_until_async(lambda: seen["started"] == ["q"], timeout=10, message="the job to start")
+        running = await app.astatus(queued.id)
+        assert running.state is JobState.RUNNING and (running.queue, running.task) == ("default", "hold")
+        seen["gate"].set()
+        assert await queued.aresult(timeout=10) == "q"
+    assert await app.acancel(later.id)
+    assert (await app.astatus(later.id)).state is JobState.CANCELLED
+    await app.aclose()
+
+
+async def test_cancel_queued_running_and_finished_jobs(nats_server: NatsServer) -> None:
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen)
+    hold, hold_sync = app.tasks["hold"], app.tasks["hold_sync"]
+    await app.provision()
+    queued = await hold.adelay("queued")
+    assert await app.acancel(queued.id)
+    assert not await app.acancel(queued.id)  # nothing left to cancel
+    assert (await app.astatus(queued.id)).state is JobState.CANCELLED
+    with pytest.raises(JobCancelled):
+        await queued.aresult(timeout=5)
+    await app.aclose()  # the worker's connection takes over this loop's enqueues
+    async with in_process_worker(app, queues=["default"]):
+        running = await hold.adelay("running")
+        await wait_until_async(lambda: "running" in seen["started"], timeout=10, message="it to start")
+        started = time.monotonic()
+        assert await running.acancel()
+        with pytest.raises(JobCancelled):
+            await running.aresult(timeout=5)
+        assert time.monotonic() - started < 1.0
+
+        sync_job = await hold_sync.adelay("sync")
+        await wait_until_async(lambda: "sync" in seen["started"], timeout=10, message="the sync job to start")
+        assert await sync_job.acancel()
+        await wait_until_async(
+            lambda: seen.get("saw_cancel") == "sync", timeout=5, message="the thread to stop"
+        )
+        assert (await app.astatus(sync_job.id)).state is JobState.CANCELLED
+
+        done = await app.tasks["add"].adelay(1, 1)
+        assert await done.aresult(timeout=10) == 2
+        assert not await app.acancel(done.id)
+        assert (await app.astatus(done.id)).state is JobState.SUCCEEDED
+        seen["gate"].set()
+    # Nothing cancelled ran afterwards, nothing is left in the stream.
+    assert seen["started"].count("queued") == 0
+    assert await stream_messages_async(nats_server.url, "JSW_LIFE") == 0
+    await app.aclose()
+
+
+async def test_unique_jobs_refuse_a_second_while_one_waits_or_runs(nats_server: NatsServer) -> None:
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen)
+    report, ship = app.tasks["report"], app.tasks["ship"]
+    await app.provision()
+    first = await report.adelay(42)
+    second = await report.adelay(42)
+    other = await report.adelay(43)
+    assert not first.duplicate and second.duplicate and not other.duplicate
+    assert second.id == first.id and second.seq == first.seq and other.id != first.id
+    later = await report.aapply((44,), countdown=60)
+    assert (await report.adelay(44)).duplicate  # scheduled counts
+    assert (await report.aapply((44,), countdown=30)).duplicate
+    assert (await ship.adelay(1, note="a")).id == (await ship.adelay(1, note="b")).id
+    with pytest.raises(ConfigurationError, match="unique"):
+        await report.aapply((1,), job_id="mine")
+    await app.aclose()  # the worker's connection takes over this loop's enqueues
+    async with in_process_worker(app, queues=["default"]):
+        await wait_until_async(lambda: "report-42" in seen["started"], timeout=10, message="the job to start")
+        assert (await report.adelay(42)).duplicate  # running counts
+        seen["gate"].set()
+        assert await first.aresult(timeout=10) == 42
+        # Finished: the key is free, and the new run's receipt waits for its own result.
+        seen["gate"] = asyncio.Event()
+        rerun = await report.adelay(42)
+        assert not rerun.duplicate and rerun.id == first.id and rerun.seq != first.seq
+        with pytest.raises(TimeoutError):
+            await rerun.aresult(timeout=0.3)
+        seen["gate"].set()
+    assert await app.acancel(later.id)
+    await app.aclose()
+
+
+async def test_fifty_producers_racing_on_one_key_make_one_job(nats_server: NatsServer) -> None:
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen)
+    await app.provision()
+    apps = [App("life", nats_server.url) for _ in range(50)]
+    for other in apps:
+        other.task(unique=True, name="report")(app.tasks["report"].fn)
+    try:
+        jobs = await asyncio.gather(*(other.tasks["report"].adelay(7) for other in apps))
+    finally:
+        for other in apps:
+            await other.aclose()
+    await app.aclose()
+    assert sum(not j.duplicate for j in jobs) == 1
+    assert len({j.id for j in jobs}) == 1
+    async with connected(nats_server.url) as nc:
+        info = await nc.jetstream().stream_info("JSW_LIFE", subjects_filter="jsw.life.q.>")
+        assert info.state.messages == 1
+
+
+async def test_a_job_not_started_in_time_expires_unrun(nats_server: NatsServer) -> None:
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen, events=True)
+    stale = app.tasks["stale"]
+    await app.provision()
+    expired_after = time.time() + 0.3
+    old = await stale.adelay()
+    fresh = await stale.aapply(expires=60)
+    await wait_until_async(lambda: time.time() > expired_after, timeout=5, message="the expiry to pass")
+    await app.aclose()  # the worker's connection takes over this loop's enqueues
+    async with in_process_worker(app, queues=["later"]):
+        await wait_until_async(
+            lambda: app.astatus(old.id), until=lambda s: s.state is JobState.EXPIRED, timeout=10,
+            message="the stale job to expire",
+        )  # fmt: skip
+        await wait_until_async(
+            lambda: seen["started"] == ["stale"], timeout=10, message="the fresh one to run"
+        )
+    assert (await app.astatus(fresh.id)).state is JobState.UNKNOWN  # a first-attempt success keeps no record
+    assert app.metrics.expired.labels("later", "stale")._value.get() == 1
+    with pytest.raises(JobExpired):
+        await app.lifecycle.result(old, timeout=1)
+    await app.aclose()
