@@ -9,7 +9,7 @@ from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
-from .app_options import AppOptions
+from .app_options import AppOptions, QueueOptions
 from .config import from_environment, option_fields
 from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions
@@ -127,6 +127,8 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Periodic schedules declared with ``app.schedule`` or ``@app.task(cron=...)``, by name.
         self.schedules: dict[str, Schedule] = {}
+        #: Queues declared with :meth:`queue`, by name (others take the defaults).
+        self.queue_options: dict[str, QueueOptions] = {}
         self.producer = Producer(self)
         #: Results, status and cancels of this app's jobs (what ``Job`` and ``App`` delegate to).
         self.lifecycle = JobLifecycle(self)
@@ -285,6 +287,20 @@ class App:
         """Sync form of :meth:`acancel`."""
         return self.producer.run_sync(self.acancel, job_id)
 
+    def queue(self, name: str, *, max_running: int | None = None, priority: int = 0) -> QueueOptions:
+        """Declare how queue ``name`` is served: ``max_running`` jobs at most at once across
+        all workers (the server enforces it; ``--concurrency`` is per worker process) and its
+        ``priority`` among the queues a worker serves. A worker applies a changed
+        ``max_running`` to the server when it starts."""
+        options = QueueOptions(max_running=max_running, priority=priority)
+        self.queue_options[validate_name("queue", name)] = options
+        return options
+
+    def queue_priority(self, queue: str) -> int:
+        """The priority of ``queue`` (0 unless declared)."""
+        declared = self.queue_options.get(queue)
+        return declared.priority if declared is not None else 0
+
     @property
     def queues(self) -> list[str]:
         """Queues that have at least one task, sorted."""
@@ -377,7 +393,9 @@ class App:
             name=validate_name("queue", queue),
             filter_subject=self.namespace.queue_filter(queue),
             ack_wait=self.queue_ack_wait(queue),
-            max_ack_pending=self.options.max_ack_pending,
+            max_ack_pending=declared.max_running
+            if (declared := self.queue_options.get(queue)) is not None and declared.max_running is not None
+            else self.options.max_ack_pending,
         )
 
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:

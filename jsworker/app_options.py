@@ -67,3 +67,28 @@ class AppOptions:
             object.__setattr__(self, what, parse_size(what, getattr(self, what)))
         object.__setattr__(self, "events", bool(self.events))
         object.__setattr__(self, "validate_arguments", bool(self.validate_arguments))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """How one queue is served (``app.queue(...)``).
+
+    ``max_running`` caps the jobs of the queue that run at once across every worker process
+    and machine: the server's ``max_ack_pending`` on the queue's consumer, so jobs a worker has
+    pulled and not yet settled count too (None: the app's ``max_ack_pending``). ``priority``
+    orders the queues one worker serves: a freed slot goes to the highest-priority queue with
+    a job waiting.
+    """
+
+    max_running: int | None = None
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_running is not None and (
+            not isinstance(self.max_running, int)
+            or isinstance(self.max_running, bool)
+            or self.max_running < 1
+        ):
+            raise ConfigurationError(f"max_running must be an int >= 1 or None, not {self.max_running!r}")
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise ConfigurationError(f"priority must be an int, not {self.priority!r}")

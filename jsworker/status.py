@@ -46,6 +46,10 @@ class QueueStatus:
       counted in ``pending`` until they fire).
     - ``next_due_in``: seconds until the queue's next delayed job is due (server clock; 0 or
       less: due, the server fires it within moments); None when none waits.
+    - ``max_running``: the most jobs of the queue the server lets run at once across all
+      workers (its consumer's ``max_ack_pending``: ``app.queue(..., max_running=)`` or the
+      app's ``max_ack_pending``); None without a consumer.
+    - ``priority``: the queue's priority among those a worker serves (``app.queue``).
     """
 
     queue: str
@@ -58,6 +62,8 @@ class QueueStatus:
     has_consumer: bool = False
     delayed: int = 0
     next_due_in: float | None = None
+    max_running: int | None = None
+    priority: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: counts as ints, the age in seconds (or None)."""
@@ -140,6 +146,7 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
             "oldest_pending_age": None if stored_at is None else max(0.0, now - stored_at),
             "delayed": delayed.get(queue, 0),
             "next_due_in": None if next_at is None else next_at / 1000 - now,
+            "priority": app.queue_priority(queue),
         }
         if consumer is None:
             result.append(QueueStatus(pending=stored.get(queue, 0), **common))
@@ -151,6 +158,7 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
                 redelivered=consumer.num_redelivered,
                 waiting_pulls=consumer.num_waiting,
                 has_consumer=True,
+                max_running=consumer.max_ack_pending or None,
                 **common,
             )
         )

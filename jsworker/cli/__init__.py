@@ -12,9 +12,10 @@ from .. import __version__
 from .dev import dev
 from .dlq import dlq
 from .events import events
+from .jobs import jobs
 from .permissions import permissions
 from .run import run
-from .schedules import jobs, schedules
+from .schedules import schedules
 from .status import status
 
 

@@ -148,27 +148,3 @@ def remove(app_spec: str, name: str, **connection: str | None) -> None:
     if not _run(app_spec, connection, lambda app, s: s.remove(name)):
         fail(f"no schedule named {name!r} on the server", EXIT_USAGE)
     click.echo(f"{name}: removed")
-
-
-@click.group()
-def jobs() -> None:
-    """Delayed jobs."""
-
-
-@jobs.command()
-@_APP
-@click.argument("job_id")
-@connection_options
-def cancel(app_spec: str, job_id: str, **connection: str | None) -> None:
-    """Cancel delayed job JOB_ID before it fires. Exit 0 when cancelled, 2 when there was
-    nothing to cancel (unknown, or already fired)."""
-
-    async def cancel_one(app: App, _: Schedules) -> bool:
-        try:
-            return await app.acancel(job_id)
-        finally:
-            await app.aclose()
-
-    if not _run(app_spec, connection, cancel_one):
-        fail(f"nothing to cancel: no delayed job {job_id!r} waits (unknown, or it already fired)", EXIT_USAGE)
-    click.echo(f"{job_id}: cancelled")

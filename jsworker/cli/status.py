@@ -33,6 +33,8 @@ _COLUMNS = (
     "OLDEST",
     "DELAYED",
     "NEXT DUE",
+    "MAX RUNNING",
+    "PRIORITY",
 )
 _CLEAR = "\x1b[H\x1b[2J"
 
@@ -66,6 +68,8 @@ def status(app_spec: str, as_json: bool, watch: float | None, **connection: str 
     OLDEST       age of the oldest pending job (server clock)
     DELAYED      delayed jobs waiting on the server for their due time
     NEXT DUE     when the next of those is due
+    MAX RUNNING  most jobs of the queue running at once across all workers (server-enforced)
+    PRIORITY     the queue's priority among those one worker serves
     """
     app = load_connected_app(app_spec, connection)
     # In a terminal --watch redraws the table in place instead of scrolling.
@@ -149,6 +153,8 @@ def _table(app: App, queues: list[QueueStatus], *, clear: bool = False) -> None:
             "-"
             if q.next_due_in is None
             else ("now" if q.next_due_in <= 0 else f"in {format_age(q.next_due_in)}"),
+            "-" if q.max_running is None else str(q.max_running),
+            str(q.priority),
         )
         for q in queues
     ]

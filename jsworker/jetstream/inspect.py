@@ -47,6 +47,7 @@ class ConsumerFacts:
     num_redelivered: int  # of those, delivered more than once
     num_waiting: int  # pull requests outstanding on the server
     delivered_stream_seq: int  # highest stream sequence delivered so far
+    max_ack_pending: int = 0  # the cap on num_ack_pending (0: none known)
 
 
 class _NotFound(Exception):
@@ -142,6 +143,7 @@ def _consumer(info: dict[str, Any]) -> ConsumerFacts:
         num_redelivered=int(info.get("num_redelivered") or 0),
         num_waiting=int(info.get("num_waiting") or 0),
         delivered_stream_seq=int(delivered.get("stream_seq") or 0),
+        max_ack_pending=int(config.get("max_ack_pending") or 0),
     )
 
 

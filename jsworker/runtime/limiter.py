@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections import deque
+import heapq
+import itertools
 
 
 class Limiter:
-    """Counting slots for running jobs, handed to waiters in the order they came.
+    """Counting slots for running jobs, handed to the waiter with the highest priority, and
+    among equals to the one that came first (queue priorities: a worker serving several
+    queues gives each freed slot to the most important queue that has a job waiting).
 
     The worker takes a slot *before* it takes a message out of the pull loop's buffer, so
     messages pulled but not finished never exceed the slots plus the pull loops' buffers.
@@ -25,7 +27,9 @@ class Limiter:
             raise ValueError("concurrency must be >= 1")
         self.limit = limit
         self._in_use = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        # (-priority, arrival, future): a heap, so the first is the next to be served.
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
 
     @property
     def in_use(self) -> int:
@@ -39,26 +43,28 @@ class Limiter:
             return True
         return False
 
-    async def acquire(self) -> None:
-        """Wait for a free slot and take it."""
+    async def acquire(self, priority: int = 0) -> None:
+        """Wait for a free slot and take it; waiters with a higher ``priority`` go first."""
         if self.try_acquire():
             return
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        entry = (-priority, next(self._arrivals), waiter)
+        heapq.heappush(self._waiters, entry)
         try:
             await waiter
         except asyncio.CancelledError:
             if waiter.cancelled():
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+                    heapq.heapify(self._waiters)
             else:  # the slot was handed over just before the cancellation: pass it on
                 self.release()
             raise
 
     def release(self) -> None:
-        """Give a slot back: to the longest waiter if there is one, else to the pool."""
+        """Give a slot back: to the first waiter if there is one, else to the pool."""
         while self._waiters:
-            waiter = self._waiters.popleft()
+            waiter = heapq.heappop(self._waiters)[2]
             if not waiter.done():
                 waiter.set_result(None)  # the slot changes hands; in_use stays the same
                 return

@@ -261,6 +261,7 @@ class Worker:
     async def _queue_loop(self, queue: str) -> None:
         assert self.conn is not None
         stream = self.app.namespace.stream
+        priority = self.app.queue_priority(queue)
         while not self._stop.is_set():
             consumer = PullConsumer(
                 self.conn,
@@ -278,7 +279,7 @@ class Worker:
                 while await consumer.wait():
                     # A slot is taken only once there is a job for it: waiting on an idle queue
                     # while holding one would starve the other queues.
-                    await self._limiter.acquire()
+                    await self._limiter.acquire(priority)
                     delivery = await consumer.take()
                     if delivery is None:  # drained while we waited for the slot
                         self._limiter.release()

@@ -104,3 +104,25 @@ async def test_slot_handed_to_a_cancelled_waiter_is_passed_on() -> None:
         await task
     assert limiter.in_use == 0
     assert limiter.try_acquire()
+
+
+async def test_freed_slots_go_to_the_highest_priority_then_the_first_come() -> None:
+    """Waiters of queues with a higher priority are served first; equals in arrival order."""
+    limiter = Limiter(1)
+    await limiter.acquire()
+    served: list[str] = []
+
+    async def waiter(name: str, priority: int) -> None:
+        await limiter.acquire(priority)
+        served.append(name)
+
+    async with anyio.create_task_group() as tg:
+        arrivals = (("low-1", 0), ("high-1", 10), ("low-2", 0), ("high-2", 10), ("mid", 5))
+        for count, (name, priority) in enumerate(arrivals, 1):
+            tg.start_soon(waiter, name, priority)
+            # Each in line before the next comes, so that arrival order is known.
+            await wait_until_async(lambda c=count: len(limiter._waiters) == c, timeout=2, message="in line")
+        for expected in range(1, 6):
+            limiter.release()
+            await wait_until_async(lambda e=expected: len(served) == e, timeout=2, message="a waiter served")
+    assert served == ["high-1", "high-2", "mid", "low-1", "low-2"]

@@ -1,0 +1,115 @@
+"""``jsworker jobs``: one job's status, result and cancel, by its id.
+
+Exit codes as for every command: 0 ok, 1 crashed, 2 usage error (an unknown job, nothing to
+cancel, a result not ready), 3 cannot connect; ``result`` exits 4 when the job did not
+succeed (failed, cancelled or expired), after printing why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from ..app import App
+from ..errors import JobCancelled, JobFailed, JobNotFound
+from ..lifecycle.state import JobState
+from ..observability.logging import configure_logging
+from .connection import connection_options, load_connected_app
+from .errors import EXIT_USAGE, command_errors, fail
+
+T = TypeVar("T")
+
+EXIT_NOT_SUCCEEDED = 4
+
+_APP = click.argument("app_spec", metavar="MODULE[:ATTR]")
+_JOB = click.argument("job_id")
+
+
+def _run(app_spec: str, connection: dict[str, Any], work: Callable[[App], Awaitable[T]]) -> T:
+    """Load the app, run ``work`` on its connection, close it; failures become one line and a code."""
+    configure_logging("warning")
+    app = load_connected_app(app_spec, connection)
+
+    async def main() -> T:
+        try:
+            return await work(app)
+        finally:
+            await app.aclose()
+
+    with command_errors():
+        return asyncio.run(main())
+
+
+@click.group()
+def jobs() -> None:
+    """One job by its id: status, result, cancel."""
+
+
+@jobs.command()
+@_APP
+@_JOB
+@click.option("--json", "as_json", is_flag=True, help="The whole status as one JSON object.")
+@connection_options
+def status(app_spec: str, job_id: str, as_json: bool, **connection: str | None) -> None:
+    """Where job JOB_ID is: scheduled, queued, running, retrying, succeeded, failed, cancelled,
+    expired; exit 2 when it is unknown."""
+    found = _run(app_spec, connection, lambda app: app.astatus(job_id))
+    if as_json:
+        click.echo(json.dumps(found.as_dict()))
+    else:
+        details = [
+            f"{name}={value}"
+            for name, value in found.as_dict().items()
+            if value is not None and name not in ("id", "state", "error")
+        ]
+        click.echo(" ".join([found.id, found.state.value, *details]))
+        if found.error is not None:
+            click.echo(f"error: {found.error.type}: {found.error.message}")
+    if found.state is JobState.UNKNOWN:
+        fail(f"no job {job_id!r} is known (never enqueued, or finished and not recorded)", EXIT_USAGE)
+
+
+@jobs.command()
+@_APP
+@_JOB
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait this long for it to finish.",
+)
+@connection_options
+def result(app_spec: str, job_id: str, wait: float, **connection: str | None) -> None:
+    """Print job JOB_ID's return value as JSON. Exit 4 when it failed, was cancelled or
+    expired; 2 when it is unknown or not finished within --wait seconds."""
+
+    async def value(app: App) -> Any:
+        try:
+            return await app.job(job_id).aresult(timeout=wait or 0.001)
+        except TimeoutError:
+            state = (await app.astatus(job_id)).state.value
+            fail(f"job {job_id} has not finished ({state})", EXIT_USAGE)
+        except JobNotFound as exc:
+            fail(str(exc), EXIT_USAGE)
+        except (JobFailed, JobCancelled) as exc:
+            fail(str(exc), EXIT_NOT_SUCCEEDED)
+
+    click.echo(json.dumps(_run(app_spec, connection, value), default=repr))
+
+
+@jobs.command()
+@_APP
+@_JOB
+@connection_options
+def cancel(app_spec: str, job_id: str, **connection: str | None) -> None:
+    """Cancel job JOB_ID: a delayed job before it fires, a queued one before it starts, a
+    running one where it runs. Exit 0 when cancelled, 2 when there was nothing to cancel
+    (unknown, or already finished)."""
+    if not _run(app_spec, connection, lambda app: app.acancel(job_id)):
+        fail(f"nothing to cancel: job {job_id!r} is unknown or already finished", EXIT_USAGE)
+    click.echo(f"{job_id}: cancelled")
