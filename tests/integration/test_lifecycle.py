@@ -4,18 +4,25 @@ unique jobs and expiry."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jsworker import App, ConfigurationError, JobCancelled, JobExpired, JobFailed, JobNotFound, current_job
 from jsworker.lifecycle.state import JobState
+from jsworker.status import queue_status
 from jsworker.testing import NatsServer
 
 from ..support import connected, stream_messages_async, wait_until_async
-from .workers import in_process_worker
+from .workers import APPS, cli, in_process_worker, start_worker, stop
+
+sys.path.insert(0, str(APPS))
+import life_cli_app
 
 pytestmark = pytest.mark.anyio
 
@@ -278,3 +285,92 @@ async def test_a_job_not_started_in_time_expires_unrun(nats_server: NatsServer) 
     with pytest.raises(JobExpired):
         await app.lifecycle.result(old, timeout=1)
     await app.aclose()
+
+
+async def test_max_running_is_the_consumers_limit_and_follows_the_code(nats_server: NatsServer) -> None:
+    app = App("capped", nats_server.url, max_ack_pending=1000)
+
+    @app.task(queue="payments")
+    async def pay() -> None: ...
+
+    @app.task(queue="mail")
+    async def mail() -> None: ...
+
+    app.queue("payments", max_running=5, priority=10)
+    await app.provision()
+    async with connected(nats_server.url) as nc:
+        js = nc.jetstream()
+        assert (await js.consumer_info("JSW_CAPPED", "payments")).config.max_ack_pending == 5
+        assert (await js.consumer_info("JSW_CAPPED", "mail")).config.max_ack_pending == 1000
+        app.queue("payments", max_running=2)  # changed in code: the next start applies it
+        await app.provision()
+        assert (await js.consumer_info("JSW_CAPPED", "payments")).config.max_ack_pending == 2
+    rows = {q.queue: q for q in await queue_status(app)}
+    assert (rows["payments"].max_running, rows["payments"].priority) == (2, 0)
+    assert (rows["mail"].max_running, rows["mail"].priority) == (1000, 0)
+    with pytest.raises(ConfigurationError, match="max_running"):
+        app.queue("payments", max_running=0)
+    await app.aclose()
+
+
+async def test_a_freed_slot_goes_to_the_highest_priority_queue_with_jobs(nats_server: NatsServer) -> None:
+    app = App("ranked", nats_server.url)
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    @app.task(queue="bulk")
+    async def bulk(n: int) -> None:
+        order.append(f"bulk-{n}")
+        await gate.wait()
+
+    @app.task(queue="urgent")
+    async def urgent(n: int) -> None:
+        order.append(f"urgent-{n}")
+
+    app.queue("urgent", priority=10)
+    await app.provision()
+    await bulk.adelay(0)  # takes the one slot and holds it
+    await app.aclose()
+    async with in_process_worker(app, concurrency=1, max_messages=5) as worker:
+        await wait_until_async(
+            lambda: order == ["bulk-0"], timeout=10, message="the first job to hold the slot"
+        )
+        for n in range(1, 4):
+            await bulk.adelay(n)
+            await urgent.adelay(n)
+        # Both queues have jobs buffered and waiting for the slot before it is freed.
+        await wait_until_async(
+            lambda: sum(len(list(c.buffered())) for c in worker._consumers.values()), until=lambda n: n == 6,
+            timeout=10, message="six jobs buffered",
+        )  # fmt: skip
+        gate.set()
+        await wait_until_async(lambda: len(order) == 7, timeout=10, message="every job to run")
+    assert order == ["bulk-0", "urgent-1", "urgent-2", "urgent-3", "bulk-1", "bulk-2", "bulk-3"]
+
+
+def test_the_command_line_shows_status_and_results(nats_server: NatsServer, tmp_path: Path) -> None:
+    url = nats_server.url
+    unknown = cli(url, "jobs", "status", "life_cli_app", "no-such-job")
+    assert unknown.returncode == 2 and "unknown" in unknown.stdout, unknown
+    app: App = life_cli_app.app
+    app.servers = url
+    try:
+        good = app.tasks["square"].delay(7)
+        bad = app.tasks["refuse"].delay(1)
+        assert cli(url, "jobs", "status", "life_cli_app", good.id).stdout.split()[:2] == [good.id, "queued"]
+        not_yet = cli(url, "jobs", "result", "life_cli_app", good.id)
+        assert not_yet.returncode == 2 and "has not finished (queued)" in not_yet.stderr, not_yet
+        worker = start_worker(url, tmp_path / "record", tmp_path / "log", module="life_cli_app")
+        try:
+            done = cli(url, "jobs", "result", "life_cli_app", good.id, "--wait", "20")
+            assert (done.returncode, done.stdout.strip()) == (0, "49"), done
+            failed = cli(url, "jobs", "result", "life_cli_app", bad.id, "--wait", "20")
+            assert failed.returncode == 4 and "no 1" in failed.stderr, failed
+        finally:
+            stop(worker)
+        shown = json.loads(cli(url, "jobs", "status", "life_cli_app", bad.id, "--json").stdout)
+        assert shown["state"] == "failed" and shown["error"]["type"] == "Reject"
+        cancelled = cli(url, "jobs", "cancel", "life_cli_app", good.id)
+        assert cancelled.returncode == 2 and "already finished" in cancelled.stderr
+    finally:
+        app.close()

@@ -5,7 +5,6 @@ and removed from Python and from the command line."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 import time
 from typing import Any
@@ -19,7 +18,7 @@ from jsworker.scheduling.periodic import ScheduleNotFound, read_schedules, sync_
 from jsworker.testing import NatsServer
 
 from ..support import stream_messages_async, wait_until_async
-from .workers import APPS, in_process_worker, worker_env
+from .workers import APPS, cli, in_process_worker
 
 sys.path.insert(0, str(APPS))
 import periodic_app
@@ -128,41 +127,30 @@ async def test_a_worker_started_without_schedules_installs_none(nats_server: Nat
         assert await schedules.list() == []
 
 
-def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", *args],
-        env=worker_env(url),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def test_the_command_line_operates_schedules_and_cancels_delayed_jobs(nats_server: NatsServer) -> None:
     url = nats_server.url
-    assert _cli(url, "schedules", "list", "periodic_app").stdout.strip() == "no schedules"
-    synced = _cli(url, "schedules", "sync", "periodic_app")
+    assert cli(url, "schedules", "list", "periodic_app").stdout.strip() == "no schedules"
+    synced = cli(url, "schedules", "sync", "periodic_app")
     assert synced.returncode == 0, synced.stderr
     assert synced.stdout.strip() == "created: morning_report, ping-db"
-    listed = _cli(url, "schedules", "list", "periodic_app").stdout.splitlines()
+    listed = cli(url, "schedules", "list", "periodic_app").stdout.splitlines()
     assert listed[0].split() == ["NAME", "TASK", "EXPRESSION", "ZONE", "NEXT", "RUN", "PAUSED"]
     rows = {line.split()[0]: line.split() for line in listed[1:]}
     assert rows["morning_report"][2:9] == ["0", "0", "7", "*", "*", "*", "Europe/Berlin"]
     assert rows["ping-db"][1:4] == ["ping", "@every", "300s"]
-    assert _cli(url, "schedules", "pause", "periodic_app", "ping-db").stdout.strip() == "ping-db: paused"
+    assert cli(url, "schedules", "pause", "periodic_app", "ping-db").stdout.strip() == "ping-db: paused"
     assert (
-        _cli(url, "schedules", "pause", "periodic_app", "ping-db").stdout.strip()
+        cli(url, "schedules", "pause", "periodic_app", "ping-db").stdout.strip()
         == "ping-db: was already paused"
     )
-    assert _cli(url, "schedules", "resume", "periodic_app", "ping-db").stdout.strip() == "ping-db: resumed"
-    triggered = _cli(url, "schedules", "trigger", "periodic_app", "ping-db")
+    assert cli(url, "schedules", "resume", "periodic_app", "ping-db").stdout.strip() == "ping-db: resumed"
+    triggered = cli(url, "schedules", "trigger", "periodic_app", "ping-db")
     assert triggered.returncode == 0 and triggered.stdout.startswith("ping-db-manual-")
-    unknown = _cli(url, "schedules", "pause", "periodic_app", "nope")
+    unknown = cli(url, "schedules", "pause", "periodic_app", "nope")
     assert unknown.returncode == 2 and "no schedule named 'nope'" in unknown.stderr
-    assert _cli(url, "schedules", "remove", "periodic_app", "ping-db").returncode == 0
-    assert _cli(url, "schedules", "remove", "periodic_app", "ping-db").returncode == 2
-    nothing = _cli(url, "jobs", "cancel", "periodic_app", "no-such-job")
+    assert cli(url, "schedules", "remove", "periodic_app", "ping-db").returncode == 0
+    assert cli(url, "schedules", "remove", "periodic_app", "ping-db").returncode == 2
+    nothing = cli(url, "jobs", "cancel", "periodic_app", "no-such-job")
     assert nothing.returncode == 2 and "nothing to cancel" in nothing.stderr
 
     periodic_app.app.servers = [url]
@@ -170,7 +158,7 @@ def test_the_command_line_operates_schedules_and_cancels_delayed_jobs(nats_serve
         job = periodic_app.ping.apply(("db",), countdown=600)
     finally:
         periodic_app.app.close()
-    cancelled = _cli(url, "jobs", "cancel", "periodic_app", job.id)
+    cancelled = cli(url, "jobs", "cancel", "periodic_app", job.id)
     assert cancelled.returncode == 0 and cancelled.stdout.strip() == f"{job.id}: cancelled"
-    as_json: Any = _cli(url, "schedules", "list", "periodic_app", "--json").stdout.splitlines()
+    as_json: Any = cli(url, "schedules", "list", "periodic_app", "--json").stdout.splitlines()
     assert len(as_json) == 1 and '"name": "morning_report"' in as_json[0]

@@ -37,6 +37,18 @@ def worker_env(url: str, record: Path | None = None) -> dict[str, str]:
     return env
 
 
+def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``jsworker ARGS`` against ``url`` with the test apps importable; its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "jsworker", *args],
+        env=worker_env(url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def start_worker(
     url: str,
     record: Path,
