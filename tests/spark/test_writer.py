@@ -177,8 +177,9 @@ def test_a_worker_runs_the_jobs_with_their_arguments(session: Any, nats_server_m
             await nc.close()
 
     stored = asyncio.run(first_message())
-    assert stored.subject == "jsw.sparkrun.q.default.ship"
-    assert stored.headers["Nats-Msg-Id"] == job_id("sparkrun", "ship", [_order_of(stored)])
+    ident = job_id("sparkrun", "ship", [_order_of(stored)])
+    assert stored.headers["Nats-Msg-Id"] == ident
+    assert stored.subject == f"jsw.sparkrun.q.default.ship.{ident}"  # found by its id, as any job
     assert stored.headers["Jsw-Task"] == "ship"
     assert stored.headers["Content-Type"] == "application/json"
     assert abs(int(stored.headers["Jsw-Enqueued-At"]) / 1e9 - time.time()) < 300
