@@ -10,7 +10,10 @@ to ``JSW_<APP>_EVENTS`` (Limits retention, ``events_max_age``), on subject
 - ``failed`` (worker): the run raised, timed out, asked to retry, was rejected or cancelled;
 - ``retried`` (worker): after ``failed``, the job goes back to the queue;
 - ``dead_lettered`` (worker): the job ends in the dead-letter stream, after ``failed`` or,
-  for a job that never started (unknown task, bad body, too many deliveries), alone.
+  for a job that never started (unknown task, bad body, too many deliveries), alone;
+- ``scheduled`` (producer): a delayed job was stored to run later;
+- ``cancelled`` (whoever cancelled it): the job was cancelled before it finished;
+- ``expired`` (worker): the job was not started within its ``expires`` and never runs.
 
 Events are fire-and-forget publishes: no acknowledgement is awaited, and a failure to emit
 one never changes what happens to the job. They are observations, not a ledger.

@@ -58,7 +58,8 @@ async def cancel_job(app: App, conn: Connection, job_id: str) -> bool:
         last = found[0] if found is not None else 0
         if not await _record(app, records, job_id, queue, task, message.seq, last):
             return False
-    await conn.nc.publish(ns.cancel_subject(job_id), b"")
+    # The sequence names this very message: a later run of a unique job has the same id.
+    await conn.nc.publish(ns.cancel_subject(job_id), str(message.seq).encode())
     label = task if task in app.tasks else UNKNOWN
     app.metrics.cancelled.labels(queue, label).inc()
     if app.options.events:

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
+from nats.aio.msg import Msg
+
 from ..errors import SerializationError
 from ..jetstream.connection import Connection
 from ..naming import Namespace
@@ -64,12 +66,12 @@ class ResultWaiter:
                 self.conn.on_reconnect(self._reread)
                 self._subscribed = True
 
-    async def _on_record(self, msg: object) -> None:
-        job_id = str(getattr(msg, "subject", "")).rsplit(".", 1)[-1]
+    async def _on_record(self, msg: Msg) -> None:
+        job_id = msg.subject.rsplit(".", 1)[-1]
         if job_id in self._waiting:
             # A message that is not a record jsworker wrote has nothing for a waiter.
             with contextlib.suppress(SerializationError):
-                self._offer(job_id, JobRecord.decode(getattr(msg, "data", b"")))
+                self._offer(job_id, JobRecord.decode(msg.data))
 
     async def _read(self, job_id: str) -> None:
         found = await self.records.read(job_id)

@@ -15,6 +15,8 @@ import traceback
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from nats.aio.msg import Msg
+
 from ..errors import EnqueueError
 from ..jetstream.connection import Connection
 from ..jetstream.publish import Publisher
@@ -49,20 +51,22 @@ class JobBook:
         self._publisher = Publisher(conn, retry_for=_RECORD_PATIENCE)
         # An older server has no jobs bucket: jobs run as before, without records.
         self._records = conn.server_version >= RECORDS_SINCE
-        #: Job ids cancelled while this worker runs, newest last (read before a job starts).
-        self.cancelled: OrderedDict[str, None] = OrderedDict()
+        #: (job id, stream sequence) of the jobs cancelled while this worker runs, newest last
+        #: (read before a job starts).
+        self.cancelled: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     async def start(self) -> None:
         """Listen for cancels of running jobs."""
         await self.conn.nc.subscribe(self.app.namespace.cancel_subject(), cb=self._on_cancel)
 
-    async def _on_cancel(self, msg: object) -> None:
-        job_id = getattr(msg, "subject", "").rsplit(".", 1)[-1]
-        self.cancelled[job_id] = None
+    async def _on_cancel(self, msg: Msg) -> None:
+        job_id = msg.subject.rsplit(".", 1)[-1]
+        seq = int(msg.data) if msg.data.isdigit() else 0
+        self.cancelled[job_id, seq] = None
         while len(self.cancelled) > _REMEMBERED_CANCELS:
             self.cancelled.popitem(last=False)
         for job, task in list(self._running.items()):
-            if job.job_id == job_id and not job.cancel_requested:
+            if job.job_id == job_id and job.delivery.stream_seq == seq and not job.cancel_requested:
                 job.cancel_requested = True
                 log.info("job.cancel_requested", **job.log_fields())
                 # A sync task's thread goes on (it can read current_job().cancelled); the
@@ -72,7 +76,7 @@ class JobBook:
     def admit(self, job: JobRun) -> Outcome | None:
         """Why ``job`` must not start (expired, or cancelled while it waited in this worker's
         buffer), or None."""
-        if self.cancelled and job.job_id in self.cancelled:
+        if self.cancelled and (job.job_id, job.delivery.stream_seq) in self.cancelled:
             job.cancel_requested = True
             return Outcome(OutcomeKind.ABORTED, "cancelled before it started")
         expires = job.delivery.headers.get(EXPIRES_AT)
