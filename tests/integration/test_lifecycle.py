@@ -374,3 +374,24 @@ def test_the_command_line_shows_status_and_results(nats_server: NatsServer, tmp_
         assert cancelled.returncode == 2 and "already finished" in cancelled.stderr
     finally:
         app.close()
+
+
+async def test_a_unique_job_cancelled_while_running_can_run_again(nats_server: NatsServer) -> None:
+    """The cancel names the job's message: the next run of the same key, with the same id,
+    is not taken for the cancelled one by the worker that heard the cancel."""
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen)
+    report = app.tasks["report"]
+    async with in_process_worker(app, queues=["default"]):
+        first = await report.adelay(5)
+        await wait_until_async(lambda: seen["started"] == ["report-5"], timeout=10, message="it to start")
+        assert await first.acancel()
+        with pytest.raises(JobCancelled):
+            await first.aresult(timeout=5)
+        again = await report.adelay(5)
+        assert not again.duplicate and again.id == first.id
+        await wait_until_async(
+            lambda: seen["started"] == ["report-5"] * 2, timeout=10, message="it to run again"
+        )
+        seen["gate"].set()
+        assert await again.aresult(timeout=10) == 5
