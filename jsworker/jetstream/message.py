@@ -48,7 +48,8 @@ def check_size(msg: OutMessage, max_payload: int) -> None:
     bound = len(msg.body) + 14 + sum(4 * (len(k) + len(v)) + 4 for k, v in msg.headers.items())
     if bound > max_payload and msg.size > max_payload:
         raise PayloadTooLargeError(
-            f"job {msg.headers.get(MSG_ID)} is {msg.size} bytes with its headers; the server accepts "
+            f"the message for {msg.headers.get(MSG_ID) or msg.subject} is {msg.size} bytes with its headers; "
+            "the server accepts "
             f"at most {max_payload} bytes per message (max_payload)"
         )
 

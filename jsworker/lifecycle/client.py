@@ -9,7 +9,7 @@ from ..errors import JobCancelled, JobExpired, JobFailed, JobNotFound
 from ..jetstream.connection import Connection
 from .bucket import RECORDS_SINCE
 from .cancel import cancel_job
-from .lookup import job_status
+from .lookup import current_message, job_status
 from .state import JobRecord, JobState, JobStatus
 from .waiter import ResultWaiter
 
@@ -37,18 +37,18 @@ class JobLifecycle:
         waiter = self._waiters.get(conn)
         if waiter is None:
             waiter = self._waiters[conn] = ResultWaiter(conn, self.app.namespace)
-        # A receipt names the very message of its job; a delayed job's names its schedule,
-        # and a handle made from an id names none.
-        seq = job.seq if job.scheduled_for is None and not job.from_id else 0
+        # A receipt names the very message of its job; a delayed job's names its schedule.
+        seq = job.seq if job.scheduled_for is None else 0
         if job.from_id:
-            found = await waiter.records.read(job.id)
-            if found is None or not found[1].state.finished:
-                status = await job_status(self.app, conn, job.id)
-                if status.state is JobState.UNKNOWN:
-                    raise JobNotFound(
-                        f"no job {job.id} in app {self.app.name}: never enqueued, or its record is "
-                        "gone (expired, or its task does not keep results)"
-                    )
+            # A handle names the job's message while there is one: a unique job's earlier run
+            # left a record under the same id.
+            message = await current_message(self.app, conn, job.id)
+            seq = message.seq if message is not None else 0
+            if message is None and (await job_status(self.app, conn, job.id)).state is JobState.UNKNOWN:
+                raise JobNotFound(
+                    f"no job {job.id} in app {self.app.name}: never enqueued, or its record is "
+                    "gone (expired, or its task does not keep results)"
+                )
         return self._value(job.id, await waiter.wait(job.id, seq, timeout))
 
     def _value(self, job_id: str, record: JobRecord) -> Any:

@@ -44,12 +44,13 @@ async def job_status(app: App, conn: Connection, job_id: str) -> JobStatus:
     records = Records(conn, ns)
     found = await records.read(job_id)
     record = found[1] if found is not None else None
-    if record is not None and record.state.finished:
+    message = await current_message(app, conn, job_id)
+    if record is not None and record.state.finished and (message is None or message.seq == record.seq):
         return record.status(job_id)
-    jobs = LimitsStream(conn, ns.stream)
-    message = await jobs.next(ns.job_filter(job_id))
     if message is not None:
+        # A finished record of another message is a previous run of a unique job.
         return await _in_stream(conn, app, job_id, message, record)
+    jobs = LimitsStream(conn, ns.stream)
     schedule = await jobs.next(ns.delayed_filter(job_id=job_id))
     if schedule is not None:
         parsed = ns.parse_delayed_subject(schedule.subject)
@@ -67,6 +68,11 @@ async def job_status(app: App, conn: Connection, job_id: str) -> JobStatus:
     if found is not None:
         return found[1].status(job_id)
     return JobStatus(job_id, JobState.UNKNOWN)
+
+
+async def current_message(app: App, conn: Connection, job_id: str) -> StoredMessage | None:
+    """The message of ``job_id`` while it waits or runs, None once it has left the stream."""
+    return await LimitsStream(conn, app.namespace.stream).next(app.namespace.job_filter(job_id))
 
 
 async def _in_stream(

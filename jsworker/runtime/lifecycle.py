@@ -8,6 +8,7 @@ write paths: the worker's loop checks that before calling :meth:`JobBook.conclud
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import time
@@ -38,6 +39,10 @@ _REMEMBERED_CANCELS = 4096
 # The record of a job the worker cannot write is not worth failing the job for: it is retried
 # for this long, then the job is settled without it (and the failure logged).
 _RECORD_PATIENCE = 5.0
+# A failure's texts are cut to these lengths (the traceback keeps its end, where the error
+# is), as in a dead letter: a huge exception message must not make its record unstorable.
+_MAX_TEXT = 1000
+_MAX_TRACEBACK = 8000
 
 
 class JobBook:
@@ -132,11 +137,16 @@ class JobBook:
             next_attempt_at=next_at,
             worker=self.worker,
             error=error,
-            reason=decision.reason or outcome.reason or None,
+            reason=(decision.reason or outcome.reason)[:_MAX_TEXT] or None,
             content_type=self.app.serializer.content_type if value is not None else None,
             value=value,
         )
         msg = record_message(self.app.namespace, job.job_id, record, options.result_ttl)
+        if msg.size > self.conn.max_payload and error is not None:
+            # A server with a small max_payload: the traceback goes first.
+            error = JobError(error.type, error.message)
+            record = dataclasses.replace(record, error=error)
+            msg = record_message(self.app.namespace, job.job_id, record, options.result_ttl)
         try:
             await self._publisher.publish(msg)
         except EnqueueError as exc:
@@ -152,6 +162,8 @@ def _error(outcome: Outcome) -> JobError | None:
     if exc is None:
         if outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.EXPIRED):
             return None
-        return JobError(outcome.kind.value, outcome.reason)
-    text = "".join(traceback.format_exception(exc)) if exc.__traceback__ is not None else None
-    return JobError(type(exc).__qualname__, str(exc) or outcome.reason, text)
+        return JobError(outcome.kind.value, outcome.reason[:_MAX_TEXT])
+    text = (
+        "".join(traceback.format_exception(exc))[-_MAX_TRACEBACK:] if exc.__traceback__ is not None else None
+    )
+    return JobError(type(exc).__qualname__, (str(exc) or outcome.reason)[:_MAX_TEXT], text)
