@@ -119,10 +119,6 @@ async def _using(url: str, body: Callable[[], Awaitable[Any]]) -> Any:
         await app.aclose()
 
 
-def _job_subject() -> str:
-    return app.namespace.job_subject(QUEUE, stamp.name)
-
-
 async def _purge(url: str) -> None:
     nc = await _connect(url)
     try:
@@ -137,8 +133,10 @@ async def _counts(url: str) -> tuple[int, int]:
     """(messages in the job stream, of them jobs in the queue: fired or plain, not schedules)."""
     nc = await _connect(url)
     try:
-        info = await nc.jetstream().stream_info(app.namespace.stream, subjects_filter=_job_subject())
-        return int(info.state.messages), int((info.state.subjects or {}).get(_job_subject(), 0))
+        # Each job has a subject of its own (ending in its id): the queue's are summed.
+        queue = app.namespace.queue_filter(QUEUE)
+        info = await nc.jetstream().stream_info(app.namespace.stream, subjects_filter=queue)
+        return int(info.state.messages), sum((info.state.subjects or {}).values())
     finally:
         await nc.close()
 

@@ -4,12 +4,16 @@ Every record a worker stores is also a message on ``$KV.jsw_<app>_jobs.<job id>`
 subscription sees it as it is stored: no polling, no consumer on the server per waiter. A
 record stored before the subscription existed, or while the connection was down, is read
 from the bucket instead: right after a waiter registers, and again after every reconnect.
+The subscription can see a record before the stream has stored it (and before the waiter
+registers: a fast job finishes while its enqueue is still returning), so the last finished
+records nobody waited for are kept a while, for a waiter that comes right after.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from nats.aio.msg import Msg
@@ -19,6 +23,9 @@ from ..jetstream.connection import Connection
 from ..naming import Namespace
 from .bucket import Records
 from .state import JobRecord
+
+# Finished records seen with nobody waiting, kept for a waiter that registers just after.
+_RECENT = 1024
 
 
 @dataclass(eq=False, slots=True)
@@ -35,6 +42,7 @@ class ResultWaiter:
         self.namespace = namespace
         self.records = Records(conn, namespace)
         self._waiting: dict[str, list[_Waiting]] = {}
+        self._recent: OrderedDict[str, JobRecord] = OrderedDict()
         self._subscribed = False
         self._lock = asyncio.Lock()
 
@@ -45,7 +53,11 @@ class ResultWaiter:
         waiting = _Waiting(seq, asyncio.get_running_loop().create_future())
         self._waiting.setdefault(job_id, []).append(waiting)
         try:
-            await self._read(job_id)
+            seen = self._recent.get(job_id)
+            if seen is not None:
+                self._offer(job_id, seen)
+            if not waiting.future.done():
+                await self._read(job_id)
             return await asyncio.wait_for(asyncio.shield(waiting.future), timeout)
         finally:
             left = self._waiting.get(job_id)
@@ -68,10 +80,16 @@ class ResultWaiter:
 
     async def _on_record(self, msg: Msg) -> None:
         job_id = msg.subject.rsplit(".", 1)[-1]
-        if job_id in self._waiting:
-            # A message that is not a record jsworker wrote has nothing for a waiter.
-            with contextlib.suppress(SerializationError):
-                self._offer(job_id, JobRecord.decode(msg.data))
+        # A message that is not a record jsworker wrote has nothing for a waiter.
+        with contextlib.suppress(SerializationError):
+            record = JobRecord.decode(msg.data)
+            if job_id in self._waiting:
+                self._offer(job_id, record)
+            elif record.state.finished:
+                self._recent[job_id] = record
+                self._recent.move_to_end(job_id)
+                if len(self._recent) > _RECENT:
+                    self._recent.popitem(last=False)
 
     async def _read(self, job_id: str) -> None:
         found = await self.records.read(job_id)

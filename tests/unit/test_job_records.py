@@ -1,0 +1,50 @@
+"""Job records and the result waiter's bookkeeping, without a server."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from jsworker import JSONSerializer, SerializationError
+from jsworker.lifecycle.state import JobError, JobRecord, JobState
+from jsworker.lifecycle.waiter import ResultWaiter
+from jsworker.naming import Namespace
+
+pytestmark = pytest.mark.anyio
+
+
+def test_records_keep_json_values_inline_and_others_as_base64() -> None:
+    ok = JobRecord(
+        JobState.SUCCEEDED, "q", "t", seq=3, attempts=1, content_type="application/json", value=b'{"a":[1]}'
+    )
+    data = ok.encode()
+    assert b'"value":{"a":[1]}' in data  # readable as it is stored
+    back = JobRecord.decode(data)
+    assert back.result(JSONSerializer()) == {"a": [1]} and back.seq == 3
+    raw = JobRecord(JobState.SUCCEEDED, "q", "t", content_type="application/x-other", value=b"\x00\xff")
+    assert JobRecord.decode(raw.encode()).value == b"\x00\xff"
+    failed = JobRecord(JobState.FAILED, "q", "t", error=JobError("ValueError", "bad", "Traceback ..."))
+    assert JobRecord.decode(failed.encode()).status("j").error == JobError(
+        "ValueError", "bad", "Traceback ..."
+    )
+    with pytest.raises(SerializationError):
+        JobRecord.decode(b'{"state": "nonsense"}')
+
+
+async def test_a_record_seen_before_its_waiter_came_answers_it() -> None:
+    """The subscription can see a finished record before the stream has stored it and before
+    the caller waits for it (a fast job): the waiter must still get it, not time out."""
+    waiter = ResultWaiter(conn=Any, namespace=Namespace("a"))  # type: ignore[arg-type]
+    waiter._subscribed = True
+
+    async def stored_nowhere(job_id: str) -> None:
+        return None
+
+    waiter.records.read = stored_nowhere  # type: ignore[assignment,method-assign]
+    record = JobRecord(JobState.SUCCEEDED, "q", "t", seq=5)
+    await waiter._on_record(SimpleNamespace(subject="$KV.jsw_a_jobs.j1", data=record.encode()))  # type: ignore[arg-type]
+    assert (await waiter.wait("j1", 5, timeout=1)).seq == 5
+    with pytest.raises(TimeoutError):
+        await waiter.wait("j1", 6, timeout=0.05)  # another run of the same id is not answered by it
