@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import lifecycle
 import schedules
 from figures import enqueue, latency, memory, mixed, processing
 from lib import jetstream as jsh
@@ -42,6 +43,7 @@ FAMILIES = {
     "mixed": mixed.run,
     "memory": memory.run,
     "schedules": schedules.run,
+    "lifecycle": lifecycle.run,
 }
 # The schedules family keeps its baselines next to its figures, in its own module.
 
@@ -59,7 +61,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--pending",
         type=int,
-        help=f"delayed jobs the schedules family keeps pending on its server "
+        help=f"delayed jobs the schedules family keeps pending on its server, and jobs the lifecycle "
+        f"family leaves waiting on its servers "
         f"(default {schedules.NORMAL_PENDING:,}; {schedules.QUICK_PENDING:,} with --quick)",
     )
     parser.add_argument("--json-out", type=Path, help="also write the JSON lines to this file")
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     families = dict(FAMILIES)
     families["schedules"] = functools.partial(schedules.run, pending=args.pending)
+    families["lifecycle"] = functools.partial(lifecycle.run, pending=args.pending)
     if args.peers:
         from peers import figures as peer_figures
 

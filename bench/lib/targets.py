@@ -85,7 +85,27 @@ COMPARISONS = [
     Comparison("schedules.pending.cancel_p50", "schedules.empty.cancel_p50", "ratio"),
     Comparison("schedules.pending.restart_info_ms", "schedules.empty.restart_info_ms", "ratio"),
     Comparison("schedules.pending.restart_accept_ms", "schedules.empty.restart_accept_ms", "ratio"),
+    # Job lifecycle (bench/lifecycle.py): a result's round trip against raw request/reply at
+    # 200/s; processing with results against without and against the raw pull; enqueue of a
+    # unique or expiring job against a plain one and raw publishes; jobs on a subject each
+    # against the same count on one subject.
+    Comparison("lifecycle.result_200.p50", None, "value", "<=", 2.0),
+    Comparison("lifecycle.result_200.p50", "lifecycle.reqrep_200.p50", "ratio"),
+    Comparison("lifecycle.result_200.p99", "lifecycle.reqrep_200.p99", "ratio"),
+    Comparison("lifecycle.processing.results_on", "lifecycle.processing.results_off", "ratio", ">=", 0.70),
+    Comparison("lifecycle.processing.results_on", "lifecycle.processing.raw_continuous", "ratio"),
+    Comparison("lifecycle.processing.results_off", "lifecycle.processing.raw_continuous", "ratio"),
+    Comparison("lifecycle.enqueue.adelay", "lifecycle.enqueue.raw_publish", "ratio"),
+    Comparison("lifecycle.enqueue.expires", "lifecycle.enqueue.adelay", "ratio"),
+    Comparison("lifecycle.enqueue.expires", "lifecycle.enqueue.raw_publish", "ratio"),
+    Comparison("lifecycle.enqueue.raw_publish_unique", "lifecycle.enqueue.raw_publish", "ratio"),
+    Comparison("lifecycle.enqueue.unique", "lifecycle.enqueue.adelay", "ratio"),
+    Comparison("lifecycle.enqueue.unique", "lifecycle.enqueue.raw_publish_unique", "ratio"),
 ]
+for _what in ("rss_growth_mb", "rss_restarted_mb", "stream_mb", "store_mb", "restart_ms"):
+    COMPARISONS.append(
+        Comparison(f"lifecycle.pending.per_id.{_what}", f"lifecycle.pending.one_subject.{_what}", "ratio")
+    )
 # jsworker's processing rate as a multiple of taskiq-nats's (the ">= 4x" target).
 PEER_TARGETS = [
     Comparison("processing.async", "peers.taskiq_processing", "ratio", ">=", 4.0),

@@ -155,3 +155,23 @@ def test_quick_schedules_report_every_figure(tmp_path: Path) -> None:
     assert figures["schedules.accuracy.early"]["value"] == 0
     assert figures["schedules.accuracy.duplicates"]["value"] == 0
     assert figures["schedules.pending.enqueue_rate"]["info"]["pending"] == 500
+
+
+@pytest.mark.slow
+def test_quick_lifecycle_reports_every_figure(tmp_path: Path) -> None:
+    figures = _run_quick(tmp_path, "--only", "lifecycle", "--pending", "500")
+    expected = [
+        *(f"lifecycle.{who}_200.{p}" for who in ("reqrep", "result") for p in ("p50", "p99")),
+        *(f"lifecycle.processing.{name}" for name in ("raw_continuous", "results_off", "results_on")),
+        *(
+            f"lifecycle.enqueue.{name}"
+            for name in ("raw_publish", "adelay", "expires", "raw_publish_unique", "unique")
+        ),
+        *(
+            f"lifecycle.pending.{layout}.{name}"
+            for layout in ("one_subject", "per_id")
+            for name in ("rss_growth_mb", "rss_restarted_mb", "stream_mb", "store_mb", "restart_ms")
+        ),
+    ]
+    compared = {"lifecycle.result_200.p50", "lifecycle.processing.results_on", "lifecycle.enqueue.unique"}
+    check_figures(figures, expected, set(), compared)

@@ -253,7 +253,7 @@ def test_delayed_job_waits_in_queue_without_worker(
     due = job.scheduled_for.timestamp()
     subjects = wait_until(
         lambda: stream_subjects(url, STREAM),
-        until=lambda s: s == {f"jsw.sch.q.{QUEUE}.later": 1},
+        until=lambda s: s == {f"jsw.sch.q.{QUEUE}.later.{job.id}": 1},
         timeout=15,
         interval=0.1,
         message="the job fired onto its queue subject, its schedule gone",

@@ -104,12 +104,12 @@ def test_never_provisioned_app_shows_zeros(nats_server: NatsServer) -> None:
     assert result.stderr == ""
     lines = result.stdout.splitlines()
     header = ["QUEUE", "PENDING", "IN", "FLIGHT", "REDELIVERED", "DEAD", "WAITING", "OLDEST", "DELAYED"]
-    header += ["NEXT", "DUE"]
+    header += ["NEXT", "DUE", "MAX", "RUNNING", "PRIORITY"]
     assert lines[1].split() == header
     queues = acc.app.queues
     assert {"default", "slow"} <= set(queues)
     rows_shown = [line.split() for line in lines[2:] if line.strip()]
-    assert rows_shown == [[queue, "0", "0", "0", "0", "0", "-", "0", "-"] for queue in queues]
+    assert rows_shown == [[queue, "0", "0", "0", "0", "0", "-", "0", "-", "-", "0"] for queue in queues]
     rows = _status(nats_server.url)
     assert set(rows) == set(queues)
     for row in rows.values():

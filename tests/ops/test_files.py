@@ -218,7 +218,7 @@ def test_dashboard_has_the_panels_operators_need() -> None:
 
 
 SCHEDULE_PANELS = [
-    "Delayed jobs scheduled, fired and cancelled",
+    "Jobs scheduled, fired, cancelled and expired",
     "Fired jobs dropped unrun",
     "Delayed jobs waiting",
 ]
@@ -237,6 +237,7 @@ def test_dashboard_has_a_schedules_row() -> None:
         ("jsworker_jobs_scheduled_total", "queue"),
         ("jsworker_jobs_fired_total", "queue, kind"),
         ("jsworker_jobs_cancelled_total", "queue"),
+        ("jsworker_jobs_expired_total", "queue"),
     ):
         assert any(e.startswith(f"sum by ({by}) (rate({metric}{{") for e in rates), metric
     (dropped,) = _exprs("Fired jobs dropped unrun")
