@@ -9,6 +9,7 @@ test opens, so whether a job can finish is decided by the test, never by a durat
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import nats
 import pytest
 
 from jsworker import JobCancelled, JobFailed, JobState
@@ -67,9 +69,20 @@ def small_server(tmp_path: Path) -> Iterator[NatsServer]:
 # -- helpers ------------------------------------------------------------------------------
 
 
-def open_gate(workers: Workers, name: str) -> None:
-    """Let the runs held on ``name`` finish (``life_app.gate``)."""
+def open_gate(url: str, workers: Workers, name: str) -> None:
+    """Let the runs held on ``name`` finish: create the gate file (``life_app.gate``), then
+    tell the runs already waiting on it."""
     (workers.record.parent / f"gate-{name}").touch()
+
+    async def announce() -> None:
+        nc = await nats.connect(url)
+        try:
+            await nc.publish(f"lcy-test.gate.{name}", b"")
+            await nc.flush()
+        finally:
+            await nc.close()
+
+    asyncio.run(announce())
 
 
 def runs(records: Records, event: str, job_id: str, pid: int | None = None) -> list[Execution]:
@@ -129,7 +142,7 @@ def test_unique_key_held_through_sigkill_until_the_redelivered_run_ends(
     assert redelivered.attempt >= 2
     on_b = task.delay("k")
     assert on_b.duplicate and on_b.seq == first.seq
-    open_gate(workers, "k")
+    open_gate(url, workers, "k")
     assert first.result(timeout=15) == "k"
     # The key is released when the message leaves the stream: B acks it just after storing the
     # result that the line above received.
@@ -161,7 +174,7 @@ def test_unique_job_enqueued_again_reports_its_own_status(
     task = life_app.unique_hold
     start(workers, url, "w", "-c", "5")
     gate = workers.record.parent / "gate-again"
-    gate.touch()
+    open_gate(url, workers, "again")
     first = task.delay("again")
     assert first.result(timeout=15) == "again"
     wait_stream_empty(url, 15, STREAM)
@@ -172,7 +185,7 @@ def test_unique_job_enqueued_again_reports_its_own_status(
         lambda: len(runs(records, "start", second.id)) == 2, timeout=15, message="the new run to start"
     )
     status = life_app.app.status(second.id)
-    gate.touch()
+    open_gate(url, workers, "again")
     assert second.result(timeout=15) == "again"
     report("unique_rerun_status", status_while_new_run_held=status.state.value)
     assert status.state is JobState.RUNNING, (
@@ -232,9 +245,9 @@ def test_cancel_running_job_while_its_worker_restarts(
         wait_until(lambda: not a.alive(), timeout=30, message="A to exit once its last job was cancelled")
         figures["a_exited_after_cancel_s"] = round(time.monotonic() - began, 3)
         assert a.proc.returncode == 0, a.tail()
-    open_gate(workers, "target")
-    open_gate(workers, "witness")
-    open_gate(workers, "after")
+    open_gate(url, workers, "target")
+    open_gate(url, workers, "witness")
+    open_gate(url, workers, "after")
 
     b = start(workers, url, "b", "-c", "5")
     if witness is not None:

@@ -9,8 +9,9 @@ file ``JSW_TEST_RECORD`` names); a run cancelled while it waits records ``stoppe
 With seven fields the line is skipped by ``parse_execution``, so counting is unchanged.
 
 A held run waits for its gate, the file ``gate-<name>`` next to the record file: the test
-opens it (creates the file) when the run may finish, so whether a job finishes never depends
-on how long anything takes.
+opens it (creates the file, then announces it on :func:`gate_subject`) when the run may
+finish, so whether a job finishes never depends on how long anything takes. A run started
+after the opening finds the file; one already waiting hears the announcement.
 """
 
 from __future__ import annotations
@@ -39,18 +40,31 @@ def gate(name: str) -> Path:
     return Path(os.environ["JSW_TEST_RECORD"]).parent / f"gate-{name}"
 
 
+def gate_subject(name: str) -> str:
+    """Where the opening of gate ``name`` is announced to the runs waiting on it."""
+    return f"lcy-test.gate.{name}"
+
+
 async def _held(name: str) -> None:
     """Wait until gate ``name`` is open; record ``stopped`` when cancelled meanwhile."""
-    opened = gate(name)
-    deadline = time.monotonic() + _GATE_LIMIT
+    conn = await app.producer.connection()  # the worker's own
+    opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def announced(_: object) -> None:
+        if not opened.done():
+            opened.set_result(None)
+
+    sub = await conn.nc.subscribe(gate_subject(name), cb=announced)
     try:
-        while not opened.exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"gate {name} was never opened")
-            await asyncio.sleep(0.01)
+        # Subscribed before the file is looked at: an opening after the look is heard.
+        await conn.nc.flush()
+        if not gate(name).exists():
+            await asyncio.wait_for(opened, _GATE_LIMIT)
     except asyncio.CancelledError:
         record("stopped")
         raise
+    finally:
+        await sub.unsubscribe()
 
 
 @app.task(store_result=True)
