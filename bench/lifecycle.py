@@ -48,6 +48,7 @@ import schedules
 from figures import processing
 from lib import jetstream as jsh
 from lib import records
+from lib.apps import using
 from lib.context import Context
 from lib.procs import BENCH_DIR, Child, bench_env, start_worker
 from lib.stats import Measurement, percentile
@@ -99,12 +100,8 @@ ECHO_SUBJECT = "bench.life.echo"
 
 
 async def _using(url: str, body: Callable[[], Awaitable[Any]]) -> Any:
-    """``body()`` with the app's producer on ``url``, its connection closed afterwards."""
-    app.servers = [url]
-    try:
-        return await body()
-    finally:
-        await app.aclose()
+    """``body()`` with the family's app on ``url``."""
+    return await using(app, url, body)
 
 
 async def _purge(url: str) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 
 import nats
 from lib import records
+from lib.apps import using
 from lib.context import QUICK, Context
 from lib.procs import Child, rss_mb, start_worker
 from lib.stats import Measurement, percentile
@@ -111,12 +112,8 @@ async def _connect(url: str, *, retry: bool = True) -> nats.aio.client.Client:
 
 
 async def _using(url: str, body: Callable[[], Awaitable[Any]]) -> Any:
-    """``body()`` with the app's producer on ``url``, its connection closed afterwards."""
-    app.servers = [url]
-    try:
-        return await body()
-    finally:
-        await app.aclose()
+    """``body()`` with the family's app on ``url``."""
+    return await using(app, url, body)
 
 
 async def _purge(url: str) -> None:
