@@ -236,8 +236,6 @@ class Producer:
                 )
                 raise EnqueueError(f"cannot enqueue: {denied}{stored}") from denied
             return result if isinstance(result, list) else [result]
-        except SubjectTaken:
-            raise  # not a failure: the caller answers with the job that holds the key
         except EnqueueError:
             # The whole call failed: some of its jobs may be stored, none has a receipt.
             self._app.metrics.enqueue_failures.labels(task.queue, task.name).inc(len(msgs))

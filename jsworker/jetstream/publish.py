@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import nats.errors
 
-from ..errors import EnqueueError
+from ..errors import EnqueueError, JsworkerError
 from ..wire import EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID
 from .api import REQUEST_ERRORS, UNAVAILABLE, classify, parse_reply
 from .connection import Connection
@@ -42,8 +42,11 @@ __all__ = [
 ]
 
 
-class SubjectTaken(EnqueueError):
-    """A message meant for an empty subject found one there (a unique job's key is taken)."""
+class SubjectTaken(JsworkerError):
+    """A message meant for an empty subject found one there (a unique job's key is taken).
+
+    Not an :class:`EnqueueError`: nothing failed, the caller answers with the job that holds
+    the subject."""
 
 
 class Publisher:
