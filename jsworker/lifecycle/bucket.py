@@ -38,7 +38,12 @@ def jobs_bucket_spec(namespace: Namespace, replicas: int) -> StreamSpec:
 
 def record_message(namespace: Namespace, job_id: str, record: JobRecord, ttl: float) -> OutMessage:
     """The message that stores ``record`` for ``job_id`` for ``ttl`` seconds (at least one)."""
-    return OutMessage(namespace.record_subject(job_id), record.encode(), {TTL: f"{max(1, math.ceil(ttl))}s"})
+    return OutMessage(namespace.record_subject(job_id), record.encode(), ttl_headers(ttl))
+
+
+def ttl_headers(ttl: float) -> dict[str, str]:
+    """The headers that keep a record ``ttl`` seconds (at least one)."""
+    return {TTL: f"{max(1, math.ceil(ttl))}s"}
 
 
 class Records:

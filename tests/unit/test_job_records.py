@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from jsworker import JSONSerializer, SerializationError
-from jsworker.lifecycle.state import JobError, JobRecord, JobState
+from jsworker.lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
 from jsworker.lifecycle.waiter import ResultWaiter
 from jsworker.naming import Namespace
 
@@ -31,6 +31,32 @@ def test_records_keep_json_values_inline_and_others_as_base64() -> None:
     )
     with pytest.raises(SerializationError):
         JobRecord.decode(b'{"state": "nonsense"}')
+
+
+@pytest.mark.parametrize(
+    ("content_type", "value"),
+    [
+        ("application/json", b'{"a":"\\u00e9"}'),
+        ("application/json", b"null"),
+        ("application/x-other", b"\x00\xff"),
+    ],
+)
+def test_success_records_are_encoded_as_job_records_are(content_type: str, value: bytes) -> None:
+    fast = SuccessRecords('h"ost:12', content_type)
+    for queue, task in (("q", "mod.t"), ("q", "mod.t"), ("émails", 'odd"name')):  # cached, then new
+        expected = JobRecord(
+            JobState.SUCCEEDED,
+            queue,
+            task,
+            seq=41,
+            attempts=2,
+            started_at=1700000000.123456,
+            finished_at=1700000001.5,
+            worker='h"ost:12',
+            content_type=content_type,
+            value=value,
+        )
+        assert fast.encode(queue, task, 41, 2, 1700000000.123456, 1700000001.5, value) == expected.encode()
 
 
 async def test_a_record_seen_before_its_waiter_came_answers_it() -> None:
