@@ -110,9 +110,16 @@ class WorkerSettings:
 class Worker:
     """Runs an app's jobs from the given queues until stopped."""
 
-    def __init__(self, app: App, settings: WorkerSettings | None = None) -> None:
+    def __init__(
+        self, app: App, settings: WorkerSettings | None = None, *, job_budget: int | None = None
+    ) -> None:
         self.app = app
         self.settings = settings or WorkerSettings()
+        #: Set once the worker has taken up its queues.
+        self.started = asyncio.Event()
+        #: Why the worker stopped by itself (``"jobs"``: it started ``job_budget`` jobs), or None.
+        self.retired: str | None = None
+        self._budget = job_budget
         self.counts: Counter[str] = Counter()
         self.conn: Connection | None = None
         self.queues: list[str] = []
@@ -193,6 +200,7 @@ class Worker:
                     server=".".join(map(str, conn.server_version)),
                     loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
                 )
+                self.started.set()
                 await self._stop.wait()
                 # Heartbeats go on while running jobs get their grace period.
                 await self._finish_jobs()
@@ -366,6 +374,19 @@ class Worker:
         # The worker keeps the structure itself: _jobs holds every task until it has settled,
         # and _finish_jobs waits for, cancels and hands back what is left.
         self._jobs[job] = self._create_task(self._run_job(job))
+        if self._budget is not None:
+            self._budget -= 1
+            if self._budget == 0:
+                # Recycled: what is still buffered goes back to the server for other workers.
+                self.retire("jobs")
+
+    def retire(self, reason: str) -> None:
+        """Stop taking jobs, finish the running ones and stop, to be replaced (``reason``
+        says why: ``"jobs"``, ``"memory"``)."""
+        if self.retired is None:
+            self.retired = reason
+            log.info("worker.retiring", reason=reason, in_flight=self.in_flight)
+        self.stop()
 
     async def _run_job(self, job: JobRun) -> None:
         # One coroutine per job, its clean-up included (no done callback): each layer and each

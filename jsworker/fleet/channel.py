@@ -1,0 +1,51 @@
+"""What a worker process tells its supervisor, over a one-way pipe.
+
+Messages are a kind byte and a UTF-8 text: ``R`` ready (the worker took up its queues), ``F``
+failed to start (the reason), ``M`` a metrics snapshot (Prometheus text), ``X`` it is
+stopping to be replaced (the reason: ``jobs`` or ``memory``). No pickle crosses it.
+"""
+
+from __future__ import annotations
+
+import enum
+from multiprocessing.connection import Connection
+
+
+class Kind(bytes, enum.Enum):
+    """The kinds of message."""
+
+    READY = b"R"
+    FAILED = b"F"
+    METRICS = b"M"
+    RECYCLING = b"X"
+
+
+def encode(kind: Kind, text: str = "") -> bytes:
+    """One message."""
+    return kind.value + text.encode()
+
+
+def decode(data: bytes) -> tuple[Kind, str]:
+    """``(kind, text)`` of one message; ValueError for an unknown kind."""
+    return Kind(data[:1]), data[1:].decode(errors="replace")
+
+
+class ChildChannel:
+    """The worker process's end.
+
+    A send that fails means the supervisor is gone: :attr:`orphaned` turns True, and the
+    worker stops, so no process outlives its supervisor for long.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.orphaned = False
+
+    def send(self, kind: Kind, text: str = "") -> None:
+        """Send one message (blocking; a pipe write of at most one snapshot)."""
+        if self.orphaned:
+            return
+        try:
+            self._conn.send_bytes(encode(kind, text))
+        except OSError:  # BrokenPipeError: the supervisor exited
+            self.orphaned = True
