@@ -36,8 +36,10 @@ from .options import flag_fields
 
 log = get_logger("jsworker.fleet")
 
-# How often a fleet's process reports its metrics and checks its memory.
+# How often a fleet's process reports its metrics, and checks its memory (a cheap read, often
+# enough that a leaking job overshoots the limit by little).
 _REPORT_EVERY = 1.0
+_MEMORY_EVERY = 0.25
 
 
 @dataclass(frozen=True)
@@ -115,15 +117,19 @@ async def serve(
 async def _report(worker: Worker, channel: ChildChannel, max_memory_mb: int | None) -> None:
     await worker.started.wait()
     channel.send(Kind.READY)
+    reported = 0.0
+    loop = asyncio.get_running_loop()
     while True:
-        # The pipe write may block for a moment when the supervisor is busy: off the loop.
-        await asyncio.to_thread(_send_metrics, worker, channel)
-        if channel.orphaned:
-            log.warning("worker.supervisor_gone")
-            worker.stop()
+        if loop.time() - reported >= _REPORT_EVERY:
+            reported = loop.time()
+            # The pipe write may block for a moment when the supervisor is busy: off the loop.
+            await asyncio.to_thread(_send_metrics, worker, channel)
+            if channel.orphaned:
+                log.warning("worker.supervisor_gone")
+                worker.stop()
         if max_memory_mb is not None and resident_mb() >= max_memory_mb:
             worker.retire("memory")
-        await asyncio.sleep(_REPORT_EVERY)
+        await asyncio.sleep(_MEMORY_EVERY if max_memory_mb is not None else _REPORT_EVERY)
 
 
 def _send_metrics(worker: Worker, channel: ChildChannel) -> None:

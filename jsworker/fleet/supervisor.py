@@ -214,7 +214,9 @@ class Supervisor:
         uptime = time.monotonic() - slot.started_at
         if self._stopping:
             log.info("fleet.process_stopped", process=slot.index, exit_code=code)
-            if code != 0:
+            # Ended by the signal itself: it came before the process could take up jobs, or
+            # after it had given them all back.
+            if code not in (0, -signal.SIGTERM, -signal.SIGINT):
                 self._code = 1
             return
         if slot.retiring is not None:

@@ -1,0 +1,84 @@
+"""A fleet under faults: one process of three killed with SIGKILL under load, and a process
+that leaks memory until it is recycled."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jsworker.testing import NatsServer
+
+from ..integration.workers import APPS, counts, records, start_worker, stop
+from ..support import wait_consumer_settled, wait_until
+
+sys.path.insert(0, str(APPS))
+import fleet_app
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+def app(nats_server: NatsServer) -> Iterator[object]:
+    fleet_app.app.configure_connection([nats_server.url])
+    yield fleet_app.app
+    fleet_app.app.close()
+
+
+def _started(log: Path) -> list[int]:
+    return [
+        int(p) for p in re.findall(r"fleet\.process_started\s+pid=(\d+)", log.read_text(errors="replace"))
+    ]
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_process_is_replaced_and_no_job_is_lost(
+    nats_server: NatsServer, app: object, tmp_path: Path
+) -> None:
+    record, log = tmp_path / "record", tmp_path / "fleet.log"
+    jobs = 1500
+    fleet_app.slow.delay_many([(0.02,) for _ in range(jobs)])
+    proc = start_worker(
+        nats_server.url, record, log, "--processes", "3", "-c", "20", "-Q", "slow", "--log-level", "info",
+        module="fleet_app",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: len(records(record)) >= 200, timeout=60, message="200 jobs done")
+        victim = records(record)[-1][2]  # a process that is running jobs right now
+        assert victim in _started(log)
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: len(_started(log)) >= 4, timeout=30, message="the killed process replaced")
+        # Its jobs come back after ack_wait (5 s) and run elsewhere: every job completes.
+        wait_consumer_settled(nats_server.url, "JSW_FLEET", "slow", timeout=90)
+        done = counts(record)
+        assert len(done) == jobs, f"{jobs - len(done)} jobs never finished"
+        assert proc.poll() is None  # the supervisor lived through it
+    finally:
+        assert stop(proc, timeout=40) == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_leaking_process_is_recycled_and_the_fleet_goes_on(
+    nats_server: NatsServer, app: object, tmp_path: Path
+) -> None:
+    record, log = tmp_path / "record", tmp_path / "fleet.log"
+    fleet_app.leak.delay_many([(50,) for _ in range(12)])
+    proc = start_worker(
+        nats_server.url, record, log, "--max-memory-per-process", "200", "-c", "1", "-Q", "leaky",
+        "--log-level", "info", module="fleet_app",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: len(records(record)) >= 12, timeout=90, message="12 leaking jobs done")
+        wait_consumer_settled(nats_server.url, "JSW_FLEET", "leaky")
+        assert sum(counts(record).values()) == 12  # none ran twice
+        said = log.read_text(errors="replace")
+        assert len(re.findall(r"fleet\.process_recycled\s+process=0 reason=memory", said)) >= 2, said[-3000:]
+        assert len({pid for _, _, pid in records(record)}) >= 3
+        assert proc.poll() is None
+    finally:
+        assert stop(proc, timeout=40) == 0
