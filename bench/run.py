@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import fleet
 import lifecycle
 import schedules
 from figures import enqueue, latency, memory, mixed, processing
@@ -44,6 +45,7 @@ FAMILIES = {
     "memory": memory.run,
     "schedules": schedules.run,
     "lifecycle": lifecycle.run,
+    "fleet": fleet.run,
 }
 # The schedules family keeps its baselines next to its figures, in its own module.
 
@@ -95,8 +97,11 @@ def _meta(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _run_all(args: argparse.Namespace, families: dict, url: str, scratch: Path) -> tuple[list, list[str]]:  # type: ignore[type-arg]
-    ctx = Context(url, QUICK if args.quick else NORMAL, scratch)
+def _run_all(
+    args: argparse.Namespace, families: dict, server: NatsServer, scratch: Path
+) -> tuple[list, list[str]]:  # type: ignore[type-arg]
+    url = server.url
+    ctx = Context(url, QUICK if args.quick else NORMAL, scratch, server_pid=server.pid)
     asyncio.run(jsh.provision(url))
     runs: list[list[Measurement]] = []
     failures: list[str] = []
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = _meta(args)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jsw-bench-") as tmp, NatsServer() as server:
-        runs, failures = _run_all(args, families, server.url, Path(tmp))
+        runs, failures = _run_all(args, families, server, Path(tmp))
     meta["seconds"] = round(time.monotonic() - started, 1)
     summaries = summarize(runs)
     verdicts = compare(runs, summaries)

@@ -47,6 +47,8 @@ class Context:
     url: str
     sizes: Sizes
     scratch: Path
+    #: The suite's nats-server, for figures that read its CPU time.
+    server_pid: int | None = None
     run: int = 0
     _serial: itertools.count = field(default_factory=itertools.count)  # type: ignore[type-arg]
 

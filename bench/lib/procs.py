@@ -97,6 +97,7 @@ def start_worker(
     module: str = "apps.bench_app",
     name: str = "worker",
     loop: str = "asyncio",
+    extra: Sequence[str] = (),
 ) -> Child:
     """One ``jsworker run`` process for ``queues`` of the bench app.
 
@@ -117,6 +118,7 @@ def start_worker(
         "warning",
         "--loop",
         loop,
+        *extra,
     ]
     return Child(name, argv, bench_env(url, record_file), log_dir)
 
