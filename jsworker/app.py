@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
@@ -24,7 +25,7 @@ from .producer import Producer
 from .scheduling.claims import claims_spec
 from .scheduling.declare import DELAYED_SINCE, Schedule, args_tuple, check_schedule_form
 from .serializers import JSONSerializer, Serializer, encode_call
-from .task import ExceptionTypes, Task, TaskArguments, TaskOptions, check_job_id
+from .task import ExceptionTypes, ExecutorKind, Task, TaskArguments, TaskOptions, check_job_id
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,6 +47,7 @@ class AppArguments(TypedDict, total=False):
     results: bool
     result_ttl: float
     expires: float | None
+    executor: ExecutorKind
     duplicate_window: float
     replicas: int
     dlq_max_age: float
@@ -179,13 +181,15 @@ class App:
         """Register a function as a task, bare (``@app.task``) or with options.
 
         Async functions run on the worker's event loop; sync functions run in the worker's
-        thread pool. Options (see :class:`TaskOptions`) left out or None take the app's
-        defaults. ``cron`` (with ``tz``) also declares a periodic schedule named after the task
-        that runs it without arguments (see :meth:`schedule`). ``unique=True`` makes one job
-        per task and arguments at a time (``unique_key``: per the string a function of the
-        arguments returns): while it is scheduled, queued or running, enqueueing it again makes
-        no second job and returns a receipt with ``duplicate=True`` naming it. Names and values
-        are checked now, so a bad one fails at import, not at enqueue.
+        thread pool, or with ``executor="process"`` in its pool of processes (a module-level
+        function only; the app's default executor applies to sync functions). Options (see
+        :class:`TaskOptions`) left out or None take the app's defaults. ``cron`` (with ``tz``)
+        also declares a periodic schedule named after the task that runs it without arguments
+        (see :meth:`schedule`). ``unique=True`` makes one job per task and arguments at a time
+        (``unique_key``: per the string a function of the arguments returns): while it is
+        scheduled, queued or running, enqueueing it again makes no second job and returns a
+        receipt with ``duplicate=True`` naming it. Names and values are checked now, so a bad
+        one fails at import, not at enqueue.
         """
         if unique_key is not None and not callable(unique_key):
             raise ConfigurationError(f"unique_key must be a function of the arguments, not {unique_key!r}")
@@ -202,7 +206,15 @@ class App:
                     f"app {self.name} already has a task named {task_name!r}; "
                     "pass name=... to tell them apart"
                 )
-            task = Task(self, func, task_name, task_options, unique_key or bool(unique))
+            declared = task_options
+            if (
+                declared.executor == "process"
+                and "executor" not in chosen
+                and inspect.iscoroutinefunction(func)
+            ):
+                # The app's default executor is for its sync tasks: an async one runs on the loop.
+                declared = dataclasses.replace(declared, executor="thread")
+            task = Task(self, func, task_name, declared, unique_key or bool(unique))
             if cron is not None or tz is not None:
                 if cron is None:
                     raise ConfigurationError(f"task {task_name}: tz is for cron=...; give cron too")

@@ -7,11 +7,12 @@ import inspect
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, ParamSpec, TypedDict, TypeVar
 
 from .arguments import TypedArguments, positional_names
 from .config import check_seconds, option
@@ -31,6 +32,9 @@ CallArgs = tuple[Any, ...] | Mapping[str, Any]
 
 
 ExceptionTypes = tuple[type[BaseException], ...]
+
+#: Where a sync task's function runs: the worker's threads, or a pool of processes of its own.
+ExecutorKind = Literal["thread", "process"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +66,15 @@ class TaskOptions:
     expires: float | None = option(
         None, help="Seconds after enqueue past which a job that has not started is never run (None: never)."
     )
+    executor: ExecutorKind = option(
+        "thread",
+        help="Where a sync task runs: 'thread' (the worker's threads) or 'process' (a process pool).",
+    )
 
     def __post_init__(self) -> None:
         validate_name("queue", self.queue)
+        if self.executor not in ("thread", "process"):
+            raise ConfigurationError(f"executor must be 'thread' or 'process', not {self.executor!r}")
         if (
             not isinstance(self.max_retries, int)
             or isinstance(self.max_retries, bool)
@@ -108,6 +118,7 @@ class TaskArguments(TypedDict, total=False):
     store_result: bool | None
     result_ttl: float | None
     expires: float | None
+    executor: ExecutorKind | None
 
 
 class Call(NamedTuple):
@@ -173,6 +184,27 @@ def _simple_arity(signature: inspect.Signature) -> tuple[int, int] | None:
     return required, len(params)
 
 
+def _check_process_function(name: str, fn: Callable[..., Any], is_async: bool) -> None:
+    """ConfigurationError unless a process started afresh can import ``fn``'s module and find
+    the task there by the function's qualified name (what a task process does)."""
+    where = f"task {name}: executor='process'"
+    if is_async:
+        raise ConfigurationError(f"{where} is for sync (def) functions; an async one runs on the event loop")
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if not inspect.isfunction(fn) or "<" in qualname:
+        # <locals>, <lambda>: nothing a fresh process could look up by name.
+        raise ConfigurationError(
+            f"{where} needs a function defined at the top level of a module (or a class there), "
+            f"found by its name in a fresh process; {qualname or fn!r} is not"
+        )
+    if module in (None, "__main__", "__mp_main__") or module not in sys.modules:
+        raise ConfigurationError(
+            f"{where} needs a function of an importable module, not of {module!r} (a script run "
+            "directly): a fresh process imports the task's module; move the task into one"
+        )
+
+
 class Task(Generic[P, R]):
     """A function registered with an :class:`~jsworker.App`.
 
@@ -196,6 +228,10 @@ class Task(Generic[P, R]):
         self.name = name
         self.options = options
         self.is_async = inspect.iscoroutinefunction(fn)
+        #: True for a sync task whose jobs run in the worker's process pool.
+        self.in_process = options.executor == "process"
+        if self.in_process:
+            _check_process_function(name, fn, self.is_async)
         self.signature = inspect.signature(fn)
         self._arity = _simple_arity(self.signature)
         #: The annotated parameters checked at enqueue and converted at run (None: none, or

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,6 +15,14 @@ from ..observability.logging import get_logger
 from ..scheduling.firing import Firing, firing
 from ..serializers import decode_call
 from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULER, TASK
+from .processes import (
+    ProcessExited,
+    ProcessRunner,
+    ResultError,
+    TaskProcessError,
+    check_findable,
+    process_call,
+)
 from .settlement import Outcome, OutcomeKind, exceeds_attempts
 from .threads import ThreadRunner
 
@@ -121,11 +130,21 @@ def identify(app: App, queue: str, delivery: Delivery) -> JobRun:
 
 
 class Executor:
-    """Calls task functions: async ones on the loop, sync ones in a bounded thread pool."""
+    """Calls task functions: async ones on the loop, sync ones in a bounded thread pool, and
+    those declared with ``executor="process"`` in a pool of up to ``processes`` processes
+    (None: one per CPU), started on first need.
 
-    def __init__(self, app: App, threads: int) -> None:
+    Raises ConfigurationError when a process task cannot be found by its function's name (see
+    :func:`~jsworker.runtime.processes.check_findable`): the worker does not start then.
+    """
+
+    def __init__(self, app: App, threads: int, processes: int | None = None) -> None:
         self.app = app
         self.threads = ThreadRunner(threads)
+        self.processes = ProcessRunner((os.cpu_count() or 1) if processes is None else processes)
+        for task in app.tasks.values():
+            if task.in_process:
+                check_findable(task)
 
     async def run(self, job: JobRun) -> Outcome:
         """Check and run ``job``; its outcome. Never raises except for cancellation."""
@@ -168,6 +187,8 @@ class Executor:
         """Run a job that passed :meth:`check`; its outcome. Raises only on cancellation."""
         task, args, kwargs = job.task, job.args, job.kwargs
         assert task is not None
+        if task.in_process:
+            return await self._call_in_process(job, task)
         token = running_job.set(job.context)
         timeout = task.options.timeout
         scope: asyncio.Timeout | None = None
@@ -205,6 +226,29 @@ class Executor:
             running_job.reset(token)
         return _SUCCEEDED if value is None else Outcome(OutcomeKind.SUCCEEDED, value=value)
 
+    async def _call_in_process(self, job: JobRun, task: Task[Any, Any]) -> Outcome:
+        """Run a process task's job in the process pool: the body crosses as the serializer
+        encoded it, and the outcome is classified as a thread run's would be."""
+        timeout = task.options.timeout
+        content_type = self.app.serializer.content_type
+        call = process_call(task, job.context(), job.delivery.body, content_type)
+        try:
+            value = await self.processes.run(call, timeout, self.app.serializer)
+        except Retry as exc:
+            return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
+        except Reject as exc:
+            return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
+        except TimeoutError as exc:  # the pool's clock: a task's own TimeoutError is a TaskProcessError
+            return Outcome(OutcomeKind.TIMED_OUT, f"timed out after {timeout}s", error=exc)
+        except ResultError as exc:
+            return Outcome(OutcomeKind.FAILED, exc.reason, error=exc, retryable=False)
+        except TaskProcessError as exc:
+            return _failed(exc, exc.retryable)
+        except ProcessExited as exc:
+            # As for a worker that dies under a job: tried again while attempts are left.
+            return _failed(exc, True)
+        return _SUCCEEDED if value is None else Outcome(OutcomeKind.SUCCEEDED, value=value)
+
     async def _outlive(self, job: JobRun, thread: asyncio.Future[Any]) -> None:
         """Wait for a timed-out sync call's thread to return.
 
@@ -228,8 +272,10 @@ class Executor:
         )
 
     def close(self) -> None:
-        """Release the thread pool (calls still running finish on their own)."""
+        """Release the thread pool (calls still running finish on their own) and end the
+        task processes."""
         self.threads.close()
+        self.processes.close()
 
 
 _SUCCEEDED = Outcome(OutcomeKind.SUCCEEDED)

@@ -22,7 +22,21 @@ from jsworker.spark.options import CREDENTIAL_OPTIONS
 from jsworker.task import TaskArguments, TaskOptions
 
 # Flags of `jsworker run` that are about the process, not a setting of the worker or the app.
-PROCESS_FLAGS = {"app_spec", "metrics_port", "metrics_addr", "loop_kind", "log_level", "log_format", "help"}
+PROCESS_FLAGS = {
+    "app_spec",
+    "metrics_port",
+    "metrics_addr",
+    "loop_kind",
+    "log_level",
+    "log_format",
+    "help",
+} | {
+    # The fleet's: how many processes, and when the supervisor replaces or reloads them.
+    "processes",
+    "max_jobs_per_process",
+    "max_memory_per_process",
+    "reload",
+}
 # ConnectOptions fields jsworker sets itself.
 INTERNAL_CONNECTION_FIELDS = {"servers", "name", "inbox", "check_subjects"}
 
