@@ -10,6 +10,9 @@ received a schedule would delete it with its ack): ``jsw.<app>.sched.at.<queue>.
 for a delayed job (``due`` in unix milliseconds) and ``jsw.<app>.sched.repeat.<name>`` for a
 periodic schedule. ``JSW_<APP>_CLAIMS`` holds ``jsw.<app>.claim.<job>.<due>``: which fired
 message of a delayed job or a tick runs, so that one fired twice still runs once.
+
+Two key-value buckets complete it: ``jsw_<app>_jobs`` (a record a job id: results and
+lifecycle states) and ``jsw_<app>_workers`` (an entry a live worker process: the registry).
 """
 
 from __future__ import annotations
@@ -172,6 +175,20 @@ class Namespace:
     def record_subject(self, job_id: str = ">") -> str:
         """Subject of the record of ``job_id`` in :attr:`jobs_bucket` (``>``: all of them)."""
         return f"$KV.{self.jobs_bucket}.{job_id}"
+
+    @property
+    def workers_bucket(self) -> str:
+        """The key-value bucket of live worker processes (the worker registry), keyed by worker id."""
+        return f"jsw_{self.app}_workers"
+
+    @property
+    def workers_stream(self) -> str:
+        """The stream behind :attr:`workers_bucket` (named as every key-value bucket's is)."""
+        return f"KV_{self.workers_bucket}"
+
+    def worker_subject(self, worker_id: str = ">") -> str:
+        """Subject of the entry of worker ``worker_id`` in :attr:`workers_bucket` (``>``: all of them)."""
+        return f"$KV.{self.workers_bucket}.{worker_id}"
 
     def cancel_subject(self, job_id: str = "*") -> str:
         """Subject a cancel of running job ``job_id`` is announced on to the workers."""

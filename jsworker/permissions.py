@@ -10,10 +10,10 @@ Three roles use an app (see :data:`~jsworker.naming.ROLES`):
   read a dead letter or an event, or take another role's replies.
 * **worker** runs jobs: it creates and updates the app's streams and its queue consumers,
   pulls and acknowledges jobs, stores dead letters, events and claims, installs periodic
-  schedules, and may enqueue.
+  schedules, keeps its entry in the worker registry, and may enqueue.
 * **operator** looks after an app (``jsworker status``, ``dlq``, ``events``, ``schedules``):
   it reads the app's streams and consumers, reads, replays and deletes dead letters, reads
-  events, and writes and removes schedules.
+  events and the worker registry (``jsworker workers``), and writes and removes schedules.
   It never pulls from a queue's consumer, so it cannot take a job away from the workers.
 
 The subjects come from the app's names (:class:`~jsworker.naming.Namespace`) and its inbox
@@ -56,7 +56,14 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
         raise ValueError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
     ns = Namespace(app)
     inbox = f"{inbox_prefix or ns.inbox_prefix}.{role}.>"
-    streams = (ns.stream, ns.dlq_stream, ns.events_stream, ns.claims_stream, ns.jobs_stream)
+    streams = (
+        ns.stream,
+        ns.dlq_stream,
+        ns.events_stream,
+        ns.claims_stream,
+        ns.jobs_stream,
+        ns.workers_stream,
+    )
     # Enqueueing a delayed job, a job's status and result, and cancelling any job, which
     # every role may do.
     delayed = [
@@ -94,6 +101,9 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
         publish += [
             ns.dlq_subjects,
             ns.events_subjects,
+            # Its own entry in the worker registry, written and removed; any id, since each
+            # process makes up its own.
+            ns.worker_subject("*"),
             f"{_API}.CONSUMER.CREATE.{ns.stream}.>",
             f"{_API}.CONSUMER.DURABLE.CREATE.{ns.stream}.*",
             f"{_API}.CONSUMER.MSG.NEXT.{ns.stream}.*",
@@ -105,11 +115,11 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
         kept = (ns.dlq_stream, ns.events_stream)
         publish += [
             *(f"{_API}.STREAM.MSG.GET.{s}" for s in kept),
-            # Dead letters and events are read through short-lived consumers of their own; an
-            # unnamed one is created on the stream's own subject.
+            # Dead letters, events and the worker registry are read through short-lived
+            # consumers of their own; an unnamed one is created on the stream's own subject.
             *(
                 f"{_API}.CONSUMER.{verb}.{s}{tail}"
-                for s in kept
+                for s in (*kept, ns.workers_stream)
                 for verb, tail in (
                     ("CREATE", ""),
                     ("CREATE", ".>"),

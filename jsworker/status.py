@@ -4,17 +4,22 @@ All numbers are the server's; nothing is estimated client-side. Per refresh this
 ``STREAM.INFO`` on each of the two streams (per-subject counts), one more on the job stream for
 the delayed jobs (a subject each: its answer grows with the number waiting, about 60 bytes a
 job), one ``CONSUMER.LIST`` page per 256 consumers, and one ``STREAM.MSG.GET`` per queue that
-has a pending job (its oldest one).
+has a pending job (its oldest one). Counting the live workers (``workers=True``) adds one read
+of the worker registry: a throwaway consumer and its messages, one a worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import TopologyError
+from .fleet.registry import REGISTRY_SINCE, live_workers
+from .jetstream.api import StreamRequestError
 from .jetstream.connection import Connection
 from .jetstream.inspect import ConsumerFacts, StreamFacts, consumer_facts, first_stored_times, stream_facts
 
@@ -50,6 +55,8 @@ class QueueStatus:
       workers (its consumer's ``max_ack_pending``: ``app.queue(..., max_running=)`` or the
       app's ``max_ack_pending``); None without a consumer.
     - ``priority``: the queue's priority among those a worker serves (``app.queue``).
+    - ``workers``: live worker processes pulling from the queue, from the worker registry;
+      None when it was not read (or the server is too old to keep it).
     """
 
     queue: str
@@ -64,6 +71,7 @@ class QueueStatus:
     next_due_in: float | None = None
     max_running: int | None = None
     priority: int = 0
+    workers: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: counts as ints, the age in seconds (or None)."""
@@ -79,28 +87,34 @@ def _per_queue(facts: StreamFacts, parse: Callable[[str], tuple[str, str] | None
     return totals
 
 
-async def queue_status(app: App, conn: Connection | None = None) -> list[QueueStatus]:
-    """The status of every queue of ``app``, sorted by name.
+async def queue_status(
+    app: App, conn: Connection | None = None, *, workers: bool = False
+) -> list[QueueStatus]:
+    """The status of every queue of ``app``, sorted by name; with ``workers``, the live
+    workers of each queue too (off by default: every worker reads these figures every few
+    seconds, and each of them reading every other's registry entry would cost a fleet the
+    square of its size).
 
     The queues are those with a task, those with a jsworker consumer on the job stream (a
-    consumer named ``<queue>`` filtering ``jsw.<app>.q.<queue>.>``), and those with delayed
-    jobs or dead letters stored. Counts come from the consumers; only a declared queue that no
-    worker has served yet (no consumer) has its job subjects counted, since every waiting job
-    has a subject of its own. A stream that does not exist yet (the app never ran) reads as
-    empty. Without ``conn`` a connection is opened for the call and closed after it
-    (:class:`~jsworker.ConnectError` if none can be).
+    consumer named ``<queue>`` filtering ``jsw.<app>.q.<queue>.>``), those with delayed
+    jobs or dead letters stored, and those a live worker pulls from (with ``workers``). Counts
+    come from the consumers; only a declared queue that no worker has served yet (no consumer)
+    has its job subjects counted, since every waiting job has a subject of its own. A stream
+    that does not exist yet (the app never ran) reads as empty. Without ``conn`` a connection
+    is opened for the call and closed after it (:class:`~jsworker.ConnectError` if none can be).
     """
     if conn is None:
         own = await Connection.open(app.connect_options("operator", "status"))
         try:
-            return await queue_status(app, own)
+            return await queue_status(app, own, workers=workers)
         finally:
             await own.close()
     ns = app.namespace
-    dlq, consumers, waiting = await asyncio.gather(
+    dlq, consumers, waiting, serving = await asyncio.gather(
         stream_facts(conn, ns.dlq_stream, ns.dlq_subjects),
         consumer_facts(conn, ns.stream),
         stream_facts(conn, ns.stream, ns.delayed_filter()),
+        _workers_per_queue(app, conn, workers),
     )
     delayed: dict[str, int] = {}
     next_due: dict[str, int] = {}
@@ -120,7 +134,7 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
     for facts in await asyncio.gather(*(stream_facts(conn, ns.stream, ns.queue_filter(q)) for q in unserved)):
         for queue, count in _per_queue(facts, ns.parse_job_subject).items():
             stored[queue] = stored.get(queue, 0) + count
-    queues = sorted(set(app.queues) | set(by_queue) | set(dead) | set(delayed))
+    queues = sorted(set(app.queues) | set(by_queue) | set(dead) | set(delayed) | set(serving or ()))
 
     starts: dict[str, tuple[str, int]] = {}
     for queue in queues:
@@ -147,6 +161,7 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
             "delayed": delayed.get(queue, 0),
             "next_due_in": None if next_at is None else next_at / 1000 - now,
             "priority": app.queue_priority(queue),
+            "workers": None if serving is None else serving.get(queue, 0),
         }
         if consumer is None:
             result.append(QueueStatus(pending=stored.get(queue, 0), **common))
@@ -163,6 +178,19 @@ async def queue_status(app: App, conn: Connection | None = None) -> list[QueueSt
             )
         )
     return result
+
+
+async def _workers_per_queue(app: App, conn: Connection, wanted: bool) -> Counter[str] | None:
+    """How many live workers pull from each queue; None when not ``wanted`` or on a server
+    without the registry."""
+    if not wanted or conn.server_version < REGISTRY_SINCE:
+        return None
+    try:
+        entries = await live_workers(app, conn)
+    except StreamRequestError as exc:
+        # As every other read of a refresh fails: `status --watch` rides out transient ones.
+        raise TopologyError(f"cannot read the worker registry: {exc}", transient=exc.transient) from exc
+    return Counter(queue for entry in entries for queue in entry.queues)
 
 
 def format_age(seconds: float | None) -> str:

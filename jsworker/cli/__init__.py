@@ -17,6 +17,7 @@ from .permissions import permissions
 from .run import run
 from .schedules import schedules
 from .status import status
+from .workers import workers
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,6 +34,7 @@ cli.add_command(events)
 cli.add_command(permissions)
 cli.add_command(schedules)
 cli.add_command(jobs)
+cli.add_command(workers)
 
 
 def main() -> None:

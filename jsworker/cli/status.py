@@ -35,6 +35,7 @@ _COLUMNS = (
     "NEXT DUE",
     "MAX RUNNING",
     "PRIORITY",
+    "WORKERS",
 )
 _CLEAR = "\x1b[H\x1b[2J"
 
@@ -56,8 +57,8 @@ class _Stopped(Exception):
 @connection_options
 def status(app_spec: str, as_json: bool, watch: float | None, **connection: str | None) -> None:
     """Show every queue of the App in MODULE (or MODULE:ATTR): jobs pending, in flight,
-    redelivered, dead letters, waiting pull requests, the age of the oldest pending job, and
-    the delayed jobs waiting for their due time.
+    redelivered, dead letters, waiting pull requests, the age of the oldest pending job, the
+    delayed jobs waiting for their due time, and the live workers.
 
     \b
     PENDING      stored, not yet handed to a worker
@@ -70,6 +71,7 @@ def status(app_spec: str, as_json: bool, watch: float | None, **connection: str 
     NEXT DUE     when the next of those is due
     MAX RUNNING  most jobs of the queue running at once across all workers (server-enforced)
     PRIORITY     the queue's priority among those one worker serves
+    WORKERS      live worker processes pulling from the queue (jsworker workers lists them)
     """
     app = load_connected_app(app_spec, connection)
     # In a terminal --watch redraws the table in place instead of scrolling.
@@ -92,7 +94,7 @@ async def _show(app: App, emit: Callable[[App, list[QueueStatus]], None], every:
     try:
         while True:
             try:
-                queues = await _unless_stopped(stop, queue_status(app, conn))
+                queues = await _unless_stopped(stop, queue_status(app, conn, workers=True))
             except (ConnectError, TopologyError) as exc:
                 # Watching is for riding through trouble: say what failed and try again.
                 if every is None or (isinstance(exc, TopologyError) and not exc.transient):
@@ -155,6 +157,7 @@ def _table(app: App, queues: list[QueueStatus], *, clear: bool = False) -> None:
             else ("now" if q.next_due_in <= 0 else f"in {format_age(q.next_due_in)}"),
             "-" if q.max_running is None else str(q.max_running),
             str(q.priority),
+            "-" if q.workers is None else str(q.workers),
         )
         for q in queues
     ]

@@ -37,6 +37,7 @@ from .execution import Executor, JobRun, identify
 from .lifecycle import JobBook
 from .limiter import Limiter
 from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start
+from .registry import WorkerAnnouncer
 from .schedules import FiredJobs, install_schedules
 from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
 
@@ -66,6 +67,12 @@ class WorkerSettings:
     )
     threads: int = option(
         min(32, (os.cpu_count() or 1) + 4), flag="--threads", minimum=1, help="Threads for sync tasks."
+    )
+    task_processes: int | None = option(
+        None,
+        flag="--task-processes",
+        minimum=1,
+        help='Processes for sync tasks declared with executor="process" [default: one per CPU].',
     )
     max_messages: int | None = option(
         None,
@@ -175,13 +182,15 @@ class Worker:
             self._limiter = Limiter(settings.concurrency)
             # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
             self._create_task = asyncio.get_running_loop().create_task
-            self._executor = Executor(app, settings.threads)
+            self._executor = Executor(app, settings.threads, settings.task_processes)
             self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
             self._events = EventEmitter(conn, app.namespace, app.metrics) if app.options.events else None
             self._report = JobReporter(app.metrics, self.counts)
             self._fired = FiredJobs(app, conn)
             self._book = JobBook(app, conn, self._jobs)
             await self._book.start()
+            self._registry = WorkerAnnouncer(app, conn, self)
+            await self._registry.start()
             # The pull loops and the worker's own services run in one task group; each job
             # runs in a task of its own, outside it (see _spawn).
             async with anyio.create_task_group() as services:
@@ -191,9 +200,11 @@ class Worker:
                     )
                 for service in (self._heartbeats, self._watch_event_loop, self._server_stats):
                     services.start_soon(self._supervised, service, name=f"jsworker-{service.__name__[1:]}")
+                services.start_soon(self._supervised, self._registry.run, name="jsworker-registry")
                 log.info(
                     "worker.started",
                     app=app.name,
+                    worker_id=self._registry.id,
                     queues=self.queues,
                     concurrency=settings.concurrency,
                     prefetch=settings.prefetch,
@@ -205,6 +216,7 @@ class Worker:
                 # Heartbeats go on while running jobs get their grace period.
                 await self._finish_jobs()
                 services.cancel_scope.cancel()
+            await self._registry.remove()
             for consumer in list(self._consumers.values()):
                 await consumer.close()
             self._executor.close()

@@ -129,8 +129,9 @@ def _dead_letter_ids(url: str) -> list[str]:
 
 def test_each_role_does_its_work(secured: NatsServer, tmp_path: Path) -> None:
     """A worker, a producer and an operator, each with only its role's permissions: the
-    worker provisions and runs jobs, the producer enqueues, the operator reads status, lists
-    and replays dead letters and exports events; nobody is refused anything."""
+    worker provisions, runs jobs and keeps its registry entry, the producer enqueues, the
+    operator reads status and the live workers, lists and replays dead letters and exports
+    events; nobody is refused anything."""
     url, record, log = secured.url, tmp_path / "record", tmp_path / "worker.log"
     worker = start_worker(url, record, log, "--log-level", "info", module="perm_app", env=_as("perm-worker"))
     try:
@@ -144,7 +145,13 @@ def test_each_role_does_its_work(secured: NatsServer, tmp_path: Path) -> None:
 
         status = _cli(url, "perm-operator", "status", "perm_app", "--json")
         assert status.returncode == 0, status.stderr
-        assert {json.loads(line)["queue"] for line in status.stdout.splitlines()} == {"default"}
+        assert [(row["queue"], row["workers"]) for row in map(json.loads, status.stdout.splitlines())] == [
+            ("default", 1)
+        ]
+        # The worker keeps its registry entry, the operator reads it.
+        live = _cli(url, "perm-operator", "workers", "perm_app", "--json")
+        assert live.returncode == 0, live.stderr
+        assert [json.loads(line)["pid"] for line in live.stdout.splitlines()] == [worker.pid]
         listed = _cli(url, "perm-operator", "dlq", "list", "perm_app")
         assert listed.returncode == 0 and refused.id in listed.stdout, listed.stderr
         shown = _cli(url, "perm-operator", "dlq", "show", "perm_app", refused.id)

@@ -20,14 +20,16 @@ pytestmark = pytest.mark.anyio
 
 # acceptance_app's App("acc"): the streams and its queue's consumer.
 STREAMS = ("JSW_ACC", "JSW_ACC_DLQ", "KV_jsw_acc_jobs", "JSW_ACC_CLAIMS")
+# A worker also makes the registry's bucket, with the app's replicas too.
+WORKER_STREAMS = (*STREAMS, "KV_jsw_acc_workers")
 CONSUMER = ("JSW_ACC", "default")
 
 
-async def _replicas(url: str) -> dict[str, int]:
+async def _replicas(url: str, streams: tuple[str, ...] = STREAMS) -> dict[str, int]:
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        found = {name: (await js.stream_info(name)).config.num_replicas or 1 for name in STREAMS}
+        found = {name: (await js.stream_info(name)).config.num_replicas or 1 for name in streams}
         consumer = await js.consumer_info(*CONSUMER)
         # A consumer created without num_replicas follows its stream; the server reports
         # the effective figure in its cluster replicas (the leader is not among them).
@@ -60,7 +62,7 @@ async def test_replicas_come_from_the_environment_and_the_flag_wins(
     finally:
         assert stop(first) == 0, first_log.read_text()
     assert "replicas_differ" not in first_log.read_text()
-    assert await _replicas(url) == {**dict.fromkeys(STREAMS, 3), "consumer": 3}
+    assert await _replicas(url, WORKER_STREAMS) == {**dict.fromkeys(WORKER_STREAMS, 3), "consumer": 3}
 
     second_log = tmp_path / "second.log"
     second = start_worker(

@@ -19,6 +19,7 @@ COMMANDS = [
     ["run", "acceptance_app", "--log-format", "json"],
     ["status", "acceptance_app"],
     ["status", "acceptance_app", "--json"],
+    ["workers", "acceptance_app"],
     ["dlq", "list", "acceptance_app"],
     ["dlq", "show", "acceptance_app", "1"],
     ["dlq", "replay", "acceptance_app", "--all"],

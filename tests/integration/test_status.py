@@ -104,18 +104,19 @@ def test_never_provisioned_app_shows_zeros(nats_server: NatsServer) -> None:
     assert result.stderr == ""
     lines = result.stdout.splitlines()
     header = ["QUEUE", "PENDING", "IN", "FLIGHT", "REDELIVERED", "DEAD", "WAITING", "OLDEST", "DELAYED"]
-    header += ["NEXT", "DUE", "MAX", "RUNNING", "PRIORITY"]
+    header += ["NEXT", "DUE", "MAX", "RUNNING", "PRIORITY", "WORKERS"]
     assert lines[1].split() == header
     queues = acc.app.queues
     assert {"default", "slow"} <= set(queues)
     rows_shown = [line.split() for line in lines[2:] if line.strip()]
-    assert rows_shown == [[queue, "0", "0", "0", "0", "0", "-", "0", "-", "-", "0"] for queue in queues]
+    assert rows_shown == [[queue, "0", "0", "0", "0", "0", "-", "0", "-", "-", "0", "0"] for queue in queues]
     rows = _status(nats_server.url)
     assert set(rows) == set(queues)
     for row in rows.values():
         assert row["pending"] == row["in_flight"] == row["dead_letters"] == row["waiting_pulls"] == 0
         assert row["oldest_pending_age"] is None
         assert row["has_consumer"] is False
+        assert row["workers"] == 0
 
 
 def test_pending_is_exact_on_two_queues_and_oldest_age_grows(nats_server: NatsServer, app: Any) -> None:

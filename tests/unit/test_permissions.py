@@ -40,6 +40,22 @@ def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
     assert worker.subscribe == ("_jsw_inbox.shop.worker.>", "jsw.shop.cancel.*")  # replies, cancels
 
 
+def test_workers_write_their_registry_entries_and_operators_read_them() -> None:
+    worker = permissions("shop", "worker")
+    assert "$KV.jsw_shop_workers.*" in worker.publish  # its entry, under the id it makes up
+    assert "$JS.API.STREAM.CREATE.KV_jsw_shop_workers" in worker.publish
+    assert not any("CONSUMER" in s and "KV_jsw_shop_workers" in s for s in worker.publish)
+    operator = permissions("shop", "operator")
+    assert not any(s.startswith("$KV.jsw_shop_workers") for s in operator.publish)  # reads only
+    for verb in (
+        "CREATE.KV_jsw_shop_workers",
+        "MSG.NEXT.KV_jsw_shop_workers.*",
+        "DELETE.KV_jsw_shop_workers.*",
+    ):
+        assert f"$JS.API.CONSUMER.{verb}" in operator.publish
+    assert not any("workers" in s for s in permissions("shop", "producer").publish)
+
+
 def test_inbox_prefix_and_app_case_follow_the_app() -> None:
     assert permissions("Shop", "worker", "corp.in.shop").subscribe[0] == "corp.in.shop.worker.>"
     assert "jsw.shop.q.>" in permissions("Shop", "producer").publish
