@@ -7,7 +7,7 @@ processes the rate is taken while both worked (``records.overlap_rate``).
 * **CPU-bound sync jobs**: each runs a pure-Python loop calibrated in this process to about
   2 ms (the same iteration count for every job). One process (``-c 4``, the thread pool
   shares one GIL), ``--processes 2`` (``-c 4`` each), and one process whose task has
-  ``executor="process"`` (its pool of one process per CPU). Baseline: the loop itself run
+  ``executor="process"`` (its pool of one process per CPU, here 2). Baseline: the loop itself run
   back to back in this process, the one-core ceiling (``cpu_ideal``).
 * **No-op async jobs**: one process and ``--processes 2`` (``-c 100``). Baseline: the raw
   nats-py continuous pull of :mod:`figures.processing`, same N.
@@ -54,6 +54,13 @@ def burn(n: int) -> int:
 @app.task(queue="cpu")
 def cpu_sync(i: int, n: int) -> None:
     """About 2 ms of CPU in the worker's thread pool."""
+    burn(n)
+    records.record_pid(i)
+
+
+@app.task(queue="cpu-process", executor="process")
+def cpu_process(i: int, n: int) -> None:
+    """The same work in the worker's pool of processes."""
     burn(n)
     records.record_pid(i)
 
@@ -164,6 +171,7 @@ def run(ctx: Context) -> list[Measurement]:
     ideal = _ideal(n)
     one, _ = _drain(ctx, "cpu-1", cpu_sync, cpu_jobs, (n,), 4)
     two, used = _drain(ctx, "cpu-2", cpu_sync, cpu_jobs, (n,), 4, processes=2)
+    pooled, _ = _drain(ctx, "cpu-pool", cpu_process, cpu_jobs, (n,), 4)
     raw = processing._raw(ctx, "fleet-raw", "continuous", noop_jobs)
     noop_one, _ = _drain(ctx, "noop-1", noop, noop_jobs, (), 100)
     noop_two, _ = _drain(ctx, "noop-2", noop, noop_jobs, (), 100, processes=2)
@@ -180,6 +188,13 @@ def run(ctx: Context) -> list[Measurement]:
             "jobs/s",
             "CPU-bound sync, --processes 2 (-c 4 each)",
             {**cpu_info, "cpu": used},
+        ),
+        Measurement(
+            "fleet.cpu.process_executor",
+            pooled,
+            "jobs/s",
+            'CPU-bound, executor="process", 1 worker (-c 4)',
+            cpu_info,
         ),
         Measurement("fleet.noop.raw_continuous", raw, "jobs/s", "raw continuous pull + ack", noop_info),
         Measurement("fleet.noop.one_process", noop_one, "jobs/s", "async no-op, 1 process", noop_info),
