@@ -29,8 +29,8 @@ _LEFT = frozenset({"ID", "HOST", "VERSION", "QUEUES"})
 @connection_options
 def workers(app_spec: str, as_json: bool, **connection: str | None) -> None:
     """List the live worker processes of the App in MODULE (or MODULE:ATTR), from the worker
-    registry: each worker rewrites its entry every 5 s, one that stops cleanly removes it, and
-    the entry of one killed or cut off is gone 15 s after its last write.
+    registry: each worker rewrites its entry every 4 s, one that stops cleanly removes it, and
+    the entry of one killed or cut off is gone 12 s after its last write.
 
     \b
     ID           unique per process start: <host>-<pid>-<random>

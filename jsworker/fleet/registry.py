@@ -48,9 +48,9 @@ from ..naming import Namespace
 if TYPE_CHECKING:
     from ..app import App
 
-ENTRY_TTL = 15.0
+ENTRY_TTL = 12.0
 """Seconds an entry lives after it was last written."""
-REFRESH_INTERVAL = 5.0
+REFRESH_INTERVAL = 4.0
 """Seconds between a live worker's writes of its entry: a third of the TTL, so two writes in a
 row may fail (a reconnect, a leader election) before a live worker drops out of the list."""
 REGISTRY_SINCE = (2, 11, 0)

@@ -12,6 +12,7 @@ from collections import Counter
 
 from ..events.emit import EventEmitter
 from ..jetstream.consume import EngineEvent
+from ..jetstream.topology import ReplicasDiffer
 from ..observability.jobmetrics import TaskMetrics
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN, Metrics
@@ -174,3 +175,15 @@ class EngineObserver:
             log.info("pull.reconnected", queue=self.queue)
         else:
             log.warning(f"pull.{event.value}", queue=self.queue, detail=detail)
+
+
+def warn_replicas_differ(stream: ReplicasDiffer) -> None:
+    """Say, loudly, that a stream has fewer (or more) copies than the app is configured for: a
+    stream with fewer loses work when a node does, and only an operator should move its data."""
+    log.warning(
+        "worker.replicas_differ",
+        stream=stream.stream,
+        replicas=stream.current,
+        configured=stream.wanted,
+        message=str(stream),
+    )

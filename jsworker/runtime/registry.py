@@ -29,6 +29,7 @@ from ..jetstream.connection import Connection
 from ..jetstream.stored import write
 from ..jetstream.topology import ensure_stream
 from ..observability.logging import get_logger
+from .observe import warn_replicas_differ
 from .settlement import OutcomeKind
 
 if TYPE_CHECKING:
@@ -181,10 +182,4 @@ class WorkerAnnouncer:
         self._bucket_ready = True
         if differ is not None and not self._replicas_reported:
             self._replicas_reported = True
-            log.warning(
-                "worker.replicas_differ",
-                stream=differ.stream,
-                replicas=differ.current,
-                configured=differ.wanted,
-                message=str(differ),
-            )
+            warn_replicas_differ(differ)

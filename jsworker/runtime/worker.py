@@ -36,7 +36,7 @@ from ..wire import EXPIRES_AT
 from .execution import Executor, JobRun, identify
 from .lifecycle import JobBook
 from .limiter import Limiter
-from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start
+from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, warn_replicas_differ
 from .registry import WorkerAnnouncer
 from .schedules import FiredJobs, install_schedules
 from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
@@ -266,15 +266,7 @@ class Worker:
                 log.warning("worker.provision_retry", error=str(exc))
                 await asyncio.sleep(1.0)
         for stream in differ:
-            # Loud, once per start: a stream with fewer copies than intended loses work when a
-            # node does, and only an operator should move its data.
-            log.warning(
-                "worker.replicas_differ",
-                stream=stream.stream,
-                replicas=stream.current,
-                configured=stream.wanted,
-                message=str(stream),
-            )
+            warn_replicas_differ(stream)  # once per start
 
     # -- pulling --------------------------------------------------------------------------
 

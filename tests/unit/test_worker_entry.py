@@ -92,5 +92,5 @@ def test_worker_ids_are_subject_tokens_unique_per_start() -> None:
 def test_the_bucket_keeps_one_entry_a_worker_for_the_ttl() -> None:
     spec = workers_bucket_spec(Namespace("Shop"), replicas=3)
     assert (spec.name, spec.subjects) == ("KV_jsw_shop_workers", ("$KV.jsw_shop_workers.>",))
-    assert (spec.max_age, spec.max_msgs_per_subject, spec.replicas, spec.kv) == (15.0, 1, 3, True)
+    assert (spec.max_age, spec.max_msgs_per_subject, spec.replicas, spec.kv) == (12.0, 1, 3, True)
     assert spec.duplicate_window <= spec.max_age
