@@ -3,6 +3,7 @@ over live and recycled processes, a clean stop, and an app that cannot start."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from ..support import stream_messages, wait_consumer_settled, wait_until
 from .workers import (
     APPS,
     counts,
+    open_gate,
     records,
     scrape,
     start_metrics_worker,
@@ -104,24 +106,15 @@ def test_one_endpoint_sums_every_process_including_recycled_ones(
 def test_sigterm_drains_every_process_and_exits_0(
     nats_server: NatsServer, app: object, tmp_path: Path
 ) -> None:
-    record, log = tmp_path / "record", tmp_path / "fleet.log"
-    fleet_app.slow.delay_many([(2.0,) for _ in range(9)])
+    record, log, gate = tmp_path / "record", tmp_path / "fleet.log", tmp_path / "gate"
+    os.mkfifo(gate)
+    fleet_app.held.delay_many([(str(gate),) for _ in range(9)])
     proc = start_worker(
-        nats_server.url,
-        record,
-        log,
-        "--processes",
-        "3",
-        "-c",
-        "1",
-        "--max-messages",
-        "1",
-        "-Q",
-        "slow",
-        module="fleet_app",
-    )
+        nats_server.url, record, log, "--processes", "3", "-c", "1", "--max-messages", "1", "-Q", "held",
+        "--log-level", "info", module="fleet_app",
+    )  # fmt: skip
     try:
-        # Each process is running jobs when the signal comes.
+        # Each process is running a job when the signal comes (and, at -c 1, starts no other).
         wait_until(
             lambda: len({pid for _, _, pid in records(record, "start")}) == 3,
             timeout=30,
@@ -129,10 +122,20 @@ def test_sigterm_drains_every_process_and_exits_0(
         )
         started = {job for job, _, _ in records(record, "start")}
         proc.send_signal(signal.SIGTERM)
+        # Every process has the signal (and takes no new job) before the held ones may end.
+        wait_until(
+            lambda: log.read_text().count("worker.stopping") == 3, timeout=10, message="3 processes stopping"
+        )
+
+        def released() -> bool:
+            open_gate(gate)  # again until every held run has read it: one may not be waiting yet
+            return {job for job, _, _ in records(record)} >= started
+
+        wait_until(released, timeout=30, message="the running jobs to finish")
         assert proc.wait(40) == 0
         done = {job for job, _, _ in records(record)}
         assert started <= done  # every job running at the signal finished within the grace
-        # Only the slow queue holds jobs: what did not run is still there for the next worker.
+        # Only the held queue has jobs: what did not run is still there for the next worker.
         assert stream_messages(nats_server.url, "JSW_FLEET") == 9 - len(done) > 0
     finally:
         stop(proc)

@@ -3,6 +3,7 @@ worker with the new code, and the job running at that moment is finished, not lo
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,10 +14,10 @@ import pytest
 from jsworker.testing import NatsServer
 
 from ..support import wait_until
-from .workers import records, stop, worker_env
+from .workers import open_gate, records, stop, worker_env
 
 APP = """
-import asyncio
+from pathlib import Path
 
 from jsworker import App
 from jsworker.testing import record_execution as record
@@ -26,15 +27,21 @@ VERSION = "{version}"
 
 
 @app.task
-async def which(seconds: float) -> None:
+def which(gate: str) -> None:
     record("start-" + VERSION)
-    await asyncio.sleep(seconds)
+    if gate:
+        Path(gate).read_bytes()  # a FIFO: blocks until the test opens it
     record("done-" + VERSION)
 """
 
 
 def _write(package: Path, version: str) -> None:
     (package / "tasks.py").write_text(APP.format(version=version))
+
+
+def _release(gate: Path, record: Path) -> bool:
+    open_gate(gate)  # again until the run has read it
+    return bool(records(record, "done-v1"))
 
 
 def _ready(log: Path) -> int:
@@ -64,11 +71,17 @@ def test_a_change_restarts_the_worker_with_the_new_code(nats_server: NatsServer,
             sys.path.remove(str(tmp_path / "src"))
         tasks.app.configure_connection([nats_server.url])
         try:
-            tasks.which.delay(1.5)
+            gate = tmp_path / "gate"
+            os.mkfifo(gate)
+            tasks.which.delay(str(gate))
             wait_until(lambda: records(record, "start-v1"), timeout=30, message="the first job running")
             _write(package, "v2")  # while the v1 job runs
+            wait_until(
+                lambda: "worker.stopping" in log.read_text(), timeout=30, message="the old worker stopping"
+            )
+            wait_until(lambda: _release(gate, record), timeout=30, message="the running job to finish")
             wait_until(lambda: _ready(log) == 2, timeout=30, message="the worker restarted")
-            tasks.which.delay(0.0)
+            tasks.which.delay("")
             wait_until(lambda: records(record, "done-v2"), timeout=30, message="a job run by the new code")
         finally:
             tasks.app.close()

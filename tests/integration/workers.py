@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import signal
@@ -87,6 +88,19 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
             proc.kill()
             proc.wait()
     return proc.returncode
+
+
+def open_gate(fifo: Path) -> bool:
+    """Let every run blocked reading the FIFO ``fifo`` go on (they read its end); False when
+    none is reading it yet."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no reader: nobody is waiting at the gate
+            return False
+        raise
+    os.close(fd)
+    return True
 
 
 def records(path: Path, event: str = "done") -> list[tuple[str, str, int]]:

@@ -1,12 +1,13 @@
 """Tasks the fleet tests run in ``jsworker run --processes N``.
 
 Every execution appends ``<event> <job id> <task> <pid>`` to the file named by
-``JSW_TEST_RECORD`` (one short line per append: several processes share the file).
+``JSW_TEST_RECORD`` (one short line per append: several processes share the file). Held jobs
+wait for a FIFO the test opens, so when a job ends is the test's decision, never a duration.
 """
 
 from __future__ import annotations
 
-import asyncio
+from pathlib import Path
 
 from jsworker import App, Reject
 from jsworker.testing import record_execution as record
@@ -30,15 +31,18 @@ async def boom(n: int) -> None:
     raise Reject(f"boom {n}")
 
 
-@app.task(queue="slow", ack_wait=5)
-async def slow(seconds: float) -> None:
+@app.task(queue="held", ack_wait=30)
+def held(gate: str) -> None:
+    """Runs until the test opens ``gate``, a FIFO: reading it blocks until a writer opens it."""
     record("start")
-    await asyncio.sleep(seconds)
+    Path(gate).read_bytes()
     record("done")
 
 
 @app.task(queue="leaky")
-async def leak(megabytes: int) -> None:
+def leak(megabytes: int, gate: str) -> None:
+    """Keeps ``megabytes`` more for good, then runs until the test opens ``gate`` (a FIFO)."""
     _kept.append(bytearray(b"x") * (megabytes * 2**20))  # filled, so it is resident
-    await asyncio.sleep(0.5)  # a job that takes a while, as leaking ones do
+    record("start")
+    Path(gate).read_bytes()
     record("done")

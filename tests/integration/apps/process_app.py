@@ -7,7 +7,7 @@ file they are given, then never return on their own.
 from __future__ import annotations
 
 import os
-import time
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -107,5 +107,4 @@ def spin(pidfile: str) -> None:
 def hold(pidfile: str) -> None:
     """Endless, without a timeout: stopped only by a cancel."""
     _announce(pidfile)
-    while True:
-        time.sleep(0.05)
+    threading.Event().wait()  # never set: only the process's end stops it
