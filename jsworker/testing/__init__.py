@@ -24,6 +24,6 @@ all worker processes, so a test can count how often each job ran (see :mod:`.rec
 from __future__ import annotations
 
 from ..server import NatsCluster, NatsServer
-from .recording import Execution, parse_execution, record_execution
+from .recording import Execution, append_record, parse_execution, record_execution
 
-__all__ = ["Execution", "NatsCluster", "NatsServer", "parse_execution", "record_execution"]
+__all__ = ["Execution", "NatsCluster", "NatsServer", "append_record", "parse_execution", "record_execution"]

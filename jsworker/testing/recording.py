@@ -31,7 +31,13 @@ def record_execution(event: str, path: str | None = None) -> None:
     per job id then shows jobs lost (none) or run twice.
     """
     job = current_job()
-    line = f"{event} {job.id} {job.task} {os.getpid()} {job.attempt} {time.monotonic():.6f}\n"
+    append_record(f"{event} {job.id} {job.task} {os.getpid()} {job.attempt} {time.monotonic():.6f}\n", path)
+
+
+def append_record(line: str, path: str | None = None) -> None:
+    """Append ``line`` to ``path`` (or the file ``JSW_TEST_RECORD`` names) in one ``O_APPEND``
+    write, atomic for a short line: lines of other shapes that several processes add to the
+    same record file (the parsers skip what they do not know)."""
     fd = os.open(path or os.environ[RECORD_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

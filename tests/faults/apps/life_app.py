@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from jsworker import App, current_job
+from jsworker.testing import append_record
 from jsworker.testing import record_execution as record
 
 # ack_wait=2: a job held by a worker that died comes back within seconds.
@@ -93,12 +94,7 @@ async def capped(n: int, seconds: float) -> int:
     await asyncio.sleep(seconds)
     record("done")
     job = current_job()
-    line = f"span {job.id} {job.task} {os.getpid()} {job.attempt} {began:.6f} {time.time():.6f}\n"
-    fd = os.open(os.environ["JSW_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_record(f"span {job.id} {job.task} {os.getpid()} {job.attempt} {began:.6f} {time.time():.6f}\n")
     return n
 
 

@@ -25,7 +25,7 @@ import os
 import time
 
 from jsworker import App, current_job
-from jsworker.testing import record_execution
+from jsworker.testing import append_record, record_execution
 
 # ack_wait=2: a job held by a worker that died comes back within seconds.
 app = App("sch", ack_wait=2)
@@ -40,12 +40,9 @@ def record(event: str, label: str = "-") -> None:
     job = current_job()
     due = f"{job.scheduled_for.timestamp():.6f}" if job.scheduled_for is not None else "-"
     mono = time.monotonic()
-    line = f"wall {job.id} {job.task} {os.getpid()} {job.attempt} {mono:.6f} {now:.6f} {due} {label}\n"
-    fd = os.open(os.environ["JSW_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    append_record(
+        f"wall {job.id} {job.task} {os.getpid()} {job.attempt} {mono:.6f} {now:.6f} {due} {label}\n"
+    )
 
 
 @app.task
