@@ -16,7 +16,7 @@ from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ConsumerSpec, ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from .job import Job
-from .lifecycle.bucket import RECORDS_SINCE, jobs_bucket_spec
+from .lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
 from .lifecycle.client import JobLifecycle
 from .lifecycle.state import JobStatus
 from .naming import Namespace, Role, validate_app_name, validate_name
@@ -417,7 +417,8 @@ class App:
         schedules = conn.server_version >= DELAYED_SINCE
         specs = [self.stream_spec(schedules), self.dlq_spec()]
         if conn.server_version >= RECORDS_SINCE:
-            specs.append(jobs_bucket_spec(self.namespace, self.options.replicas))
+            batched = conn.server_version >= BATCHED_SINCE
+            specs.append(jobs_bucket_spec(self.namespace, self.options.replicas, batched=batched))
         if schedules:
             specs.append(claims_spec(self.namespace, self.options.replicas))
         if self.options.events:

@@ -23,10 +23,17 @@ from .jetstream.connection import Connection
 from .jetstream.limits_stream import LimitsStream
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .job import Job
+from .lifecycle.bucket import Records
 from .scheduling.declare import DELAYED_SINCE
 from .scheduling.delayed import delayed_message
 from .serializers import encode_call
 from .wire import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, EXPIRES_AT, JOB_ID, MSG_ID, TASK
+
+# A unique call that finds its key held by a job that has finished, its ack not yet stored,
+# tries again after 5 ms, then twice as long each time; past a second it takes the job for
+# one that will run again (its worker died before the ack) and names it as the duplicate.
+_SETTLE_STEP = 0.005
+_SETTLE_PATIENCE = 1.0
 
 if TYPE_CHECKING:
     from .app import App
@@ -113,8 +120,9 @@ class Producer:
             return delayed_message(app.namespace, task.queue, msg, call.due)
         return msg
 
-    async def send(self, task: Task[Any, Any], call: Call) -> Job:
-        """Store one job; returns its receipt."""
+    async def send(self, task: Task[Any, Any], call: Call, settling: float = 0.0) -> Job:
+        """Store one job; returns its receipt. (``settling``: how long a unique call has
+        waited so far for a finished job's key to be freed.)"""
         started = time.perf_counter()
         if call.due is not None:
             # Checked before anything is sent: an older server would store the schedule as
@@ -126,19 +134,26 @@ class Producer:
         try:
             stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
         except SubjectTaken:
-            held = await self._held(task, call)
-            if held is None:  # finished in the meantime: its key is free again
-                return await self.send(task, call)
+            held = await self._held(task, call, settling=settling)
+            if held is None:
+                # Finished in the meantime (its key is free again), or finished with its ack
+                # on the way: a result can be read before the ack that frees the key lands.
+                await asyncio.sleep(settling)
+                return await self.send(task, call, max(2 * settling, _SETTLE_STEP))
             return held
         self._count(task, stored, started, delayed=call.due is not None)
         await self._emit_enqueued(task, [msg], stored)
         return self._receipt(task, call, stored[0])
 
-    async def _held(self, task: Task[Any, Any], call: Call, other_form: bool = False) -> Job | None:
+    async def _held(
+        self, task: Task[Any, Any], call: Call, other_form: bool = False, settling: float | None = None
+    ) -> Job | None:
         """The receipt of the job holding a unique call's key (``duplicate=True``), or None.
 
         With ``other_form``, only the form the enqueue itself does not check is looked at: a
         scheduled job for an immediate call, a queued or running one for a delayed call.
+        With ``settling`` below the patience for it, a queued job whose record says it
+        finished is taken for gone: its ack is on the way.
         """
         ns = self._app.namespace
         stream = LimitsStream(await self.connection(), ns.stream)
@@ -152,6 +167,10 @@ class Producer:
             due = datetime.fromtimestamp(parsed[1] / 1000, UTC) if parsed is not None else None
         if found is None:
             return None
+        if due is None and settling is not None and settling < _SETTLE_PATIENCE:
+            recorded = await Records(await self.connection(), ns).read(call.job_id)
+            if recorded is not None and recorded[1].seq == found.seq and recorded[1].state.finished:
+                return None
         self._app.metrics.producer(task.queue, task.name)[1].inc()
         return Job(call.job_id, task.name, task.queue, found.seq, True, due, self._app)
 

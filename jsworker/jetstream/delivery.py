@@ -21,6 +21,8 @@ _EMPTY: Mapping[str, str] = {}
 class _Publishes(Protocol):
     async def publish(self, subject: str, payload: bytes) -> None: ...
 
+    def put(self, subject: str, payload: bytes) -> None: ...
+
 
 class VerbBatcher:
     """Sends ack protocol verbs in batches instead of one socket write each.
@@ -42,6 +44,10 @@ class VerbBatcher:
 
     async def publish(self, subject: str, payload: bytes) -> None:
         """Queue one verb for ``subject`` (a message's reply subject)."""
+        self.put(subject, payload)
+
+    def put(self, subject: str, payload: bytes) -> None:
+        """:meth:`publish` for callers outside a coroutine."""
         self._queued.append((subject, payload))
         if len(self._queued) >= self._max_batch:
             self._send_now()
@@ -112,6 +118,12 @@ class Delivery:
     async def ack(self) -> None:
         """The job is done: the server deletes it from the work-queue stream."""
         await self._settle(_ACK)
+
+    def ack_soon(self) -> None:
+        """:meth:`ack` for callers outside a coroutine (a callback)."""
+        if not self.settled and self.reply:
+            self.settled = True
+            self._verbs.put(self.reply, _ACK)
 
     async def nak(self, delay: float | None = None) -> None:
         """Give the job back, to be delivered again after ``delay`` seconds (at once if None)."""

@@ -43,6 +43,8 @@ class StreamSpec:
     schedules: bool = False
     #: A key-value bucket: direct reads, rollups and per-message TTLs (servers 2.11+).
     kv: bool = False
+    #: Fast batch publishing (servers 2.14+).
+    batched: bool = False
 
     def config(self) -> StreamConfig:
         """The nats-py config for this spec."""
@@ -65,6 +67,7 @@ class StreamSpec:
             allow_direct=True if self.kv else None,
             allow_rollup_hdrs=self.kv,
             allow_msg_ttl=True if self.kv else None,
+            allow_batched=True if self.batched else None,
         )
 
 
@@ -164,10 +167,13 @@ async def _reconcile_stream(
         # Schedules, once allowed, cannot be turned off again; a spec without them leaves them.
         and (bool(current.allow_msg_schedules) or not spec.schedules)
         and (bool(current.allow_msg_ttl) or not spec.kv)
+        and (bool(current.allow_batched) or not spec.batched)
     ):
         return differ
     if current.allow_msg_schedules:
         wanted.allow_msg_schedules = True
+    if current.allow_batched:
+        wanted.allow_batched = True
     try:
         await conn.js.update_stream(wanted)
     except nats.errors.Error as exc:

@@ -21,10 +21,13 @@ from .state import JobRecord
 TTL = "Nats-TTL"
 #: Per-message TTLs, which the bucket needs, came with nats-server 2.11.
 RECORDS_SINCE = (2, 11, 0)
+#: Fast batch publishing, which lets a worker store many records for one answer, with 2.14.
+BATCHED_SINCE = (2, 14, 0)
 
 
-def jobs_bucket_spec(namespace: Namespace, replicas: int) -> StreamSpec:
-    """The bucket's stream: the last record of each job, every record with its own TTL."""
+def jobs_bucket_spec(namespace: Namespace, replicas: int, *, batched: bool = False) -> StreamSpec:
+    """The bucket's stream: the last record of each job, every record with its own TTL;
+    ``batched`` lets workers store records in fast batches."""
     return StreamSpec(
         name=namespace.jobs_stream,
         subjects=(namespace.record_subject(),),
@@ -33,6 +36,7 @@ def jobs_bucket_spec(namespace: Namespace, replicas: int) -> StreamSpec:
         duplicate_window=60.0,
         max_msgs_per_subject=1,
         kv=True,
+        batched=batched,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import socket
 import time
@@ -22,7 +23,7 @@ from ..errors import EnqueueError
 from ..jetstream.acked import AckedPublisher
 from ..jetstream.connection import Connection
 from ..jetstream.message import OutMessage
-from ..lifecycle.bucket import RECORDS_SINCE, record_message, ttl_headers
+from ..lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, record_message, ttl_headers
 from ..lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
 from ..observability.logging import get_logger
 from ..wire import EXPIRES_AT
@@ -54,7 +55,9 @@ class JobBook:
         self.conn = conn
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self._running = running
-        self._writer = AckedPublisher(conn, patience=_RECORD_PATIENCE)
+        self._writer = AckedPublisher(
+            conn, patience=_RECORD_PATIENCE, batched=conn.server_version >= BATCHED_SINCE
+        )
         self._successes = SuccessRecords(self.worker, app.serializer.content_type)
         self._ttl_headers: dict[float, dict[str, str]] = {}
         # An older server has no jobs bucket: jobs run as before, without records.
@@ -109,10 +112,12 @@ class JobBook:
             )
         return value
 
-    async def store_result(self, job: JobRun, value: bytes, started: float) -> None:
-        """Write the record of ``job``'s success with its encoded return value; the common
-        path of a task that keeps results, so it skips what :meth:`record` works out."""
+    def store_result(self, job: JobRun, value: bytes, started: float) -> None:
+        """Write the record of ``job``'s success with its encoded return value, then ack the
+        job: the common path of a task that keeps results, so it skips what :meth:`record`
+        works out, and the job's run ends without waiting for the server's answer."""
         if not self._records:
+            job.delivery.ack_soon()
             return
         task = job.task
         ttl = (task.options if task is not None else self.app.defaults).result_ttl
@@ -122,7 +127,20 @@ class JobBook:
         body = self._successes.encode(
             job.queue, job.task_name, job.delivery.stream_seq, job.attempt, started, time.time(), value
         )
-        await self._write(job, OutMessage(self.app.namespace.record_subject(job.job_id), body, headers))
+        msg = OutMessage(self.app.namespace.record_subject(job.job_id), body, headers)
+        # check_result bounded the value: the record fits a message.
+        self._writer.send(msg, functools.partial(self._stored, job))
+
+    def _stored(self, job: JobRun, error: BaseException | None) -> None:
+        # The record before the ack: a crash in between runs the job again, it never leaves
+        # a waiter without its result.
+        if error is not None:
+            log.error("job.record_failed", error=str(error), **job.log_fields())
+        job.delivery.ack_soon()
+
+    async def drain(self) -> None:
+        """Wait until every record written is stored or given up on (and its job acked)."""
+        await self._writer.drain()
 
     async def record(self, job: JobRun, outcome: Outcome, decision: Decision, started: float) -> None:
         """Write ``job``'s record for ``outcome`` settled by ``decision``: a success without

@@ -215,6 +215,7 @@ class Worker:
                 await self._stop.wait()
                 # Heartbeats go on while running jobs get their grace period.
                 await self._finish_jobs()
+                await self._book.drain()
                 services.cancel_scope.cancel()
             await self._registry.remove()
             for consumer in list(self._consumers.values()):
@@ -464,10 +465,7 @@ class Worker:
         if outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result:
             checked = self._book.check_result(outcome)
             if isinstance(checked, bytes):
-                # The record before the ack: a crash in between runs the job again, it never
-                # leaves a waiter without its result.
-                await self._book.store_result(job, checked, started)
-                await job.delivery.ack()
+                self._book.store_result(job, checked, started)  # and acks once it is stored
                 return outcome, ACK
             outcome = checked
         decision = decide(outcome, job.attempt, self._policy(job))
