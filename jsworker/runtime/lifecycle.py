@@ -97,9 +97,11 @@ class JobBook:
             return Outcome(OutcomeKind.EXPIRED, "not started before it expired")
         return None
 
-    def check_result(self, outcome: Outcome) -> bytes | Outcome:
-        """For a success whose task keeps results: the encoded value, or a failure that is
-        never retried when the value cannot be encoded or stored."""
+    def keep_result(self, job: JobRun, outcome: Outcome, started: float) -> Outcome:
+        """Write the record of ``job``'s success with its return value, and ack the job once
+        it is stored (the run ends without waiting for that): the common path of a task that
+        keeps results. ``started`` is the run's ``time.monotonic()``. Returns ``outcome``, or
+        a failure never retried when the value cannot be encoded or stored."""
         serializer = self.app.serializer
         try:
             value = serializer.dumps(outcome.value)
@@ -110,26 +112,23 @@ class JobBook:
             return _unstorable(
                 f"return value of {len(value)} bytes does not fit a message (max_payload {limit})", None
             )
-        return value
-
-    def store_result(self, job: JobRun, value: bytes, started: float) -> None:
-        """Write the record of ``job``'s success with its encoded return value, then ack the
-        job: the common path of a task that keeps results, so it skips what :meth:`record`
-        works out, and the job's run ends without waiting for the server's answer."""
         if not self._records:
             job.delivery.ack_soon()
-            return
+            return outcome
         task = job.task
         ttl = (task.options if task is not None else self.app.defaults).result_ttl
         headers = self._ttl_headers.get(ttl)
         if headers is None:
             headers = self._ttl_headers[ttl] = ttl_headers(ttl)
+        now = time.time()
         body = self._successes.encode(
-            job.queue, job.task_name, job.delivery.stream_seq, job.attempt, started, time.time(), value
-        )
+            job.queue, job.task_name, job.delivery.stream_seq, job.attempt,
+            now - (time.monotonic() - started), now, value,
+        )  # fmt: skip
         msg = OutMessage(self.app.namespace.record_subject(job.job_id), body, headers)
-        # check_result bounded the value: the record fits a message.
+        # The size is bounded above: the record fits a message.
         self._writer.send(msg, functools.partial(self._stored, job))
+        return outcome
 
     def _stored(self, job: JobRun, error: BaseException | None) -> None:
         # The record before the ack: a crash in between runs the job again, it never leaves

@@ -421,21 +421,21 @@ class Worker:
                 # Whatever the run came to (a sync task may even have returned), it was cancelled.
                 outcome = Outcome(OutcomeKind.ABORTED, "cancelled while it ran")
             task = job.task
-            if (
-                outcome.kind is OutcomeKind.SUCCEEDED
-                and job.attempt == 1
-                and task is not None
-                and not task.options.store_result
-            ):
-                # The common case, without the policy lookup and decide(): part of 8.1 -> 7.2
-                # us per no-op job (bench/README.md); decide() says the same (test_settlement).
-                # A first attempt's success with no result to keep writes no record.
-                decision = ACK
-                await job.delivery.ack()
-            else:
-                outcome, decision = await self._conclude(
-                    job, outcome, time.time() - (time.monotonic() - started)
-                )
+            decision = ACK
+            if outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result:
+                # A success to keep: the record, then the ack once it is stored, outside this
+                # run; a value that cannot be kept makes the run a failure.
+                outcome = self._book.keep_result(job, outcome, started)
+            if outcome.kind is not OutcomeKind.SUCCEEDED:
+                outcome, decision = await self._conclude(job, outcome, started)
+            elif task is None or not task.options.store_result:
+                if job.attempt == 1:
+                    # The common case, without the policy lookup and decide(): part of 8.1 ->
+                    # 7.2 us per no-op job (bench/README.md); decide() says the same
+                    # (test_settlement). A first success with no result to keep has no record.
+                    await job.delivery.ack()
+                else:
+                    outcome, decision = await self._conclude(job, outcome, started)
             duration = time.monotonic() - started
             self._report.finished(job, outcome, decision, duration)
             if self._events is not None:
@@ -458,16 +458,10 @@ class Worker:
         return policy
 
     async def _conclude(self, job: JobRun, outcome: Outcome, started: float) -> tuple[Outcome, Decision]:
-        """Settle a job off the common path, with its record: a result kept, a failure, a retry,
-        an expiry, or a success after retries (which ends the ``retrying`` record). Returns
-        the outcome, which is a failure for a result that cannot be kept, and the decision."""
-        task = job.task
-        if outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result:
-            checked = self._book.check_result(outcome)
-            if isinstance(checked, bytes):
-                self._book.store_result(job, checked, started)  # and acks once it is stored
-                return outcome, ACK
-            outcome = checked
+        """Settle a job off the common path, with its record: a failure, a retry, an expiry,
+        or a success after retries (which ends the ``retrying`` record); ``started`` is the
+        run's ``time.monotonic()``. Returns the outcome and the decision."""
+        started = time.time() - (time.monotonic() - started)
         decision = decide(outcome, job.attempt, self._policy(job))
         if outcome.kind is OutcomeKind.SUCCEEDED:
             await self._book.record(job, outcome, decision, started)

@@ -157,3 +157,14 @@ def test_decode_call_rejects_trailing_data(body: bytes) -> None:
     """A valid object followed by anything else is not a job body."""
     with pytest.raises(SerializationError):
         decode_call(S, body)
+
+
+def test_plain_ints_and_none_encode_as_the_encoder_does() -> None:
+    """The shortcut for ints and None gives the encoder's bytes; subclasses go the long way."""
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    for value in (0, -7, 10**40, None, True, False, Level.HIGH, 2.5, "x"):
+        assert S.dumps(value) == json.dumps(value, separators=(",", ":")).encode(), value
