@@ -127,7 +127,9 @@ class AckedPublisher:
         :meth:`publish` would raise; ``done`` runs in the connection's read loop and must
         not raise. The caller vouches for the message's size (see
         :func:`~jsworker.jetstream.message.check_size`): one too large fails its whole write."""
-        self._queue(_Pending(msg, done, asyncio.get_running_loop().time()))
+        self._queued.append(_Pending(msg, done, asyncio.get_running_loop().time()))
+        if not self._flush_soon:
+            self._flush_later()
 
     @property
     def outstanding(self) -> int:

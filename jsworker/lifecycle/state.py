@@ -199,9 +199,9 @@ class SuccessRecords:
     of a task that keeps its results."""
 
     def __init__(self, worker: str, content_type: str) -> None:
-        self._tail = f',"worker":{json.dumps(worker)},"content_type":{json.dumps(content_type)},'
+        self._tail = f',"worker":{json.dumps(worker)},"content_type":{json.dumps(content_type)},'.encode()
         self._inline = content_type == "application/json"
-        self._heads: dict[tuple[str, str], str] = {}
+        self._heads: dict[tuple[str, str], bytes] = {}
 
     def encode(
         self,
@@ -218,13 +218,26 @@ class SuccessRecords:
         if head is None:
             head = self._heads[queue, task] = (
                 f'{{"state":"succeeded","queue":{json.dumps(queue)},"task":{json.dumps(task)},"seq":'
-            )
-        fields = (
-            f'{head}{seq},"attempts":{attempts},"started_at":{started_at!r},"finished_at":{finished_at!r}'
-        )
+            ).encode()
         if self._inline:
-            return f'{fields}{self._tail}"value":'.encode() + value + b"}"
-        return f'{fields}{self._tail}"value_b64":"{base64.b64encode(value).decode()}"}}'.encode()
+            return b'%s%d,"attempts":%d,"started_at":%r,"finished_at":%r%s"value":%s}' % (
+                head,
+                seq,
+                attempts,
+                started_at,
+                finished_at,
+                self._tail,
+                value,
+            )
+        return b'%s%d,"attempts":%d,"started_at":%r,"finished_at":%r%s"value_b64":"%s"}' % (
+            head,
+            seq,
+            attempts,
+            started_at,
+            finished_at,
+            self._tail,
+            base64.b64encode(value),
+        )
 
 
 def _utc(when: float | None) -> datetime | None:
