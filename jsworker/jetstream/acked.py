@@ -136,6 +136,26 @@ class AckedPublisher:
         """Messages published and not acknowledged yet."""
         return len(self._queued) + sum(len(w.items) - w.done for w in self._writes.values())
 
+    async def close(self) -> None:
+        """Stop: what is not answered yet is given up on (its callers are not told), the
+        inbox is left. Call :meth:`drain` first to wait for the answers."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        for task in list(self._sending):
+            task.cancel()
+        if self._sending:
+            await asyncio.wait(list(self._sending))
+        self._queued.clear()
+        self._writes.clear()
+        if self._sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._sub.unsubscribe()
+            self._sub = None
+
     async def drain(self) -> None:
         """Return once every message sent so far is answered or given up on."""
         while self.outstanding:

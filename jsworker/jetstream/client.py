@@ -19,6 +19,7 @@ slower, never wrong.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -223,6 +224,13 @@ class JetStreamClient(Client):
                 )
         except TimeoutError:
             denied = denials.refusal(subject, scope)
+            if denied is not None and denied.operation == "subscribe":
+                # The server answers the inbox's subscription before the publish that came
+                # after it: a refusal of the publish itself, more to the point, may be on its
+                # way. One round trip makes sure it has arrived.
+                with contextlib.suppress(nats.errors.Error, TimeoutError):
+                    await self.flush(timeout=max(1, round(timeout)))
+                denied = denials.publish_refusal(subject) or denied
             if denied is not None:
                 raise denied from None
             raise

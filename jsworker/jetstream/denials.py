@@ -69,6 +69,7 @@ class Denials:
         self._fired: dict[asyncio.Timeout, Denial] = {}
         self._listeners: list[Listener] = []
         self._logged: set[Denial] = set()
+        self._publishes: dict[str, Denial] = {}
 
     def report(self, error: BaseException) -> bool:
         """Take an error the client reported; True when it was a refusal."""
@@ -85,6 +86,9 @@ class Denials:
             # server does not say.
             waiting = [scope for scopes in self._waiting.values() for scope in scopes]
         else:
+            if len(self._publishes) >= 1000:
+                self._publishes.clear()
+            self._publishes[denial.subject] = denial
             waiting = [
                 scope
                 for subject, scopes in self._waiting.items()
@@ -122,6 +126,11 @@ class Denials:
         if denial is None:
             return None
         return denial.error(subject if denial.operation == "publish" else None)
+
+    def publish_refusal(self, subject: str) -> PermissionDeniedError | None:
+        """The refusal of a publish to ``subject`` met so far on this connection, if any."""
+        denial = self._publishes.get(subject.lower())
+        return denial.error(subject) if denial is not None else None
 
     def done(self, subject: str, scope: asyncio.Timeout) -> None:
         """Forget ``scope``."""

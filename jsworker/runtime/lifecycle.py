@@ -141,6 +141,10 @@ class JobBook:
         """Wait until every record written is stored or given up on (and its job acked)."""
         await self._writer.drain()
 
+    async def close(self) -> None:
+        """Stop writing records (after :meth:`drain`)."""
+        await self._writer.close()
+
     async def record(self, job: JobRun, outcome: Outcome, decision: Decision, started: float) -> None:
         """Write ``job``'s record for ``outcome`` settled by ``decision``: a success without
         a value (after retries), a failure, a retry, an expiry; nothing for a shutdown's

@@ -216,6 +216,7 @@ class Worker:
                 # Heartbeats go on while running jobs get their grace period.
                 await self._finish_jobs()
                 await self._book.drain()
+                await self._book.close()
                 services.cancel_scope.cancel()
             await self._registry.remove()
             for consumer in list(self._consumers.values()):

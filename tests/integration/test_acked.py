@@ -28,6 +28,16 @@ async def _open(*urls: str) -> Connection:
     return await Connection.open(ConnectOptions(servers=list(urls)))
 
 
+_STARTED: list[AckedPublisher] = []
+
+
+async def _close(conn: Connection) -> None:
+    """Stop the test's publishers (their writes in flight), then the connection."""
+    while _STARTED:
+        await _STARTED.pop().close()
+    await conn.close()
+
+
 @pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
 async def test_every_publish_returns_once_stored(nats_server: NatsServer, batched: bool) -> None:
     conn = await _open(nats_server.url)
@@ -36,6 +46,7 @@ async def test_every_publish_returns_once_stored(nats_server: NatsServer, batche
         await js.add_stream(name="ACKED", subjects=["acked.>"], allow_msg_ttl=True, allow_batched=batched)
         publisher = AckedPublisher(conn, batched=batched)
         await publisher.start()
+        _STARTED.append(publisher)
         headers = {"Nats-TTL": "60s"}
         async with anyio.create_task_group() as tg:
             for i in range(500):
@@ -46,7 +57,7 @@ async def test_every_publish_returns_once_stored(nats_server: NatsServer, batche
         last = await js.get_last_msg("ACKED", "acked.499")
         assert last.data == b"499" and last.headers is not None and last.headers["Nats-TTL"] == "60s"
     finally:
-        await conn.close()
+        await _close(conn)
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
@@ -58,12 +69,13 @@ async def test_a_refused_message_fails_at_once(nats_server: NatsServer, batched:
         )
         publisher = AckedPublisher(conn, timeout=0.2, patience=30, batched=batched)
         await publisher.start()
+        _STARTED.append(publisher)
         with anyio.fail_after(5), pytest.raises(EnqueueError, match=r"refused small\.big"):
             await publisher.publish(OutMessage("small.big", b"x" * 200, {}))
         await publisher.publish(OutMessage("small.ok", b"fits", {}))
         assert publisher.outstanding == 0
     finally:
-        await conn.close()
+        await _close(conn)
 
 
 async def test_a_message_without_a_stream_is_sent_again_until_one_takes_it(nats_server: NatsServer) -> None:
@@ -71,6 +83,7 @@ async def test_a_message_without_a_stream_is_sent_again_until_one_takes_it(nats_
     try:
         publisher = AckedPublisher(conn, timeout=0.1, patience=30)
         await publisher.start()
+        _STARTED.append(publisher)
         async with anyio.create_task_group() as tg:
             tg.start_soon(publisher.publish, OutMessage("late.1", b"kept", {}))
             await wait_until_async(lambda: publisher.outstanding == 1, message="the publish in flight")
@@ -79,10 +92,11 @@ async def test_a_message_without_a_stream_is_sent_again_until_one_takes_it(nats_
         assert (await conn.nc.jetstream().get_last_msg("LATE", "late.1")).data == b"kept"
         gone = AckedPublisher(conn, timeout=0.1, patience=0.5)
         await gone.start()
+        _STARTED.append(gone)
         with anyio.fail_after(5), pytest.raises(EnqueueError, match=r"no acknowledgement for nowhere\.1"):
             await gone.publish(OutMessage("nowhere.1", b"lost", {}))
     finally:
-        await conn.close()
+        await _close(conn)
 
 
 async def _publish_all(publisher: AckedPublisher, msgs: list[OutMessage]) -> dict[str, BaseException | None]:
@@ -105,6 +119,7 @@ async def test_a_refusal_in_a_batch_fails_that_message_and_stores_the_others(
         await js.add_stream(name="MIXED", subjects=["mixed.>"], max_msg_size=64, allow_batched=True)
         publisher = AckedPublisher(conn, timeout=0.2, patience=30, batched=True)
         await publisher.start()
+        _STARTED.append(publisher)
         msgs = [OutMessage(f"mixed.{i}", b"x" * (200 if i == refused else 4), {}) for i in range(10)]
         with anyio.fail_after(5):  # told by the server, not found out by a timeout
             ended = await _publish_all(publisher, msgs)
@@ -113,7 +128,7 @@ async def test_a_refusal_in_a_batch_fails_that_message_and_stores_the_others(
         assert (await js.stream_info("MIXED")).state.messages == 9
         assert publisher.batched
     finally:
-        await conn.close()
+        await _close(conn)
 
 
 async def test_a_stream_that_refuses_batches_gets_one_message_a_write(nats_server: NatsServer) -> None:
@@ -123,13 +138,14 @@ async def test_a_stream_that_refuses_batches_gets_one_message_a_write(nats_serve
         await js.add_stream(name="PLAIN", subjects=["plain.>"])
         publisher = AckedPublisher(conn, timeout=0.2, patience=30, batched=True)
         await publisher.start()
+        _STARTED.append(publisher)
         with anyio.fail_after(10):
             ended = await _publish_all(publisher, [OutMessage(f"plain.{i}", b"v", {}) for i in range(50)])
         assert set(ended.values()) == {None}
         assert not publisher.batched
         assert (await js.stream_info("PLAIN")).state.messages == 50
     finally:
-        await conn.close()
+        await _close(conn)
 
 
 async def test_batches_in_flight_through_a_server_restart_are_all_stored(nats_server: NatsServer) -> None:
@@ -139,6 +155,7 @@ async def test_batches_in_flight_through_a_server_restart_are_all_stored(nats_se
         await js.add_stream(name="KEPT", subjects=["kept.>"], allow_batched=True)
         publisher = AckedPublisher(conn, timeout=0.2, patience=60, batched=True)
         await publisher.start()
+        _STARTED.append(publisher)
         ended: dict[str, BaseException | None] = {}
         for i in range(3000):
             publisher.send(OutMessage(f"kept.{i}", b"v", {}), lambda e, i=i: ended.__setitem__(str(i), e))
@@ -153,7 +170,7 @@ async def test_batches_in_flight_through_a_server_restart_are_all_stored(nats_se
         info = await js.stream_info("KEPT", subjects_filter="kept.>")
         assert len(info.state.subjects or {}) == 3000
     finally:
-        await conn.close()
+        await _close(conn)
 
 
 async def test_batches_in_flight_through_a_stream_leader_change_are_all_stored(
@@ -165,6 +182,7 @@ async def test_batches_in_flight_through_a_stream_leader_change_are_all_stored(
         await wait_until_async(lambda: _created(conn), timeout=15, message="the R3 stream")
         publisher = AckedPublisher(conn, timeout=0.2, patience=60, batched=True)
         await publisher.start()
+        _STARTED.append(publisher)
         ended: dict[str, BaseException | None] = {}
         for i in range(2000):
             publisher.send(OutMessage(f"moved.{i}", b"v", {}), lambda e, i=i: ended.__setitem__(str(i), e))
@@ -179,7 +197,7 @@ async def test_batches_in_flight_through_a_stream_leader_change_are_all_stored(
         info = await js.stream_info("MOVED", subjects_filter="moved.>")
         assert len(info.state.subjects or {}) == 2000
     finally:
-        await conn.close()
+        await _close(conn)
 
 
 async def _created(conn: Connection) -> bool:

@@ -146,3 +146,29 @@ def test_a_refused_request_inbox_fails_every_request_from_then_on() -> None:
             denials.check()
 
     asyncio.run(scenario())
+
+
+def test_a_refused_publish_is_remembered_for_the_request_that_met_the_inbox_refusal_first() -> None:
+    """The server answers an inbox's subscription before the publish sent after it: a request
+    ended by the inbox's refusal asks, after a round trip, whether its own publish was refused,
+    which says more (the subject of another app, say)."""
+
+    async def scenario() -> None:
+        denials = Denials()
+        denials.inbox_prefix = "_jsw_inbox.a.producer"
+        assert denials.report(
+            nats.errors.Error('nats: permissions violation for subscription to "_jsw_inbox.a.producer.x.*"')
+        )
+        assert denials.publish_refusal("jsw.b.q.default.t.1") is None
+        assert denials.report(
+            nats.errors.Error('nats: permissions violation for publish to "jsw.b.q.default.t.1"')
+        )
+        refused = denials.publish_refusal("jsw.b.q.default.t.1")
+        assert (
+            refused is not None
+            and refused.operation == "publish"
+            and refused.subject == "jsw.b.q.default.t.1"
+        )
+        assert denials.publish_refusal("jsw.b.q.default.t.2") is None
+
+    asyncio.run(scenario())
