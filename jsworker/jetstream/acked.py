@@ -5,13 +5,16 @@ nats-py's ``request`` (and so its JetStream ``publish``) makes an inbox token, a
 task per message, which cost a worker that stores a record for every job three times what
 the job itself did. Here, one wildcard inbox subscription takes every answer straight from
 the client's read loop, the messages published in one event-loop turn go to the socket as one
-write, and each caller awaits a plain future.
+write, and each caller awaits a plain future (:meth:`AckedPublisher.publish`) or is called
+back from the read loop (:meth:`AckedPublisher.send`), so a job need not wait for its record.
 
 With ``batched`` (a stream that allows it, nats-server 2.14+), the messages of one write go
 as one JetStream fast batch in "gap fail" mode: the server stores each as it comes, answers
-the whole write once (with a flow acknowledgement now and then for a long one), and stops at
-the first message it cannot store, so an answer "stored up to N" holds for every message
-before N. That halves what the server sends and the client parses per message.
+the whole write once (plus a flow acknowledgement at its start), and stores nothing after a
+message it could not store, so an answer "stored up to N" holds for every message before N.
+While a batch waits for its answer, new messages gather for the next one: under load batches
+grow to what a round trip lets through, and the server pays its costs per write once per
+batch.
 
 What is not answered within ``timeout`` (a lost message, a reconnect, a stream electing a
 leader, a batch the server dropped) is published again; after ``patience`` its caller gets
@@ -45,9 +48,9 @@ _START, _APPEND, _COMMIT, _END = 0, 1, 2, 3
 # The most messages between two flow acknowledgements the server may choose; a write's
 # batch is answered at its end anyway, so the server is left free to ack rarely.
 _FLOW = 500
-# A batch longer than the server's atomic-batch limit is not needed: a write is cut there.
+# Writes are cut into batches of at most this many messages (what one lost batch resends).
 _MAX_BATCH = 1000
-# Batches sent and not answered, past which new records wait for the next answer.
+# Batches sent and not answered, past which new messages wait for the next answer.
 _IN_FLIGHT = 1
 _FLOW_ACK = b'{"type":"ack"'
 _BATCHES_DISABLED = 10205

@@ -98,7 +98,13 @@ def test_one_endpoint_sums_every_process_including_recycled_ones(
         assert got["recycled", ""] >= 4  # 75 jobs at 10 per process: most processes were replaced
         assert len(set(started_pids(log))) >= 7
         assert sum(counts(record).values()) == 75  # recycling ran no job twice
-        assert value(scrape(port), "jsworker_concurrency_limit") == 6  # 3 live processes of -c 2
+        # 3 live processes of -c 2, once the last one replaced has sent its first figures.
+        wait_until(
+            lambda: value(scrape(port), "jsworker_concurrency_limit"),
+            until=lambda limit: limit == 6,
+            timeout=30,
+            message="the concurrency of 3 live processes",
+        )
     finally:
         assert stop(proc, timeout=40) == 0
 
