@@ -220,24 +220,12 @@ class SuccessRecords:
                 f'{{"state":"succeeded","queue":{json.dumps(queue)},"task":{json.dumps(task)},"seq":'
             ).encode()
         if self._inline:
-            return b'%s%d,"attempts":%d,"started_at":%r,"finished_at":%r%s"value":%s}' % (
-                head,
-                seq,
-                attempts,
-                started_at,
-                finished_at,
-                self._tail,
-                value,
-            )
-        return b'%s%d,"attempts":%d,"started_at":%r,"finished_at":%r%s"value_b64":"%s"}' % (
-            head,
-            seq,
-            attempts,
-            started_at,
-            finished_at,
-            self._tail,
-            base64.b64encode(value),
-        )
+            key, end = b'"value":', b"}"
+        else:
+            key, end, value = b'"value_b64":"', b'"}', base64.b64encode(value)
+        return b'%s%d,"attempts":%d,"started_at":%r,"finished_at":%r%s%s%s%s' % (
+            head, seq, attempts, started_at, finished_at, self._tail, key, value, end
+        )  # fmt: skip
 
 
 def _utc(when: float | None) -> datetime | None:

@@ -215,7 +215,10 @@ class Worker:
                 await self._stop.wait()
                 # Heartbeats go on while running jobs get their grace period.
                 await self._finish_jobs()
-                await self._book.drain()
+                # Finished jobs whose records the server has not answered yet get the grace
+                # period too; past it they are redelivered later, like unfinished ones.
+                with anyio.move_on_after(self._grace):
+                    await self._book.drain()
                 await self._book.close()
                 services.cancel_scope.cancel()
             await self._registry.remove()

@@ -5,6 +5,7 @@ restart and a stream leader change."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -156,16 +157,11 @@ async def test_batches_in_flight_through_a_server_restart_are_all_stored(nats_se
         publisher = AckedPublisher(conn, timeout=0.2, patience=60, batched=True)
         await publisher.start()
         _STARTED.append(publisher)
-        ended: dict[str, BaseException | None] = {}
-        for i in range(3000):
-            publisher.send(OutMessage(f"kept.{i}", b"v", {}), lambda e, i=i: ended.__setitem__(str(i), e))
-            if i == 1000:
-                nats_server.restart()
-            if i % 100 == 0:
-                await anyio.lowlevel.checkpoint()  # many writes, some of them lost with the connection
-        with anyio.fail_after(30):
-            await publisher.drain()
-        assert len(ended) == 3000 and set(ended.values()) == {None}
+
+        async def restart() -> None:
+            nats_server.restart()
+
+        await _send_through(publisher, "kept", 3000, restart)
         # Sent again after the restart, some may be stored twice; none is missing.
         info = await js.stream_info("KEPT", subjects_filter="kept.>")
         assert len(info.state.subjects or {}) == 3000
@@ -183,21 +179,33 @@ async def test_batches_in_flight_through_a_stream_leader_change_are_all_stored(
         publisher = AckedPublisher(conn, timeout=0.2, patience=60, batched=True)
         await publisher.start()
         _STARTED.append(publisher)
-        ended: dict[str, BaseException | None] = {}
-        for i in range(2000):
-            publisher.send(OutMessage(f"moved.{i}", b"v", {}), lambda e, i=i: ended.__setitem__(str(i), e))
-            if i == 500:
-                answer = await conn.nc.request("$JS.API.STREAM.LEADER.STEPDOWN.MOVED", b"", timeout=5)
-                assert b'"success":true' in answer.data.replace(b" ", b""), answer.data
-            if i % 50 == 0:
-                await anyio.lowlevel.checkpoint()
-        with anyio.fail_after(30):
-            await publisher.drain()
-        assert len(ended) == 2000 and set(ended.values()) == {None}
+
+        async def step_down() -> None:
+            answer = await conn.nc.request("$JS.API.STREAM.LEADER.STEPDOWN.MOVED", b"", timeout=5)
+            assert b'"success":true' in answer.data.replace(b" ", b""), answer.data
+
+        await _send_through(publisher, "moved", 2000, step_down)
         info = await js.stream_info("MOVED", subjects_filter="moved.>")
         assert len(info.state.subjects or {}) == 2000
     finally:
         await _close(conn)
+
+
+async def _send_through(
+    publisher: AckedPublisher, prefix: str, count: int, disturb: Callable[[], Awaitable[None]]
+) -> None:
+    """Send ``count`` messages in writes of 50 with ``disturb`` a third of the way; every
+    one must end stored."""
+    ended: dict[int, BaseException | None] = {}
+    for i in range(count):
+        publisher.send(OutMessage(f"{prefix}.{i}", b"v", {}), lambda e, i=i: ended.__setitem__(i, e))
+        if i == count // 3:
+            await disturb()
+        if i % 50 == 0:
+            await anyio.lowlevel.checkpoint()  # a write; some are lost with the disturbance
+    with anyio.fail_after(30):
+        await publisher.drain()
+    assert len(ended) == count and set(ended.values()) == {None}
 
 
 async def _created(conn: Connection) -> bool:
