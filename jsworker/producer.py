@@ -121,8 +121,8 @@ class Producer:
         return msg
 
     async def send(self, task: Task[Any, Any], call: Call, settling: float = 0.0) -> Job:
-        """Store one job; returns its receipt. (``settling``: how long a unique call has
-        waited so far for a finished job's key to be freed.)"""
+        """Store one job; returns its receipt. (``settling``: the pause before the next try of
+        a unique call whose key a finished job still holds, doubled at each try.)"""
         started = time.perf_counter()
         if call.due is not None:
             # Checked before anything is sent: an older server would store the schedule as

@@ -348,7 +348,7 @@ class AckedPublisher:
         if rest and refused is not None:
             rest[0].finish(self._refused(rest[0], refused))
             rest = rest[1:]
-        self._again(rest, write.sent)
+        self._again(rest, asyncio.get_running_loop().time())
 
     def _stored(self, write: _Write, upto: int) -> None:
         upto = min(upto, len(write.items))
