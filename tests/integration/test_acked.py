@@ -6,7 +6,7 @@ restart and a stream leader change."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -32,6 +32,13 @@ async def _open(*urls: str) -> Connection:
 _STARTED: list[AckedPublisher] = []
 
 
+async def _started(conn: Connection, **options: Any) -> AckedPublisher:
+    publisher = AckedPublisher(conn, **options)
+    await publisher.start()
+    _STARTED.append(publisher)
+    return publisher
+
+
 async def _close(conn: Connection) -> None:
     """Stop the test's publishers (their writes in flight), then the connection."""
     while _STARTED:
@@ -45,9 +52,7 @@ async def test_every_publish_returns_once_stored(nats_server: NatsServer, batche
     try:
         js = conn.nc.jetstream()
         await js.add_stream(name="ACKED", subjects=["acked.>"], allow_msg_ttl=True, allow_batched=batched)
-        publisher = AckedPublisher(conn, batched=batched)
-        await publisher.start()
-        _STARTED.append(publisher)
+        publisher = await _started(conn, batched=batched)
         headers = {"Nats-TTL": "60s"}
         async with anyio.create_task_group() as tg:
             for i in range(500):
@@ -68,9 +73,7 @@ async def test_a_refused_message_fails_at_once(nats_server: NatsServer, batched:
         await conn.nc.jetstream().add_stream(
             name="SMALL", subjects=["small.>"], max_msg_size=64, allow_batched=batched
         )
-        publisher = AckedPublisher(conn, timeout=0.2, patience=30, batched=batched)
-        await publisher.start()
-        _STARTED.append(publisher)
+        publisher = await _started(conn, timeout=0.2, patience=30, batched=batched)
         with anyio.fail_after(5), pytest.raises(EnqueueError, match=r"refused small\.big"):
             await publisher.publish(OutMessage("small.big", b"x" * 200, {}))
         await publisher.publish(OutMessage("small.ok", b"fits", {}))
@@ -82,18 +85,14 @@ async def test_a_refused_message_fails_at_once(nats_server: NatsServer, batched:
 async def test_a_message_without_a_stream_is_sent_again_until_one_takes_it(nats_server: NatsServer) -> None:
     conn = await _open(nats_server.url)
     try:
-        publisher = AckedPublisher(conn, timeout=0.1, patience=30)
-        await publisher.start()
-        _STARTED.append(publisher)
+        publisher = await _started(conn, timeout=0.1, patience=30)
         async with anyio.create_task_group() as tg:
             tg.start_soon(publisher.publish, OutMessage("late.1", b"kept", {}))
             await wait_until_async(lambda: publisher.outstanding == 1, message="the publish in flight")
             # No stream answered: the message is still waiting, and is stored once one exists.
             await conn.nc.jetstream().add_stream(name="LATE", subjects=["late.>"])
         assert (await conn.nc.jetstream().get_last_msg("LATE", "late.1")).data == b"kept"
-        gone = AckedPublisher(conn, timeout=0.1, patience=0.5)
-        await gone.start()
-        _STARTED.append(gone)
+        gone = await _started(conn, timeout=0.1, patience=0.5)
         with anyio.fail_after(5), pytest.raises(EnqueueError, match=r"no acknowledgement for nowhere\.1"):
             await gone.publish(OutMessage("nowhere.1", b"lost", {}))
     finally:
@@ -118,9 +117,7 @@ async def test_a_refusal_in_a_batch_fails_that_message_and_stores_the_others(
     try:
         js = conn.nc.jetstream()
         await js.add_stream(name="MIXED", subjects=["mixed.>"], max_msg_size=64, allow_batched=True)
-        publisher = AckedPublisher(conn, timeout=0.2, patience=30, batched=True)
-        await publisher.start()
-        _STARTED.append(publisher)
+        publisher = await _started(conn, timeout=0.2, patience=30, batched=True)
         msgs = [OutMessage(f"mixed.{i}", b"x" * (200 if i == refused else 4), {}) for i in range(10)]
         with anyio.fail_after(5):  # told by the server, not found out by a timeout
             ended = await _publish_all(publisher, msgs)
@@ -137,9 +134,7 @@ async def test_a_stream_that_refuses_batches_gets_one_message_a_write(nats_serve
     try:
         js = conn.nc.jetstream()
         await js.add_stream(name="PLAIN", subjects=["plain.>"])
-        publisher = AckedPublisher(conn, timeout=0.2, patience=30, batched=True)
-        await publisher.start()
-        _STARTED.append(publisher)
+        publisher = await _started(conn, timeout=0.2, patience=30, batched=True)
         with anyio.fail_after(10):
             ended = await _publish_all(publisher, [OutMessage(f"plain.{i}", b"v", {}) for i in range(50)])
         assert set(ended.values()) == {None}
@@ -154,17 +149,12 @@ async def test_batches_in_flight_through_a_server_restart_are_all_stored(nats_se
     try:
         js = conn.nc.jetstream()
         await js.add_stream(name="KEPT", subjects=["kept.>"], allow_batched=True)
-        publisher = AckedPublisher(conn, timeout=0.2, patience=60, batched=True)
-        await publisher.start()
-        _STARTED.append(publisher)
+        publisher = await _started(conn, timeout=0.2, patience=60, batched=True)
 
         async def restart() -> None:
             nats_server.restart()
 
-        await _send_through(publisher, "kept", 3000, restart)
-        # Sent again after the restart, some may be stored twice; none is missing.
-        info = await js.stream_info("KEPT", subjects_filter="kept.>")
-        assert len(info.state.subjects or {}) == 3000
+        await _send_through(publisher, "KEPT", 3000, restart)
     finally:
         await _close(conn)
 
@@ -174,28 +164,25 @@ async def test_batches_in_flight_through_a_stream_leader_change_are_all_stored(
 ) -> None:
     conn = await _open(*nats_cluster.urls)
     try:
-        js = conn.nc.jetstream()
         await wait_until_async(lambda: _created(conn), timeout=15, message="the R3 stream")
-        publisher = AckedPublisher(conn, timeout=0.2, patience=60, batched=True)
-        await publisher.start()
-        _STARTED.append(publisher)
+        publisher = await _started(conn, timeout=0.2, patience=60, batched=True)
 
         async def step_down() -> None:
             answer = await conn.nc.request("$JS.API.STREAM.LEADER.STEPDOWN.MOVED", b"", timeout=5)
             assert b'"success":true' in answer.data.replace(b" ", b""), answer.data
 
-        await _send_through(publisher, "moved", 2000, step_down)
-        info = await js.stream_info("MOVED", subjects_filter="moved.>")
-        assert len(info.state.subjects or {}) == 2000
+        await _send_through(publisher, "MOVED", 2000, step_down)
     finally:
         await _close(conn)
 
 
 async def _send_through(
-    publisher: AckedPublisher, prefix: str, count: int, disturb: Callable[[], Awaitable[None]]
+    publisher: AckedPublisher, stream: str, count: int, disturb: Callable[[], Awaitable[None]]
 ) -> None:
-    """Send ``count`` messages in writes of 50 with ``disturb`` a third of the way; every
-    one must end stored."""
+    """Send ``count`` messages to ``stream`` in writes of 50 with ``disturb`` a third of the
+    way; every one must end stored (some may be stored twice, sent again after the
+    disturbance; none may be missing)."""
+    prefix = stream.lower()
     ended: dict[int, BaseException | None] = {}
     for i in range(count):
         publisher.send(OutMessage(f"{prefix}.{i}", b"v", {}), lambda e, i=i: ended.__setitem__(i, e))
@@ -206,6 +193,8 @@ async def _send_through(
     with anyio.fail_after(30):
         await publisher.drain()
     assert len(ended) == count and set(ended.values()) == {None}
+    info = await publisher.conn.nc.jetstream().stream_info(stream, subjects_filter=f"{prefix}.>")
+    assert len(info.state.subjects or {}) == count
 
 
 async def _created(conn: Connection) -> bool:
