@@ -169,12 +169,12 @@ class Namespace:
 
     @property
     def jobs_stream(self) -> str:
-        """The stream behind :attr:`jobs_bucket` (named as every key-value bucket's is)."""
-        return f"KV_{self.jobs_bucket}"
+        """The stream behind :attr:`jobs_bucket`."""
+        return _kv_stream(self.jobs_bucket)
 
     def record_subject(self, job_id: str = ">") -> str:
         """Subject of the record of ``job_id`` in :attr:`jobs_bucket` (``>``: all of them)."""
-        return f"$KV.{self.jobs_bucket}.{job_id}"
+        return _kv_subject(self.jobs_bucket, job_id)
 
     @property
     def workers_bucket(self) -> str:
@@ -183,12 +183,12 @@ class Namespace:
 
     @property
     def workers_stream(self) -> str:
-        """The stream behind :attr:`workers_bucket` (named as every key-value bucket's is)."""
-        return f"KV_{self.workers_bucket}"
+        """The stream behind :attr:`workers_bucket`."""
+        return _kv_stream(self.workers_bucket)
 
     def worker_subject(self, worker_id: str = ">") -> str:
         """Subject of the entry of worker ``worker_id`` in :attr:`workers_bucket` (``>``: all of them)."""
-        return f"$KV.{self.workers_bucket}.{worker_id}"
+        return _kv_subject(self.workers_bucket, worker_id)
 
     def cancel_subject(self, job_id: str = "*") -> str:
         """Subject a cancel of running job ``job_id`` is announced on to the workers."""
@@ -247,3 +247,13 @@ class Namespace:
         if not parts[3] or not parts[4]:
             return None
         return parts[3], parts[4]
+
+
+def _kv_stream(bucket: str) -> str:
+    # How NATS names a key-value bucket's stream and its keys' subjects, so that `nats kv`
+    # reads jsworker's buckets too.
+    return f"KV_{bucket}"
+
+
+def _kv_subject(bucket: str, key: str) -> str:
+    return f"$KV.{bucket}.{key}"

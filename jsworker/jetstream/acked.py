@@ -300,15 +300,8 @@ class AckedPublisher:
             self._stored(write, json.loads(data)["seq"])
             return
         if data.startswith(_STORED) and b'"error"' not in data:
-            # The batch's end: "count" messages stored. A server that does not know fast
-            # batches stores each message alone and answers it without a count.
-            count = json.loads(data).get("count")
-            if count is None:
-                write.items[seq - 1].finish(None)
-                if all(p.done is None for p in write.items):
-                    self._finished(token)
-                return
-            self._end(token, write, count)
+            # The batch's end: "count" messages stored.
+            self._end(token, write, json.loads(data).get("count", 0))
             return
         try:
             parse_reply(data, headers)

@@ -425,21 +425,20 @@ class Worker:
                 # Whatever the run came to (a sync task may even have returned), it was cancelled.
                 outcome = Outcome(OutcomeKind.ABORTED, "cancelled while it ran")
             task = job.task
-            decision = ACK
-            if outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result:
-                # A success to keep: the record, then the ack once it is stored, outside this
-                # run; a value that cannot be kept makes the run a failure.
+            kept = outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result
+            if kept:
+                # The record, then the ack once it is stored, outside this run; a value that
+                # cannot be kept makes the run a failure.
                 outcome = self._book.keep_result(job, outcome, started)
-            if outcome.kind is not OutcomeKind.SUCCEEDED:
-                outcome, decision = await self._conclude(job, outcome, started)
-            elif task is None or not task.options.store_result:
-                if job.attempt == 1:
+            if outcome.kind is OutcomeKind.SUCCEEDED and (kept or job.attempt == 1):
+                decision = ACK
+                if not kept:
                     # The common case, without the policy lookup and decide(): part of 8.1 ->
                     # 7.2 us per no-op job (bench/README.md); decide() says the same
                     # (test_settlement). A first success with no result to keep has no record.
                     await job.delivery.ack()
-                else:
-                    outcome, decision = await self._conclude(job, outcome, started)
+            else:
+                outcome, decision = await self._conclude(job, outcome, started)
             duration = time.monotonic() - started
             self._report.finished(job, outcome, decision, duration)
             if self._events is not None:
