@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -58,22 +57,23 @@ _UNKNOWN_BATCH = 10208
 _TOO_MANY_BATCHES = 10211
 
 
-#: Told how a message ended: None once stored, else why not.
-Done = Callable[[BaseException | None], object]
+#: Told how a message ended, as ``done(arg, None)`` once stored, else ``done(arg, error)``.
+Done = Callable[[Any, BaseException | None], object]
 
 
 class _Pending:
-    __slots__ = ("done", "first_sent", "message")
+    __slots__ = ("arg", "done", "first_sent", "message")
 
-    def __init__(self, message: OutMessage, done: Done, now: float) -> None:
+    def __init__(self, message: OutMessage, done: Done, arg: object, now: float) -> None:
         self.message = message
         self.done: Done | None = done
+        self.arg = arg
         self.first_sent = now
 
     def finish(self, error: BaseException | None) -> None:
         done, self.done = self.done, None
         if done is not None:
-            done(error)
+            done(self.arg, error)
 
 
 class _Write:
@@ -122,15 +122,16 @@ class AckedPublisher:
         within ``patience`` seconds."""
         check_size(msg, self.conn.max_payload)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.send(msg, functools.partial(_settle, future))
+        self.send(msg, _settle, future)
         await future
 
-    def send(self, msg: OutMessage, done: Done) -> None:
-        """Store ``msg`` and call ``done`` with None once it is stored, or with the error
-        :meth:`publish` would raise; ``done`` runs in the connection's read loop and must
-        not raise. The caller vouches for the message's size (see
+    def send(self, msg: OutMessage, done: Done, arg: object) -> None:
+        """Store ``msg`` and call ``done(arg, None)`` once it is stored, or ``done(arg,
+        error)`` with the error :meth:`publish` would raise; ``done`` runs in the connection's
+        read loop and must not raise (``arg`` spares the caller a closure per message). The
+        caller vouches for the message's size (see
         :func:`~jsworker.jetstream.message.check_size`): one too large fails its whole write."""
-        self._queued.append(_Pending(msg, done, asyncio.get_running_loop().time()))
+        self._queued.append(_Pending(msg, done, arg, asyncio.get_running_loop().time()))
         if not self._flush_soon:
             self._flush_later()
 

@@ -194,9 +194,9 @@ class JobRecord:
 
 
 class SuccessRecords:
-    """Encodes the records of successes with a value, byte for byte as
-    :meth:`JobRecord.encode` does, in a fifth of its time: a worker writes one for every job
-    of a task that keeps its results."""
+    """Encodes the records of successes with a value as :meth:`JobRecord.encode` does (the
+    times to the microsecond), in a sixth of its time: a worker writes one for every job of
+    a task that keeps its results."""
 
     def __init__(self, worker: str, content_type: str) -> None:
         self._tail = f',"worker":{json.dumps(worker)},"content_type":{json.dumps(content_type)},'.encode()
@@ -209,11 +209,12 @@ class SuccessRecords:
         task: str,
         seq: int,
         attempts: int,
-        started_at: float,
-        finished_at: float,
+        started_us: int,
+        finished_us: int,
         value: bytes,
     ) -> bytes:
-        """The record of a success of ``task`` from ``queue`` that returned ``value``."""
+        """The record of a success of ``task`` from ``queue`` that returned ``value``; the
+        times are Unix times in microseconds."""
         head = self._heads.get((queue, task))
         if head is None:
             head = self._heads[queue, task] = (
@@ -223,8 +224,10 @@ class SuccessRecords:
             key, end = b'"value":', b"}"
         else:
             key, end, value = b'"value_b64":"', b'"}', base64.b64encode(value)
-        return b'%s%d,"attempts":%d,"started_at":%r,"finished_at":%r%s%s%s%s' % (
-            head, seq, attempts, started_at, finished_at, self._tail, key, value, end
+        # Seconds written as integer parts: a float's repr took 0.4 us each.
+        return b'%s%d,"attempts":%d,"started_at":%d.%06d,"finished_at":%d.%06d%s%s%s%s' % (
+            head, seq, attempts, started_us // 1_000_000, started_us % 1_000_000,
+            finished_us // 1_000_000, finished_us % 1_000_000, self._tail, key, value, end,
         )  # fmt: skip
 
 

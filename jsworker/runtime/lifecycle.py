@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import os
 import socket
 import time
@@ -48,17 +47,21 @@ _MAX_TRACEBACK = 8000
 
 
 class JobBook:
-    """Expiry, cancels and job records for one worker."""
+    """Expiry, cancels and job records for one worker; records are written on
+    ``writer_conn`` (``conn``, or a connection of their own)."""
 
-    def __init__(self, app: App, conn: Connection, running: dict[JobRun, asyncio.Task[None]]) -> None:
+    def __init__(
+        self, app: App, conn: Connection, running: dict[JobRun, asyncio.Task[None]], writer_conn: Connection
+    ) -> None:
         self.app = app
         self.conn = conn
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self._running = running
         self._writer = AckedPublisher(
-            conn, patience=_RECORD_PATIENCE, batched=conn.server_version >= BATCHED_SINCE
+            writer_conn, patience=_RECORD_PATIENCE, batched=conn.server_version >= BATCHED_SINCE
         )
         self._successes = SuccessRecords(self.worker, app.serializer.content_type)
+        self._record_prefix = app.namespace.record_subject("")  # + job id: its record's subject
         self._ttl_headers: dict[float, dict[str, str]] = {}
         # An older server has no jobs bucket: jobs run as before, without records.
         self._records = conn.server_version >= RECORDS_SINCE
@@ -120,22 +123,14 @@ class JobBook:
         headers = self._ttl_headers.get(ttl)
         if headers is None:
             headers = self._ttl_headers[ttl] = ttl_headers(ttl)
-        now = time.time()
+        now = time.time_ns() // 1000
         body = self._successes.encode(
             job.queue, job.task_name, job.delivery.stream_seq, job.attempt,
-            now - (time.monotonic() - started), now, value,
+            now - int((time.monotonic() - started) * 1_000_000), now, value,
         )  # fmt: skip
-        msg = OutMessage(self.app.namespace.record_subject(job.job_id), body, headers)
         # The size is bounded above: the record fits a message.
-        self._writer.send(msg, functools.partial(self._stored, job))
+        self._writer.send(OutMessage(self._record_prefix + job.job_id, body, headers), _stored, job)
         return outcome
-
-    def _stored(self, job: JobRun, error: BaseException | None) -> None:
-        # The record before the ack: a crash in between runs the job again, it never leaves
-        # a waiter without its result.
-        if error is not None:
-            log.error("job.record_failed", error=str(error), **job.log_fields())
-        job.delivery.ack_soon()
 
     async def drain(self) -> None:
         """Wait until every record written is stored or given up on (and its job acked)."""
@@ -191,6 +186,14 @@ class JobBook:
             await self._writer.publish(msg)
         except EnqueueError as exc:
             log.error("job.record_failed", error=str(exc), **job.log_fields())
+
+
+def _stored(job: JobRun, error: BaseException | None) -> None:
+    # The record before the ack: a crash in between runs the job again, it never leaves a
+    # waiter without its result.
+    if error is not None:
+        log.error("job.record_failed", error=str(error), **job.log_fields())
+    job.delivery.ack_soon()
 
 
 def _unstorable(reason: str, exc: BaseException | None) -> Outcome:

@@ -37,7 +37,9 @@ class OutcomeKind(enum.Enum):
     EXPIRED = "expired"  # not started within its expiry
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a task's return value makes an Outcome per job, and a frozen dataclass's
+# __init__ (object.__setattr__ per field) costs 0.5 us more. Nothing changes one once made.
+@dataclass(slots=True)
 class Outcome:
     """An outcome with what is known about it."""
 

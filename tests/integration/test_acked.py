@@ -103,7 +103,7 @@ async def _publish_all(publisher: AckedPublisher, msgs: list[OutMessage]) -> dic
     """Send ``msgs`` in one turn of the loop (one write) and wait for every answer."""
     ended: dict[str, BaseException | None] = {}
     for msg in msgs:
-        publisher.send(msg, lambda error, subject=msg.subject: ended.__setitem__(subject, error))
+        publisher.send(msg, ended.__setitem__, msg.subject)
     await publisher.drain()
     assert len(ended) == len(msgs)
     return ended
@@ -185,7 +185,7 @@ async def _send_through(
     prefix = stream.lower()
     ended: dict[int, BaseException | None] = {}
     for i in range(count):
-        publisher.send(OutMessage(f"{prefix}.{i}", b"v", {}), lambda e, i=i: ended.__setitem__(i, e))
+        publisher.send(OutMessage(f"{prefix}.{i}", b"v", {}), ended.__setitem__, i)
         if i == count // 3:
             await disturb()
         if i % 50 == 0:
