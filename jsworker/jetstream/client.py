@@ -183,7 +183,7 @@ class JetStreamClient(Client):
     def __init__(self) -> None:
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
-        self._header_blocks: dict[tuple[tuple[str, str], ...], bytes] = {}
+        self._header_blocks: dict[int, tuple[Mapping[str, str], bytes]] = {}
         self.fast_path = False
         self._require_tls: bool = False
         self.denials = Denials()
@@ -291,52 +291,58 @@ class JetStreamClient(Client):
             for subject, payload in messages:
                 await self.publish(subject, payload)
             return
-        size = self._check_batch([len(p) for _, p in messages])
+        sizes = [len(p) for _, p in messages]
+        size = sum(sizes)
+        self._check_batch(max(sizes), size)
         command = b"".join([b"PUB %s %d\r\n%s\r\n" % (s.encode(), len(p), p) for s, p in messages])
         await self._send_many(command, len(messages), size)
 
     async def publish_headed_many(self, messages: Sequence[HeadedMessage]) -> None:
         """Publish ``(subject, reply, headers, payload)`` messages, in this order, as
-        :meth:`publish_many` does; a header block is encoded once for equal headers."""
+        :meth:`publish_many` does; a header block is encoded once per headers mapping,
+        which must not be changed after it was published."""
         if not messages:
             return
         if not self.fast_path:
             for subject, reply, headers, payload in messages:
                 await self.publish(subject, payload, reply=reply, headers=dict(headers))
             return
-        sizes: list[int] = []
         parts: list[bytes] = []
+        largest = total = 0
         blocks = self._header_blocks
         for subject, reply, headers, payload in messages:
-            key = tuple(headers.items())
-            block = blocks.get(key)
-            if block is None:
+            # Callers reuse one headers mapping for many messages: keyed by identity (the entry
+            # keeps the mapping alive, so its id is not reused), not by a tuple of its items.
+            cached = blocks.get(id(headers))
+            if cached is None or cached[0] is not headers:
                 if len(blocks) > 64:  # headers that vary per message are not worth keeping
                     blocks.clear()
-                block = blocks[key] = encode_headers(headers)
-            total = len(block) + len(payload)
-            sizes.append(total)
-            parts.append(b"HPUB %s %s %d %d\r\n" % (subject.encode(), reply.encode(), len(block), total))
-            parts.append(block)
-            parts.append(payload)
-            parts.append(b"\r\n")
-        size = self._check_batch(sizes)
-        await self._send_many(b"".join(parts), len(messages), size)
+                cached = blocks[id(headers)] = (headers, encode_headers(headers))
+            block = cached[1]
+            size = len(block) + len(payload)
+            total += size
+            if size > largest:
+                largest = size
+            parts.append(
+                b"HPUB %s %s %d %d\r\n%s%s\r\n"
+                % (subject.encode(), reply.encode(), len(block), size, block, payload)
+            )
+        self._check_batch(largest, total)
+        await self._send_many(b"".join(parts), len(messages), total)
 
-    def _check_batch(self, sizes: list[int]) -> int:
-        # What nats-py's own publish checks, for a whole batch; its total size.
+    def _check_batch(self, largest: int, total: int) -> None:
+        # What nats-py's own publish checks, for a whole batch of messages whose largest
+        # payload is ``largest`` bytes and whose payloads add up to ``total``.
         if self.is_closed:
             raise nats.errors.ConnectionClosedError
         if self.is_draining_pubs:
             raise nats.errors.ConnectionDrainingError
-        if max(sizes) > self._max_payload:
+        if largest > self._max_payload:
             raise nats.errors.MaxPayloadError
-        payload_size = sum(sizes)
         if not self.is_connected and (
-            self._max_pending_size <= 0 or payload_size + self._pending_data_size > self._max_pending_size
+            self._max_pending_size <= 0 or total + self._pending_data_size > self._max_pending_size
         ):
             raise nats.errors.OutboundBufferLimitError
-        return payload_size
 
     async def _send_many(self, command: bytes, count: int, payload_size: int) -> None:
         self.stats["out_msgs"] += count
