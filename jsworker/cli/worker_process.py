@@ -144,7 +144,8 @@ async def _report(worker: Worker, channel: ChildChannel, max_memory_mb: int | No
 
 
 def _send_metrics(worker: Worker, channel: ChildChannel) -> None:
-    channel.send(Kind.METRICS, prometheus_client.generate_latest(worker.app.metrics.registry).decode())
+    # A periodic send cancelled at exit goes on in its thread: the final one waits for it.
+    channel.send_snapshot(lambda: prometheus_client.generate_latest(worker.app.metrics.registry).decode())
 
 
 def resident_mb() -> float:

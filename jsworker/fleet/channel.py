@@ -8,6 +8,8 @@ stopping to be replaced (the reason: ``jobs`` or ``memory``). No pickle crosses 
 from __future__ import annotations
 
 import enum
+import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 
@@ -34,15 +36,30 @@ class ChildChannel:
     """The worker process's end.
 
     A send that fails means the supervisor is gone: :attr:`orphaned` turns True, and the
-    worker stops, so no process outlives its supervisor for long.
+    worker stops, so no process outlives its supervisor for long. Sends from several threads
+    (the periodic snapshot runs off the event loop) never interleave.
     """
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        # A snapshot is larger than a pipe's atomic write: two writers at once would mix
+        # their bytes, and the supervisor would lose the message.
+        self._lock = threading.Lock()
         self.orphaned = False
 
     def send(self, kind: Kind, text: str = "") -> None:
         """Send one message (blocking; a pipe write of at most one snapshot)."""
+        with self._lock:
+            self._send(kind, text)
+
+    def send_snapshot(self, take: Callable[[], str]) -> None:
+        """Send the metrics snapshot ``take()`` returns, taken under the channel's lock: the
+        supervisor keeps the last snapshot it gets, so a snapshot taken earlier must not
+        arrive later."""
+        with self._lock:
+            self._send(Kind.METRICS, take())
+
+    def _send(self, kind: Kind, text: str) -> None:
         if self.orphaned:
             return
         try:
