@@ -16,7 +16,7 @@ from ..app_options import AppOptions
 from ..fleet.reload import ReloadWatcher
 from ..fleet.supervisor import Supervisor
 from ..observability.logging import LEVELS, configure_logging
-from ..runtime.worker import WorkerSettings
+from ..runtime.settings import WorkerSettings
 from .connection import connection_options
 from .errors import EXIT_CRASH, EXIT_USAGE, command_errors, fail
 from .options import options_from

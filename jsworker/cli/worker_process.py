@@ -29,7 +29,8 @@ from ..app_options import AppOptions
 from ..fleet.channel import ChildChannel, Kind
 from ..jetstream.connection import redact_urls
 from ..observability.logging import configure_logging, get_logger
-from ..runtime.worker import Worker, WorkerSettings
+from ..runtime.settings import WorkerSettings
+from ..runtime.worker import Worker
 from .connection import apply_connection_options
 from .errors import exit_code
 from .loader import load_app

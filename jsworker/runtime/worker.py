@@ -12,24 +12,19 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import os
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .. import __version__
-from ..config import option
-from ..deadletters.format import dead_letter_message
-from ..errors import ConfigurationError, EnqueueError, JsworkerError, TopologyError
+from ..errors import ConfigurationError, JsworkerError, TopologyError
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
-from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
 from ..status import queue_status
 from ..wire import EXPIRES_AT
@@ -39,79 +34,17 @@ from .limiter import Limiter
 from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, warn_replicas_differ
 from .registry import WorkerAnnouncer
 from .schedules import FiredJobs, install_schedules
-from .settlement import ACK, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
+from .settings import WorkerSettings
+from .settlement import ACK, Outcome, OutcomeKind
+from .settler import Settler
 
 if TYPE_CHECKING:
     from ..app import App
 
 log = get_logger("jsworker.worker")
 
-# How long a dead letter that could not be stored waits before the job is tried again.
-_DLQ_RETRY_DELAY = 5.0
 # How long a starting worker waits for streams and consumers while the server cannot answer.
 _PROVISION_PATIENCE = 30.0
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Knobs of one worker process; those with a flag are ``jsworker run``'s options."""
-
-    queues: Sequence[str] | None = option(
-        None, flag="--queues -Q", help="Comma-separated queues to work on (default: every queue with a task)."
-    )
-    concurrency: int = option(
-        100,
-        flag="--concurrency -c",
-        minimum=1,
-        help="Jobs run at once (async slots; sync jobs also need a thread).",
-    )
-    threads: int = option(
-        min(32, (os.cpu_count() or 1) + 4), flag="--threads", minimum=1, help="Threads for sync tasks."
-    )
-    task_processes: int | None = option(
-        None,
-        flag="--task-processes",
-        minimum=1,
-        help='Processes for sync tasks declared with executor="process" [default: one per CPU].',
-    )
-    max_messages: int | None = option(
-        None,
-        flag="--max-messages",
-        minimum=1,
-        help="Prefetch: jobs pulled ahead of free slots, per queue [default: min(concurrency, 128)].",
-    )
-    grace: float = option(
-        30.0,
-        flag="--grace",
-        minimum=0,
-        help="Seconds running jobs get to finish after SIGTERM before they are cancelled and requeued.",
-    )
-    expires: float = option(30.0, help="Seconds a pull request stays open on the server.")
-    idle_heartbeat: float = option(
-        2.5,
-        # 2 x this is how long a silently dropped pull (server restart, leader lost) goes unnoticed.
-        help="Seconds between the server's heartbeats on an idle pull request.",
-    )
-    blocked_loop_warning: float = option(1.0, help="Seconds of event-loop lag reported as blocked.")
-    stats_interval: float = option(5.0, help="Seconds between reads of the server's queue figures.")
-    schedules: bool = option(
-        True,
-        flag="--schedules/--no-schedules",
-        help="Install the app's periodic schedules at start (create missing ones, replace "
-        "changed ones); --no-schedules leaves the server's as they are.",
-    )
-
-    def __post_init__(self) -> None:
-        # --queues arrives as one comma-separated string.
-        if isinstance(self.queues, str):
-            object.__setattr__(
-                self, "queues", [q.strip() for q in self.queues.split(",") if q.strip()] or None
-            )
-
-    @property
-    def prefetch(self) -> int:
-        """Messages a pull loop may hold beyond the running jobs."""
-        return self.max_messages if self.max_messages is not None else min(self.concurrency, 128)
 
 
 class Worker:
@@ -138,7 +71,6 @@ class Worker:
         self._jobs: dict[JobRun, asyncio.Task[None]] = {}
         self._crash: BaseException | None = None
         self._cancelling = False
-        self._policies: dict[str, RetryPolicy] = {}
 
     # -- control --------------------------------------------------------------------------
 
@@ -183,13 +115,13 @@ class Worker:
             # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
             self._create_task = asyncio.get_running_loop().create_task
             self._executor = Executor(app, settings.threads, settings.task_processes)
-            self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
             self._events = EventEmitter(conn, app.namespace, app.metrics) if app.options.events else None
             self._report = JobReporter(app.metrics, self.counts)
             self._fired = FiredJobs(app, conn)
             records_conn = await self._records_connection(options)
             self._book = JobBook(app, conn, self._jobs, records_conn)
             await self._book.start()
+            self._settler = Settler(app, conn, self._book)
             self._registry = WorkerAnnouncer(app, conn, self)
             await self._registry.start()
             # The pull loops and the worker's own services run in one task group; each job
@@ -452,7 +384,7 @@ class Worker:
                     # (test_settlement). A first success with no result to keep has no record.
                     await job.delivery.ack()
             else:
-                outcome, decision = await self._conclude(job, outcome, started)
+                outcome, decision = await self._settler.conclude(job, outcome, started)
             duration = time.monotonic() - started
             self._report.finished(job, outcome, decision, duration)
             if self._events is not None:
@@ -464,68 +396,6 @@ class Worker:
         finally:
             self._jobs.pop(job, None)
             self._limiter.release()
-
-    def _policy(self, job: JobRun) -> RetryPolicy:
-        policy = self._policies.get(job.task_name)
-        if policy is None:
-            options = job.task.options if job.task else self.app.defaults
-            policy = RetryPolicy(options.max_retries, options.retry_backoff, options.retry_backoff_max)
-            if job.task is not None:  # names of undeclared tasks are not remembered
-                self._policies[job.task_name] = policy
-        return policy
-
-    async def _conclude(self, job: JobRun, outcome: Outcome, started: float) -> tuple[Outcome, Decision]:
-        """Settle a job off the common path, with its record: a failure, a retry, an expiry,
-        or a success after retries (which ends the ``retrying`` record); ``started`` is the
-        run's ``time.monotonic()``. Returns the outcome and the decision."""
-        started = time.time() - (time.monotonic() - started)
-        decision = decide(outcome, job.attempt, self._policy(job))
-        if outcome.kind is OutcomeKind.SUCCEEDED:
-            await self._book.record(job, outcome, decision, started)
-            await job.delivery.ack()
-            return outcome, decision
-        decision = await self._settle(job, outcome, decision)
-        await self._book.record(job, outcome, decision, started)
-        return outcome, decision
-
-    async def _settle(self, job: JobRun, outcome: Outcome, decision: Decision) -> Decision:
-        """Tell the server ``decision``; returns what was done, which differs when a dead
-        letter could not be stored (then the job comes back later instead)."""
-        delivery = job.delivery
-        if decision.verb is Verb.ACK:
-            await delivery.ack()
-        elif decision.verb is Verb.NAK:
-            await delivery.nak(decision.delay)
-        elif await self._store_dead_letter(job, outcome, decision.reason):
-            # Stored first, then terminated: a crash in between redelivers instead of losing.
-            await delivery.term(decision.reason)
-        else:
-            # Reported (and counted) as a retry, never as a dead letter that does not exist.
-            await delivery.nak(_DLQ_RETRY_DELAY)
-            return Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"dead letter not stored: {decision.reason}")
-        return decision
-
-    async def _store_dead_letter(self, job: JobRun, outcome: Outcome, reason: str) -> bool:
-        d = job.delivery
-        msg = dead_letter_message(
-            self.app.namespace,
-            subject=d.subject,
-            body=d.body,
-            headers=d.headers,
-            job_id=job.job_id,
-            task=job.task_name,
-            queue=job.queue,
-            attempt=job.attempt,
-            reason=reason,
-            error=outcome.error,
-            max_payload=self.conn.max_payload if self.conn is not None else None,
-        )
-        try:
-            await self._dlq.publish(msg)
-            return True
-        except EnqueueError as exc:
-            log.error("job.dead_letter_failed", error=str(exc), **job.log_fields())
-            return False
 
     # -- stopping -------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ from nats.js.api import RetentionPolicy, StreamConfig
 from jsworker import App, EnqueueError
 from jsworker.jetstream.connection import Connection
 from jsworker.jetstream.publish import OutMessage, Publisher
-from jsworker.runtime.worker import Worker, WorkerSettings
+from jsworker.runtime.settings import WorkerSettings
+from jsworker.runtime.worker import Worker
 from jsworker.testing import NatsServer
 
 from ..support import consumer_state_async, wait_consumer_settled_async, wait_until_async

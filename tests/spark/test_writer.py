@@ -21,7 +21,8 @@ import pytest
 from pyspark import TaskContext, cloudpickle
 
 from jsworker import App, ConfigurationError
-from jsworker.runtime.worker import Worker, WorkerSettings
+from jsworker.runtime.settings import WorkerSettings
+from jsworker.runtime.worker import Worker
 from jsworker.spark import UnsupportedColumnError, enqueue_dataframe, job_id, register
 from jsworker.spark.writer import JobsDataSource, JobsWriter, PartitionResult, write_partition
 from jsworker.testing import NatsServer

@@ -17,7 +17,7 @@ from jsworker.cli.options import flag_fields
 from jsworker.config import env_name, option_fields
 from jsworker.errors import ConfigurationError
 from jsworker.jetstream.connection import ConnectOptions
-from jsworker.runtime.worker import WorkerSettings
+from jsworker.runtime.settings import WorkerSettings
 from jsworker.spark.options import CREDENTIAL_OPTIONS
 from jsworker.task import TaskArguments, TaskOptions
 

@@ -8,7 +8,8 @@ import pytest
 
 from jsworker import App
 from jsworker.errors import ConfigurationError
-from jsworker.runtime.worker import Worker, WorkerSettings
+from jsworker.runtime.settings import WorkerSettings
+from jsworker.runtime.worker import Worker
 
 pytestmark = pytest.mark.anyio
 

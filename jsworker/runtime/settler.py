@@ -1,0 +1,101 @@
+"""How a worker settles a job off the common path: the task's retry policy, the verb sent
+to the server (nak with a delay, or a dead letter then term), and the job's record.
+
+The common path (a first success with no result to keep, or a kept result) stays in the
+worker's loop; everything else comes here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..deadletters.format import dead_letter_message
+from ..errors import EnqueueError
+from ..jetstream.connection import Connection
+from ..jetstream.publish import Publisher
+from ..observability.logging import get_logger
+from .execution import JobRun
+from .lifecycle import JobBook
+from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = get_logger("jsworker.worker")
+
+# How long a dead letter that could not be stored waits before the job is tried again.
+_DLQ_RETRY_DELAY = 5.0
+
+
+class Settler:
+    """Settles the jobs of one worker that fail, retry, expire or succeed after retries."""
+
+    def __init__(self, app: App, conn: Connection, book: JobBook) -> None:
+        self.app = app
+        self.conn = conn
+        self._book = book
+        self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
+        self._policies: dict[str, RetryPolicy] = {}
+
+    def _policy(self, job: JobRun) -> RetryPolicy:
+        policy = self._policies.get(job.task_name)
+        if policy is None:
+            options = job.task.options if job.task else self.app.defaults
+            policy = RetryPolicy(options.max_retries, options.retry_backoff, options.retry_backoff_max)
+            if job.task is not None:  # names of undeclared tasks are not remembered
+                self._policies[job.task_name] = policy
+        return policy
+
+    async def conclude(self, job: JobRun, outcome: Outcome, started: float) -> tuple[Outcome, Decision]:
+        """Settle ``job`` with its record: a failure, a retry, an expiry, or a success after
+        retries (which ends the ``retrying`` record); ``started`` is the run's
+        ``time.monotonic()``. Returns the outcome and the decision."""
+        started = time.time() - (time.monotonic() - started)
+        decision = decide(outcome, job.attempt, self._policy(job))
+        if outcome.kind is OutcomeKind.SUCCEEDED:
+            await self._book.record(job, outcome, decision, started)
+            await job.delivery.ack()
+            return outcome, decision
+        decision = await self._settle(job, outcome, decision)
+        await self._book.record(job, outcome, decision, started)
+        return outcome, decision
+
+    async def _settle(self, job: JobRun, outcome: Outcome, decision: Decision) -> Decision:
+        """Tell the server ``decision``; returns what was done, which differs when a dead
+        letter could not be stored (then the job comes back later instead)."""
+        delivery = job.delivery
+        if decision.verb is Verb.ACK:
+            await delivery.ack()
+        elif decision.verb is Verb.NAK:
+            await delivery.nak(decision.delay)
+        elif await self._store_dead_letter(job, outcome, decision.reason):
+            # Stored first, then terminated: a crash in between redelivers instead of losing.
+            await delivery.term(decision.reason)
+        else:
+            # Reported (and counted) as a retry, never as a dead letter that does not exist.
+            await delivery.nak(_DLQ_RETRY_DELAY)
+            return Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"dead letter not stored: {decision.reason}")
+        return decision
+
+    async def _store_dead_letter(self, job: JobRun, outcome: Outcome, reason: str) -> bool:
+        d = job.delivery
+        msg = dead_letter_message(
+            self.app.namespace,
+            subject=d.subject,
+            body=d.body,
+            headers=d.headers,
+            job_id=job.job_id,
+            task=job.task_name,
+            queue=job.queue,
+            attempt=job.attempt,
+            reason=reason,
+            error=outcome.error,
+            max_payload=self.conn.max_payload,
+        )
+        try:
+            await self._dlq.publish(msg)
+            return True
+        except EnqueueError as exc:
+            log.error("job.dead_letter_failed", error=str(exc), **job.log_fields())
+            return False
