@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -395,3 +396,31 @@ async def test_a_unique_job_cancelled_while_running_can_run_again(nats_server: N
         )
         seen["gate"].set()
         assert await again.aresult(timeout=10) == 5
+
+
+def _worker_connections(server: NatsServer) -> dict[str, int]:
+    """The app's worker connections on ``server``: name -> messages it sent."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{server.monitoring_url}/connz?limit=1024", timeout=5) as response:
+        connz = json.loads(response.read())
+    return {
+        c["name"]: c["in_msgs"]
+        for c in connz.get("connections") or []
+        if c.get("name", "").startswith("jsworker:life:worker")
+    }
+
+
+async def test_records_go_on_a_connection_of_their_own_only_where_results_are_kept(
+    nats_server: NatsServer,
+) -> None:
+    seen: dict[str, Any] = {}
+    app = _app(nats_server.url, seen)
+    async with in_process_worker(app, queues=["later"]):  # no task there keeps results
+        assert set(_worker_connections(nats_server)) == {"jsworker:life:worker"}
+    async with in_process_worker(app, queues=["default"]):
+        before = _worker_connections(nats_server)
+        assert set(before) == {"jsworker:life:worker", "jsworker:life:worker:records"}
+        job = await app.tasks["add"].adelay(1, 2)
+        assert await job.aresult(timeout=10) == 3
+        after = _worker_connections(nats_server)
+        assert after["jsworker:life:worker:records"] > before["jsworker:life:worker:records"]
