@@ -27,17 +27,22 @@ BUCKET = f"jsw_{APP}_workers"
 
 
 async def _entries(url: str) -> dict[int, dict[str, Any]]:
+    # The keys from the stream's own per-subject counts: nats-py's kv.keys() can end its
+    # listing before the keys already on their way arrive (it reads "nothing pending" from
+    # the consumer while they are in the client's buffer), and a missing key here would pass
+    # for an expired entry.
     async with connected(url) as nc:
+        js = nc.jetstream()
         try:
-            kv = await nc.jetstream().key_value(BUCKET)
-            keys = await kv.keys()
-        except (nats.js.errors.BucketNotFoundError, nats.js.errors.NoKeysError):
+            kv = await js.key_value(BUCKET)
+            info = await js.stream_info(f"KV_{BUCKET}", subjects_filter=f"$KV.{BUCKET}.>")
+        except nats.js.errors.BucketNotFoundError:
             return {}
         found = {}
-        for key in keys:
+        for subject in info.state.subjects or {}:
             try:
-                entry = json.loads((await kv.get(key)).value or b"{}")
-            except nats.js.errors.KeyNotFoundError:  # expired since the keys were listed
+                entry = json.loads((await kv.get(subject.split(".", 2)[2])).value or b"{}")
+            except nats.js.errors.KeyNotFoundError:  # expired since, or removed (a delete marker)
                 continue
             found[entry["pid"]] = entry
         return found
