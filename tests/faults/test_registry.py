@@ -42,7 +42,7 @@ async def _entries(url: str) -> dict[int, dict[str, Any]]:
         for subject in info.state.subjects or {}:
             try:
                 entry = json.loads((await kv.get(subject.split(".", 2)[2])).value or b"{}")
-            except nats.js.errors.KeyNotFoundError:  # expired since, or removed (a delete marker)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):  # expired, removed
                 continue
             found[entry["pid"]] = entry
         return found
