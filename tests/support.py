@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import socket
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -294,3 +296,11 @@ def on_a_free_port(start: Callable[[int], T], attempts: int = 5) -> T:
         except PortTaken:
             continue
     return start(free_port())
+
+
+def connections(monitoring_url: str) -> list[dict[str, Any]]:
+    """The client connections a server lists on its monitoring port (``/connz``)."""
+    # No proxy may see (or swallow) a request to our own loopback monitoring port.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{monitoring_url}/connz?limit=1024", timeout=5) as response:
+        return list(json.loads(response.read()).get("connections") or [])

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ import nats.js.errors
 
 from jsworker.testing import Execution, parse_execution
 
-from ..support import UNSETTLED, connected, stream_messages, wait_until
+from ..support import UNSETTLED, connected, connections, stream_messages, wait_until
 
 if TYPE_CHECKING:
     from jsworker.testing import NatsCluster
@@ -326,23 +325,14 @@ def summarize(
 # -- clusters -----------------------------------------------------------------------------
 
 
-def _get_json(url: str) -> dict[str, Any]:
-    # No proxy may see (or swallow) a request to our own loopback monitoring port.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=5) as resp:
-        return dict(json.loads(resp.read()))
-
-
 def worker_connections(cluster: NatsCluster, app: str = APP) -> Counter[int]:
     """How many worker connections of ``app`` each running node (0 = n1) holds, from its /connz."""
     found: Counter[int] = Counter()
     for i, node in enumerate(cluster.nodes):
         if not node.running:
             continue
-        connz = _get_json(f"{node.monitoring_url}/connz?limit=1024")
-        found[i] += sum(
-            1 for c in connz.get("connections") or [] if c.get("name") == f"jsworker:{app}:worker"
-        )
+        name = f"jsworker:{app}:worker"
+        found[i] += sum(1 for c in connections(node.monitoring_url) if c.get("name") == name)
     return found
 
 

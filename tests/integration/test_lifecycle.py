@@ -8,7 +8,6 @@ import json
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from jsworker.lifecycle.state import JobState
 from jsworker.status import queue_status
 from jsworker.testing import NatsServer
 
-from ..support import connected, stream_messages_async, wait_until_async
+from ..support import connected, connections, stream_messages_async, wait_until_async
 from .workers import APPS, cli, in_process_worker, start_worker, stop
 
 sys.path.insert(0, str(APPS))
@@ -400,12 +399,9 @@ async def test_a_unique_job_cancelled_while_running_can_run_again(nats_server: N
 
 def _worker_connections(server: NatsServer) -> dict[str, int]:
     """The app's worker connections on ``server``: name -> messages it sent."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"{server.monitoring_url}/connz?limit=1024", timeout=5) as response:
-        connz = json.loads(response.read())
     return {
         c["name"]: c["in_msgs"]
-        for c in connz.get("connections") or []
+        for c in connections(server.monitoring_url)
         if c.get("name", "").startswith("jsworker:life:worker")
     }
 

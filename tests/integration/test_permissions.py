@@ -11,7 +11,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +28,7 @@ from jsworker.permissions import server_config
 from jsworker.status import queue_status
 from jsworker.testing import NatsServer
 
-from ..support import wait_until, wait_until_async
+from ..support import connections, wait_until, wait_until_async
 from .workers import records, start_worker, stop, worker_env
 
 PASSWORD = "pw-{}"
@@ -335,10 +334,9 @@ def test_a_worker_refused_its_pulls_says_so(tmp_path: Path, monkeypatch: pytest.
 
 def _producer_published(server: NatsServer) -> bool:
     """Whether the producer's connection has sent the server anything beyond its set-up."""
-    with urllib.request.urlopen(f"{server.monitoring_url}/connz", timeout=5) as response:
-        connz = json.load(response)
     return any(
-        c.get("name") == "jsworker:perm:producer" and c.get("in_msgs", 0) > 0 for c in connz["connections"]
+        c.get("name") == "jsworker:perm:producer" and c.get("in_msgs", 0) > 0
+        for c in connections(server.monitoring_url)
     )
 
 
