@@ -71,6 +71,8 @@ class PullConsumer:
     the loop is closed or drained). A ``handler`` may also take messages
     as they arrive: it is called with each one that finds the buffer empty, and returning
     True means it took the message (as :meth:`take` would have handed it out); False buffers it.
+    With a ``limit`` it hands out at most that many messages and never requests more, so a
+    caller that will stop after N jobs is not left holding messages it can only give back.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class PullConsumer:
         missing_after: float = 15.0,
         on_event: EventHook | None = None,
         handler: Callable[[Delivery], bool] | None = None,
+        limit: int | None = None,
     ) -> None:
         if max_messages < 1:
             raise ValueError("max_messages must be >= 1")
@@ -103,6 +106,8 @@ class PullConsumer:
         self.missing_after = missing_after
         self.on_event = on_event or _ignore
         self.handler = handler
+        #: Messages this loop may still hand out in all (None: no end): it never asks for more.
+        self.left = limit
         self.stats: dict[str, int] = {e.value: 0 for e in EngineEvent}
 
         self._verbs = VerbBatcher(conn.nc)
@@ -136,8 +141,9 @@ class PullConsumer:
         self._watchdog = asyncio.create_task(self._watch(), name=f"jsworker-watchdog-{self.consumer}")
         return self
 
-    async def drain(self) -> list[Delivery]:
-        """Stop asking for messages; return what is buffered (not yet handed out).
+    async def finish(self) -> None:
+        """Stop asking for messages; what is buffered is still handed out, after which
+        :meth:`wait` returns False.
 
         The inbox is unsubscribed, which makes the server drop our waiting pull requests:
         left open, they would keep receiving new jobs that we could only give back, each
@@ -145,14 +151,18 @@ class PullConsumer:
         given back at once (``nak``) so other workers get them without waiting for ``ack_wait``.
         """
         self._pulling = False
-        left = list(self._buffer)
-        self._buffer.clear()
-        self._pending = 0
+        self._pending = len(self._buffer)
         self._wake()
         if self._sub is not None and not self.conn.is_closed:
             sub, self._sub = self._sub, None
             with contextlib.suppress(Exception):
                 await sub.drain()
+
+    async def drain(self) -> list[Delivery]:
+        """:meth:`finish`, and return what is buffered (not yet handed out) instead."""
+        left = list(self._buffer)
+        self._buffer.clear()
+        await self.finish()  # from here on, arrivals are given back, not buffered
         return left
 
     async def close(self) -> None:
@@ -239,6 +249,8 @@ class PullConsumer:
     # -- pull requests --------------------------------------------------------------------
 
     async def _pull(self, batch: int) -> None:
+        if self.left is not None:
+            batch = min(batch, self.left - self._pending)
         if batch <= 0:
             return
         request = {
@@ -255,6 +267,8 @@ class PullConsumer:
     async def _handed_out(self) -> None:
         """One message went to the caller, from the buffer or on arrival: top up if due."""
         self._pending -= 1
+        if self.left is not None:
+            self.left -= 1
         if self._pending < self.threshold:
             await self._refill()
 

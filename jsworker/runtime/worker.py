@@ -235,6 +235,8 @@ class Worker:
                 idle_heartbeat=self.settings.idle_heartbeat,
                 on_event=self._engine_event(queue),
                 handler=functools.partial(self._start_at_once, queue),
+                # A worker with a job budget pulls no job it could not start before it retires.
+                limit=self._budget,
             )
             self._consumers[queue] = consumer
             await consumer.start()
@@ -399,16 +401,42 @@ class Worker:
 
     # -- stopping -------------------------------------------------------------------------
 
-    async def _finish_jobs(self) -> None:
-        log.info("worker.stopping", in_flight=self.in_flight, grace=self._grace)
+    async def _hand_back_buffered(self) -> None:
         for consumer in list(self._consumers.values()):
             for delivery in await consumer.drain():
                 await delivery.nak()
+
+    async def _run_buffered(self) -> None:
+        # The buffers stay with their consumers, whose deliveries get heartbeats while they
+        # wait for a slot; the pull loops may take some of them first, as usual.
+        for consumer in list(self._consumers.values()):
+            await consumer.finish()
+        for queue, consumer in list(self._consumers.items()):
+            priority = self.app.queue_priority(queue)
+            while consumer.buffered():
+                await self._limiter.acquire(priority)
+                delivery = await consumer.take()
+                if delivery is None:
+                    self._limiter.release()
+                    break
+                self._spawn(identify(self.app, queue, delivery))
+
+    async def _finish_jobs(self) -> None:
+        log.info("worker.stopping", in_flight=self.in_flight, grace=self._grace)
+        # A retiring worker runs what it has pulled. Given back, each job would use up one of
+        # its delivery attempts, and one recycled process after another could give a job
+        # back until it had none left. A worker told to stop gives them back at once.
+        retiring = self.retired is not None
+        if not retiring:
+            await self._hand_back_buffered()
         with anyio.move_on_after(self._grace) as self._grace_scope:
             if self._stop_now:  # a second signal before the grace period began
                 self._grace_scope.cancel()
+            if retiring:
+                await self._run_buffered()
             if self._jobs:
                 await asyncio.wait(list(self._jobs.values()))
+        await self._hand_back_buffered()  # what a retiring worker had no time left for
         if self._jobs:
             log.warning("worker.cancelling", in_flight=self.in_flight)
             self._cancelling = True

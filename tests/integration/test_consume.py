@@ -255,6 +255,40 @@ async def test_refill_only_when_pending_falls_below_threshold(nats_server: NatsS
             assert events.details(EngineEvent.PULL) == ["10", "6"]
 
 
+async def test_limit_bounds_what_is_requested_and_handed_out(nats_server: NatsServer) -> None:
+    """limit=13 with max_messages=10 over 30 jobs: pulls ask for 10, then only the 3 left;
+    after 13 hand-outs nothing more is requested and the server delivered exactly 13."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        await publish(conn, 0, 30)
+        events = Events()
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=30.0, on_event=events, limit=13
+        ) as pc:
+            for d in await take(pc, 13):
+                await d.ack()
+            assert pc.left == 0 and pc.pending == 0
+            assert events.details(EngineEvent.PULL) == ["10", "3"]
+            assert await pc.next(timeout=0.3) is None  # nothing was requested beyond the limit
+        state = await consumer_state_async(nats_server.url, STREAM, DURABLE)
+        assert state.delivered == 13 and state.pending == 17
+
+
+async def test_finish_keeps_handing_out_the_buffer(nats_server: NatsServer) -> None:
+    """finish() stops the pulls but leaves the buffer to take: then wait() says there is no more."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        await publish(conn, 0, 30)
+        async with PullConsumer(conn, STREAM, DURABLE, max_messages=10, expires=30.0) as pc:
+            await wait_until_async(lambda: len(pc.buffered()) == 10, timeout=5, message="10 buffered")
+            await pc.finish()
+            for d in await take(pc, 10):
+                await d.ack()
+            assert not await pc.wait(timeout=1)
+        state = await consumer_state_async(nats_server.url, STREAM, DURABLE)
+        assert state.delivered == 10 and state.ack_pending == 0 and state.pending == 20
+
+
 # -- 3. 408 ---------------------------------------------------------------------------------
 
 
