@@ -1,9 +1,10 @@
 """The worker: pulls jobs from each queue, runs them under the limiter, settles them.
 
-Life cycle: connect, create streams and consumers, start one pull loop per queue and one
-heartbeat loop, then work until :meth:`Worker.stop`. Stopping stops the pulling at once,
-gives buffered jobs back to the server, waits up to ``grace`` seconds for running jobs, then
-cancels the rest and gives those back too, so another worker can start them immediately.
+Life cycle: connect, create streams and consumers, start one pull loop per queue and the
+services of :mod:`.upkeep` (heartbeats among them), then work until :meth:`Worker.stop`.
+Stopping stops the pulling at once, gives buffered jobs back to the server (a retiring worker
+runs them instead), waits up to ``grace`` seconds for running jobs, then cancels the rest and
+gives those back too, so another worker can start them immediately.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
-from ..status import queue_status
 from ..wire import EXPIRES_AT
 from .execution import Executor, JobRun, identify
 from .lifecycle import JobBook
@@ -37,6 +37,7 @@ from .schedules import FiredJobs, install_schedules
 from .settings import WorkerSettings
 from .settlement import ACK, Outcome, OutcomeKind
 from .settler import Settler
+from .upkeep import heartbeats, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
     from ..app import App
@@ -131,8 +132,15 @@ class Worker:
                     services.start_soon(
                         self._supervised, self._queue_loop, queue, name=f"jsworker-queue-{queue}"
                     )
-                for service in (self._heartbeats, self._watch_event_loop, self._server_stats):
-                    services.start_soon(self._supervised, service, name=f"jsworker-{service.__name__[1:]}")
+                jobs, consumers = self._jobs.keys, self._consumers.values
+                interval = min(app.queue_ack_wait(q) for q in self.queues) / 3
+                for service, *args in (
+                    (heartbeats, interval, jobs, consumers),
+                    (watch_event_loop, app, settings.blocked_loop_warning, self.counts, jobs),
+                    (server_stats, app, conn, self.queues, settings.stats_interval),
+                ):
+                    name = f"jsworker-{service.__name__.replace('_', '-')}"
+                    services.start_soon(self._supervised, service, *args, name=name)
                 services.start_soon(self._supervised, self._registry.run, name="jsworker-registry")
                 log.info(
                     "worker.started",
@@ -281,47 +289,6 @@ class Worker:
                 self._crash = exc
                 log.error("worker.crashed", loop=getattr(service, "__name__", "?"), error=repr(exc))
             self._stop.set()
-
-    async def _heartbeats(self) -> None:
-        interval = min(self.app.queue_ack_wait(q) for q in self.queues) / 3
-        while True:
-            await asyncio.sleep(interval)
-            # Buffered messages count too: their ack timers started when they were delivered.
-            for job in list(self._jobs):
-                await job.delivery.in_progress()
-            for consumer in list(self._consumers.values()):
-                for delivery in consumer.buffered():
-                    await delivery.in_progress()
-
-    async def _watch_event_loop(self) -> None:
-        # An async task that blocks (CPU work, a sync client) stops everything on the loop:
-        # pulls, acks and the heartbeats that keep other jobs alive. It cannot be preempted,
-        # but it can be named, so the operator knows which task to fix.
-        tick = 0.25
-        while True:
-            before = time.monotonic()
-            await asyncio.sleep(tick)
-            lag = time.monotonic() - before - tick
-            if lag >= self.settings.blocked_loop_warning:
-                self.counts["event_loop_blocked"] += 1
-                self.app.metrics.loop_blocked.inc()
-                running = sorted({job.task_name for job in self._jobs if job.task and job.task.is_async})
-                log.warning("worker.event_loop_blocked", seconds=round(lag, 3), async_tasks_running=running)
-
-    async def _server_stats(self) -> None:
-        # Read on an interval, not per scrape: a scrape must not cost server round trips, and
-        # every worker of a fleet reports the same figures (dashboards take max by queue).
-        assert self.conn is not None
-        figures = self.app.metrics.queue_figures
-        while True:
-            try:
-                statuses = await queue_status(self.app, self.conn)
-            except JsworkerError as exc:
-                log.debug("worker.server_stats_failed", error=str(exc))
-                figures.unreachable(self.queues)
-            else:
-                figures.read(self.queues, statuses)
-            await asyncio.sleep(self.settings.stats_interval)
 
     # -- running --------------------------------------------------------------------------
 

@@ -1,0 +1,75 @@
+"""The services a worker runs beside its pull loops: heartbeats for the jobs it holds, a
+watch on its event loop, and the server's queue figures for its metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from ..errors import JsworkerError
+from ..jetstream.connection import Connection
+from ..jetstream.consume import PullConsumer
+from ..observability.logging import get_logger
+from ..status import queue_status
+from .execution import JobRun
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = get_logger("jsworker.worker")
+
+# Seconds between two looks at the event loop's lag.
+_TICK = 0.25
+
+
+async def heartbeats(
+    interval: float, jobs: Callable[[], Iterable[JobRun]], consumers: Callable[[], Iterable[PullConsumer]]
+) -> None:
+    """Every ``interval`` seconds, tell the server that each running and buffered job is
+    still being worked on (``in_progress``)."""
+    while True:
+        await asyncio.sleep(interval)
+        # Buffered messages count too: their ack timers started when they were delivered.
+        for job in list(jobs()):
+            await job.delivery.in_progress()
+        for consumer in list(consumers()):
+            for delivery in consumer.buffered():
+                await delivery.in_progress()
+
+
+async def watch_event_loop(
+    app: App, warn_after: float, counts: Counter[str], jobs: Callable[[], Iterable[JobRun]]
+) -> None:
+    """Count and log each time the event loop was held ``warn_after`` seconds or more,
+    naming the async tasks that were running."""
+    # An async task that blocks (CPU work, a sync client) stops everything on the loop:
+    # pulls, acks and the heartbeats that keep other jobs alive. It cannot be preempted,
+    # but it can be named, so the operator knows which task to fix.
+    while True:
+        before = time.monotonic()
+        await asyncio.sleep(_TICK)
+        lag = time.monotonic() - before - _TICK
+        if lag >= warn_after:
+            counts["event_loop_blocked"] += 1
+            app.metrics.loop_blocked.inc()
+            running = sorted({job.task_name for job in jobs() if job.task and job.task.is_async})
+            log.warning("worker.event_loop_blocked", seconds=round(lag, 3), async_tasks_running=running)
+
+
+async def server_stats(app: App, conn: Connection, queues: list[str], interval: float) -> None:
+    """Read the server's figures of ``queues`` into the app's metrics every ``interval`` seconds."""
+    # Read on an interval, not per scrape: a scrape must not cost server round trips, and
+    # every worker of a fleet reports the same figures (dashboards take max by queue).
+    figures = app.metrics.queue_figures
+    while True:
+        try:
+            statuses = await queue_status(app, conn)
+        except JsworkerError as exc:
+            log.debug("worker.server_stats_failed", error=str(exc))
+            figures.unreachable(queues)
+        else:
+            figures.read(queues, statuses)
+        await asyncio.sleep(interval)
