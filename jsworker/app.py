@@ -14,16 +14,15 @@ from .app_options import AppOptions, QueueOptions
 from .config import from_environment, option_fields
 from .errors import ConfigurationError
 from .jetstream.connection import Connection, ConnectOptions
-from .jetstream.topology import ConsumerSpec, ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
+from .jetstream.topology import ReplicasDiffer, ensure_consumer, ensure_stream
 from .job import Job
-from .lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
+from .layout import consumer_spec, stream_specs
 from .lifecycle.client import JobLifecycle
 from .lifecycle.state import JobStatus
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
-from .scheduling.claims import claims_spec
-from .scheduling.declare import DELAYED_SINCE, Schedule, args_tuple, check_schedule_form
+from .scheduling.declare import Schedule, args_tuple, check_schedule_form
 from .serializers import JSONSerializer, Serializer, encode_call
 from .task import ExceptionTypes, ExecutorKind, Task, TaskArguments, TaskOptions, check_job_id
 
@@ -353,77 +352,15 @@ class App:
             self.connection, name=f"jsworker:{self.name}:{purpose or role}", inbox=f"{prefix}.{role}"
         )
 
-    def stream_spec(self, schedules: bool = True) -> StreamSpec:
-        """The job stream; it also holds the schedules, which it allows when ``schedules``
-        (servers before 2.12 have none)."""
-        ns = self.namespace
-        return StreamSpec(
-            name=ns.stream,
-            subjects=(ns.job_subjects, ns.schedule_subjects),
-            work_queue=True,
-            replicas=self.options.replicas,
-            duplicate_window=self.options.duplicate_window,
-            schedules=schedules,
-        )
-
-    def dlq_spec(self) -> StreamSpec:
-        """The dead-letter stream."""
-        ns = self.namespace
-        return StreamSpec(
-            name=ns.dlq_stream,
-            subjects=(ns.dlq_subjects,),
-            work_queue=False,
-            replicas=self.options.replicas,
-            duplicate_window=min(self.options.duplicate_window, self.options.dlq_max_age),
-            max_age=self.options.dlq_max_age,
-            max_bytes=self.options.dlq_max_bytes,
-        )
-
-    def events_spec(self) -> StreamSpec:
-        """The job-event stream (used when the app emits events)."""
-        ns = self.namespace
-        return StreamSpec(
-            name=ns.events_stream,
-            subjects=(ns.events_subjects,),
-            work_queue=False,
-            replicas=self.options.replicas,
-            # Events carry no Nats-Msg-Id; the window only has to be valid (<= max_age).
-            duplicate_window=min(1.0, self.options.events_max_age),
-            max_age=self.options.events_max_age,
-            max_bytes=self.options.events_max_bytes,
-        )
-
     def queue_ack_wait(self, queue: str) -> float:
         """The consumer ``ack_wait`` of ``queue``: the largest of its tasks'."""
         waits = [t.options.ack_wait for t in self.tasks.values() if t.queue == queue]
         return max(waits, default=self.defaults.ack_wait)
 
-    def consumer_spec(self, queue: str) -> ConsumerSpec:
-        """The durable pull consumer of ``queue``."""
-        return ConsumerSpec(
-            stream=self.namespace.stream,
-            name=validate_name("queue", queue),
-            filter_subject=self.namespace.queue_filter(queue),
-            ack_wait=self.queue_ack_wait(queue),
-            max_ack_pending=declared.max_running
-            if (declared := self.queue_options.get(queue)) is not None and declared.max_running is not None
-            else self.options.max_ack_pending,
-        )
-
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:
-        """Create or update the job and dead-letter streams, the jobs bucket (servers with
-        per-message TTLs), the claims stream (servers with schedules) and the events stream if used;
+        """Create or update the app's streams (:func:`~jsworker.layout.stream_specs`);
         returns the existing streams whose replicas differ from ``replicas`` (left as they are)."""
-        schedules = conn.server_version >= DELAYED_SINCE
-        specs = [self.stream_spec(schedules), self.dlq_spec()]
-        if conn.server_version >= RECORDS_SINCE:
-            batched = conn.server_version >= BATCHED_SINCE
-            specs.append(jobs_bucket_spec(self.namespace, self.options.replicas, batched=batched))
-        if schedules:
-            specs.append(claims_spec(self.namespace, self.options.replicas))
-        if self.options.events:
-            specs.append(self.events_spec())
-        found = [await ensure_stream(conn, spec) for spec in specs]
+        found = [await ensure_stream(conn, spec) for spec in stream_specs(self, conn.server_version)]
         return [differ for differ in found if differ is not None]
 
     async def provision(
@@ -434,7 +371,7 @@ class App:
         conn = conn or await self.producer.connection()
         differ = await self.provision_streams(conn)
         for queue in queues if queues is not None else self.queues:
-            await ensure_consumer(conn, self.consumer_spec(queue))
+            await ensure_consumer(conn, consumer_spec(self, queue))
         return differ
 
     # -- lifecycle ------------------------------------------------------------------------

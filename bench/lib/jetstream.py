@@ -17,6 +17,8 @@ from apps import bench_app
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from jsworker.layout import consumer_spec
+
 STREAM = bench_app.app.namespace.stream
 RAW_QUEUE = bench_app.RAW_QUEUE
 RAW_SUBJECT = bench_app.app.namespace.job_subject(RAW_QUEUE, "noop")
@@ -54,7 +56,7 @@ async def provision(url: str) -> None:
     await bench_app.app.aclose()
     nc = await connect(url)
     try:
-        spec = bench_app.app.consumer_spec(bench_app.app.defaults.queue)
+        spec = consumer_spec(bench_app.app, bench_app.app.defaults.queue)
         await nc.jetstream().add_consumer(
             STREAM,
             ConsumerConfig(

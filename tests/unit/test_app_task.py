@@ -10,6 +10,7 @@ import pytest
 
 from jsworker import App, Task, current_job
 from jsworker.errors import ConfigurationError, EnqueueError, JsworkerError
+from jsworker.layout import consumer_spec
 
 UNREACHABLE = "nats://127.0.0.1:1"
 
@@ -235,7 +236,7 @@ def test_queue_ack_wait_is_the_largest_of_the_queues_tasks(app: App) -> None:
     assert app.queue_ack_wait("q") == 60.0
     assert app.queue_ack_wait("other") == 300.0
     assert app.queue_ack_wait("unused") == app.defaults.ack_wait == 20.0
-    assert app.consumer_spec("q").ack_wait == 60.0
+    assert consumer_spec(app, "q").ack_wait == 60.0
 
 
 def test_check_arguments_accepts_fitting_calls(app: App) -> None:

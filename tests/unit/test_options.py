@@ -17,6 +17,7 @@ from jsworker.cli.options import flag_fields
 from jsworker.config import env_name, option_fields
 from jsworker.errors import ConfigurationError
 from jsworker.jetstream.connection import ConnectOptions
+from jsworker.layout import dlq_spec
 from jsworker.runtime.settings import WorkerSettings
 from jsworker.spark.options import CREDENTIAL_OPTIONS
 from jsworker.task import TaskArguments, TaskOptions
@@ -204,7 +205,7 @@ def test_stream_options_fall_back_to_their_variables(monkeypatch: pytest.MonkeyP
     assert options.dlq_max_age == 3600.0 and options.events_max_age == 1.5
     assert App("opts", replicas=1).options.replicas == 1
     assert App("opts", options=AppOptions(replicas=5)).options.replicas == 5
-    spec = App("opts").dlq_spec()
+    spec = dlq_spec(App("opts"))
     assert (spec.replicas, spec.max_bytes, spec.max_age) == (3, 512 << 20, 3600.0)
 
 
