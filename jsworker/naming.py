@@ -162,6 +162,12 @@ class Namespace:
         """Subject of the claim on the firing of ``job_id`` due at ``due_ms``."""
         return f"jsw.{self.app}.claim.{job_id}.{due_ms}"
 
+    def handback_subject(self, stream_seq: int) -> str:
+        """Subject (in the claims stream) counting how often the job at ``stream_seq`` of the
+        job stream was given back unfinished by a stopping worker; a claim's second token is
+        a number, never ``back``."""
+        return f"jsw.{self.app}.claim.{stream_seq}.back"
+
     @property
     def jobs_bucket(self) -> str:
         """The key-value bucket of job records (results and lifecycle states), keyed by job id."""

@@ -52,6 +52,9 @@ class JobRun:
     fired: Firing | None = None
     #: Set when a cancel of this job reaches the worker running it.
     cancel_requested: bool = False
+    #: Deliveries of this job that stopping workers gave back unfinished, once read (see
+    #: :mod:`.handbacks`): not held against its attempts.
+    handed_back: int = 0
     _context: JobContext | None = None
 
     @property
@@ -163,7 +166,7 @@ class Executor:
                 OutcomeKind.BAD_INPUT,
                 f"task {task.name!r} belongs to queue {task.queue!r}, not {job.queue!r}",
             )
-        if exceeds_attempts(job.attempt, task.options.max_retries):
+        if exceeds_attempts(job.attempt - job.handed_back, task.options.max_retries):
             return Outcome(
                 OutcomeKind.POISON,
                 f"delivered {job.attempt} times, more than the {task.options.max_retries + 1} attempts "

@@ -101,6 +101,12 @@ def exceeds_attempts(attempt: int, max_retries: int) -> bool:
     return attempt > max_retries + 1
 
 
+def exhausts(outcome: Outcome, attempt: int, policy: RetryPolicy) -> bool:
+    """True when ``outcome`` of delivery number ``attempt`` would be retried but has no
+    attempt left."""
+    return outcome.kind in _RETRYABLE and outcome.retryable and attempt > policy.max_retries
+
+
 def decide(
     outcome: Outcome, attempt: int, policy: RetryPolicy, rand: Callable[[], float] = random.random
 ) -> Decision:

@@ -16,8 +16,9 @@ from ..jetstream.connection import Connection
 from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
 from .execution import JobRun
+from .handbacks import HandBacks
 from .lifecycle import JobBook
-from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
+from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide, exhausts
 
 if TYPE_CHECKING:
     from ..app import App
@@ -31,10 +32,11 @@ _DLQ_RETRY_DELAY = 5.0
 class Settler:
     """Settles the jobs of one worker that fail, retry, expire or succeed after retries."""
 
-    def __init__(self, app: App, conn: Connection, book: JobBook) -> None:
+    def __init__(self, app: App, conn: Connection, book: JobBook, handbacks: HandBacks) -> None:
         self.app = app
         self.conn = conn
         self._book = book
+        self._handbacks = handbacks
         self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
         self._policies: dict[str, RetryPolicy] = {}
 
@@ -52,7 +54,11 @@ class Settler:
         retries (which ends the ``retrying`` record); ``started`` is the run's
         ``time.monotonic()``. Returns the outcome and the decision."""
         started = time.time() - (time.monotonic() - started)
-        decision = decide(outcome, job.attempt, self._policy(job))
+        policy = self._policy(job)
+        if exhausts(outcome, job.attempt, policy):
+            # Deliveries that stopping workers gave back were no attempts of this job.
+            await self._handbacks.read(job)
+        decision = decide(outcome, job.attempt - job.handed_back, policy)
         if outcome.kind is OutcomeKind.SUCCEEDED:
             await self._book.record(job, outcome, decision, started)
             await job.delivery.ack()
@@ -67,6 +73,8 @@ class Settler:
         delivery = job.delivery
         if decision.verb is Verb.ACK:
             await delivery.ack()
+        elif outcome.kind is OutcomeKind.CANCELLED:
+            await self._handbacks.give_back([delivery])  # the worker is stopping
         elif decision.verb is Verb.NAK:
             await delivery.nak(decision.delay)
         elif await self._store_dead_letter(job, outcome, decision.reason):
@@ -88,7 +96,7 @@ class Settler:
             job_id=job.job_id,
             task=job.task_name,
             queue=job.queue,
-            attempt=job.attempt,
+            attempt=job.attempt - job.handed_back,
             reason=reason,
             error=outcome.error,
             max_payload=self.conn.max_payload,

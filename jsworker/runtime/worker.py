@@ -29,6 +29,7 @@ from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
 from ..wire import EXPIRES_AT
 from .execution import Executor, JobRun, identify
+from .handbacks import HandBacks
 from .lifecycle import JobBook
 from .limiter import Limiter
 from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, warn_replicas_differ
@@ -122,7 +123,8 @@ class Worker:
             records_conn = await self._records_connection(options)
             self._book = JobBook(app, conn, self._jobs, records_conn)
             await self._book.start()
-            self._settler = Settler(app, conn, self._book)
+            self._handbacks = HandBacks(app, conn)
+            self._settler = Settler(app, conn, self._book, self._handbacks)
             self._registry = WorkerAnnouncer(app, conn, self)
             await self._registry.start()
             # The pull loops and the worker's own services run in one task group; each job
@@ -320,6 +322,10 @@ class Worker:
             self._report.started(job)
             try:
                 outcome = self._executor.check(job)
+                poison = outcome is not None and outcome.kind is OutcomeKind.POISON
+                if poison and await self._handbacks.read(job):
+                    # Given back by stopping workers, not killed by it: checked without those.
+                    outcome = self._executor.check(job)
                 if outcome is None and job.fired is not None:
                     outcome = await self._fired.admit(job)
                 book = self._book
@@ -369,9 +375,10 @@ class Worker:
     # -- stopping -------------------------------------------------------------------------
 
     async def _hand_back_buffered(self) -> None:
+        left: list[Delivery] = []
         for consumer in list(self._consumers.values()):
-            for delivery in await consumer.drain():
-                await delivery.nak()
+            left.extend(await consumer.drain())
+        await self._handbacks.give_back(left)
 
     async def _run_buffered(self) -> None:
         # The buffers stay with their consumers, whose deliveries get heartbeats while they
@@ -413,6 +420,5 @@ class Worker:
             with anyio.move_on_after(2.0):
                 await asyncio.wait(running)
             # A job cancelled before its first step never ran its own clean-up: give it back.
-            for job in list(self._jobs):
-                await job.delivery.nak()
+            await self._handbacks.give_back([job.delivery for job in self._jobs])
             self._jobs.clear()
