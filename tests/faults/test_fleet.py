@@ -105,9 +105,21 @@ def test_a_leaking_process_is_recycled_and_the_fleet_goes_on(
             wait_until(lambda n=n: _release(gate, record, n), timeout=30, message=f"job {n} done")
         wait_consumer_settled(nats_server.url, "JSW_FLEET", "leaky")
         assert sum(counts(record).values()) == 12  # none ran twice
-        said = log.read_text(errors="replace")
-        assert len(re.findall(r"fleet\.process_recycled\s+process=0 reason=memory", said)) >= 2, said[-3000:]
-        assert len({pid for _, _, pid in records(record)}) >= 3
+        # The last recycle may come after the last job: a retiring process runs the job it
+        # had pulled, so two processes can do all twelve.
+        wait_until(
+            lambda: len(
+                re.findall(
+                    r"fleet\.process_recycled\s+process=0 reason=memory", log.read_text(errors="replace")
+                )
+            ),
+            until=lambda recycled: recycled >= 2,
+            timeout=30,
+            message="two processes recycled for memory",
+        )
+        # Jobs ran on after a recycle; the last process started may find none left.
+        assert len(_started(log)) >= 3
+        assert len({pid for _, _, pid in records(record)}) >= 2
         assert proc.poll() is None
     finally:
         assert stop(proc, timeout=40) == 0
