@@ -10,7 +10,10 @@ from collections import Counter
 import pytest
 
 from jsworker import App, current_job
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.delivery import Delivery
 from jsworker.jetstream.limits_stream import LimitsStream
+from jsworker.runtime.handbacks import HandBacks
 from jsworker.runtime.settings import WorkerSettings
 from jsworker.runtime.worker import Worker
 from jsworker.testing import NatsServer
@@ -143,3 +146,38 @@ async def test_a_job_delivered_again_without_hand_backs_is_still_poison(nats_ser
         await run
         await app.aclose()
     assert not runs
+
+
+class _Verbs:
+    """Where the deliveries below send their verbs: recorded, since no consumer holds them."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        self.sent.append((subject, payload))
+
+    def put(self, subject: str, payload: bytes) -> None:
+        self.sent.append((subject, payload))
+
+
+async def test_two_workers_counting_one_job_at_once_lose_no_count(nats_server: NatsServer) -> None:
+    """Two workers give back the same job (two deliveries of it, as after an ack_wait expiry)
+    at the same moment, three times over: the compare-and-set writes keep all six counts."""
+    app = App("handback", nats_server.url)
+    await app.provision()
+    conns = [await Connection.open(app.connect_options("worker")) for _ in range(2)]
+    try:
+        workers = [HandBacks(app, conn) for conn in conns]
+        verbs = _Verbs()
+        reply = f"$JS.ACK.{app.namespace.stream}.default.1.7.1.1700000000000000000.0"
+        for _ in range(3):
+            await asyncio.gather(
+                *(worker.give_back([Delivery(verbs, "s", reply, b"", None)]) for worker in workers)
+            )
+    finally:
+        for conn in conns:
+            await conn.nc.close()
+    assert await _handbacks(app, 7) == 6
+    assert verbs.sent == [(reply, b"-NAK")] * 6  # each given back once counted
+    await app.aclose()
