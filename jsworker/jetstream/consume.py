@@ -141,18 +141,22 @@ class PullConsumer:
         self._watchdog = asyncio.create_task(self._watch(), name=f"jsworker-watchdog-{self.consumer}")
         return self
 
+    def stop_pulling(self) -> None:
+        """Send no more pull requests from now on (without waiting for anything): what is
+        buffered is still handed out, after which :meth:`wait` returns False."""
+        self._pulling = False
+        self._pending = len(self._buffer)
+        self._wake()
+
     async def finish(self) -> None:
-        """Stop asking for messages; what is buffered is still handed out, after which
-        :meth:`wait` returns False.
+        """:meth:`stop_pulling`, and close the inbox.
 
         The inbox is unsubscribed, which makes the server drop our waiting pull requests:
         left open, they would keep receiving new jobs that we could only give back, each
         round trip costing the job a delivery attempt. Messages already on their way are
         given back at once (``nak``) so other workers get them without waiting for ``ack_wait``.
         """
-        self._pulling = False
-        self._pending = len(self._buffer)
-        self._wake()
+        self.stop_pulling()
         if self._sub is not None and not self.conn.is_closed:
             sub, self._sub = self._sub, None
             with contextlib.suppress(Exception):

@@ -55,7 +55,7 @@ class HandBacks:
         """Count each of ``deliveries`` as handed back, then give it back (``nak``) for
         another worker to take at once."""
         if self._enabled and deliveries:
-            failed = 0
+            failed = len(deliveries)  # unless the counting ends within its patience
             with anyio.move_on_after(_PATIENCE):
                 done = await asyncio.gather(*(self._count_one(d) for d in deliveries), return_exceptions=True)
                 failed = sum(1 for result in done if isinstance(result, BaseException))

@@ -234,7 +234,6 @@ class Worker:
     async def _queue_loop(self, queue: str) -> None:
         assert self.conn is not None
         stream = self.app.namespace.stream
-        priority = self.app.queue_priority(queue)
         while not self._stop.is_set():
             consumer = PullConsumer(
                 self.conn,
@@ -251,15 +250,7 @@ class Worker:
             self._consumers[queue] = consumer
             await consumer.start()
             try:
-                while await consumer.wait():
-                    # A slot is taken only once there is a job for it: waiting on an idle queue
-                    # while holding one would starve the other queues.
-                    await self._limiter.acquire(priority)
-                    delivery = await consumer.take()
-                    if delivery is None:  # drained while we waited for the slot
-                        self._limiter.release()
-                        continue
-                    self._spawn(identify(self.app, queue, delivery))
+                await self._start_jobs(queue, consumer)
                 return
             except ConsumeError as exc:
                 log.warning("queue.pull_stopped", queue=queue, error=str(exc))
@@ -268,6 +259,20 @@ class Worker:
                 # The usual cause is a deleted consumer: put it back and pull again.
                 with contextlib.suppress(JsworkerError):
                     await self.app.provision(self.conn, [queue])
+
+    async def _start_jobs(self, queue: str, consumer: PullConsumer) -> None:
+        """Start each job ``consumer`` hands out, as slots free up, until it has no more
+        (drained, or finished and its buffer emptied)."""
+        priority = self.app.queue_priority(queue)
+        while await consumer.wait():
+            # A slot is taken only once there is a job for it: waiting on an idle queue
+            # while holding one would starve the other queues.
+            await self._limiter.acquire(priority)
+            delivery = await consumer.take()
+            if delivery is None:  # drained while we waited for the slot
+                self._limiter.release()
+                continue
+            self._spawn(identify(self.app, queue, delivery))
 
     def _start_at_once(self, queue: str, delivery: Delivery) -> bool:
         # A job that arrives while a slot is free starts right away; the pull loop below only
@@ -382,18 +387,12 @@ class Worker:
 
     async def _run_buffered(self) -> None:
         # The buffers stay with their consumers, whose deliveries get heartbeats while they
-        # wait for a slot; the pull loops may take some of them first, as usual.
+        # wait for a slot; the pull loops take from them too, as usual.
         for consumer in list(self._consumers.values()):
             await consumer.finish()
         for queue, consumer in list(self._consumers.items()):
-            priority = self.app.queue_priority(queue)
-            while consumer.buffered():
-                await self._limiter.acquire(priority)
-                delivery = await consumer.take()
-                if delivery is None:
-                    self._limiter.release()
-                    break
-                self._spawn(identify(self.app, queue, delivery))
+            with contextlib.suppress(ConsumeError):  # a loop that had stopped has nothing left
+                await self._start_jobs(queue, consumer)
 
     async def _finish_jobs(self) -> None:
         log.info("worker.stopping", in_flight=self.in_flight, grace=self._grace)
@@ -401,6 +400,9 @@ class Worker:
         # its delivery attempts, and one recycled process after another could give a job
         # back until it had none left. A worker told to stop gives them back at once.
         retiring = self.retired is not None
+        # Every queue at once: one closing its inbox must not leave the others pulling.
+        for consumer in list(self._consumers.values()):
+            consumer.stop_pulling()
         if not retiring:
             await self._hand_back_buffered()
         with anyio.move_on_after(self._grace) as self._grace_scope:
@@ -410,7 +412,8 @@ class Worker:
                 await self._run_buffered()
             if self._jobs:
                 await asyncio.wait(list(self._jobs.values()))
-        await self._hand_back_buffered()  # what a retiring worker had no time left for
+        if retiring:
+            await self._hand_back_buffered()  # what it had no time left to start
         if self._jobs:
             log.warning("worker.cancelling", in_flight=self.in_flight)
             self._cancelling = True
