@@ -19,6 +19,7 @@ from jsworker.runtime.worker import Worker
 from jsworker.testing import NatsServer
 
 from ..support import stream_messages_async, wait_until_async
+from .workers import wait_buffered
 
 pytestmark = pytest.mark.anyio
 
@@ -69,11 +70,7 @@ async def test_jobs_a_stopping_worker_held_run_on_the_next_one(nats_server: Nats
     try:
         await wait_until_async(lambda: (-1, 1) in runs, timeout=30, message="the first job to start")
         jobs = await once.adelay_many([(i,) for i in range(5)])
-
-        def buffered() -> int:
-            return sum(len(c.buffered()) for c in worker._consumers.values())
-
-        await wait_until_async(buffered, until=lambda b: b == 5, timeout=30, message="5 jobs buffered")
+        await wait_buffered(worker, 5)
         worker.stop()
         gate.set()
         await run

@@ -14,6 +14,7 @@ from jsworker.runtime.worker import Worker
 from jsworker.testing import NatsServer
 
 from ..support import consumer_state_async, stream_messages_async, wait_until_async
+from .workers import wait_buffered
 
 pytestmark = pytest.mark.anyio
 
@@ -110,11 +111,7 @@ async def test_a_retiring_worker_runs_what_it_had_pulled(nats_server: NatsServer
         await wait_until_async(lambda: (-1, 1) in runs, timeout=30, message="the held job to start")
         await app.tasks["quick"].adelay_many([(i,) for i in range(20)])
         await app.tasks["other"].adelay_many([(i,) for i in range(100, 120)])
-
-        def buffered() -> int:
-            return sum(len(c.buffered()) for c in worker._consumers.values())
-
-        await wait_until_async(buffered, until=lambda b: b == 20, timeout=30, message="20 jobs buffered")
+        await wait_buffered(worker, 20)
         worker.retire("memory")
         gate.set()
         await asyncio.wait_for(run, 30)

@@ -142,6 +142,16 @@ async def in_process_worker(app: App, **settings: Any) -> AsyncIterator[Worker]:
         await app.aclose()
 
 
+async def wait_buffered(worker: Worker, n: int) -> None:
+    """Wait until ``worker``'s pull loops hold ``n`` jobs in their buffers, over all queues."""
+    await wait_until_async(
+        lambda: sum(len(c.buffered()) for c in worker._consumers.values()),
+        until=lambda held: held == n,
+        timeout=30,
+        message=f"{n} jobs buffered",
+    )
+
+
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
