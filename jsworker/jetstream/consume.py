@@ -124,6 +124,9 @@ class PullConsumer:
         self._retry_at = 0.0
         self._unanswered_since: float | None = None
         self._pulling = False
+        # Arrivals after stop_pulling(), for requests sent before; kept until the inbox closes.
+        self._late: list[Delivery] = []
+        self._inbox_closed = False
         self._closed = False
         self._error: ConsumeError | None = None
 
@@ -143,31 +146,49 @@ class PullConsumer:
 
     def stop_pulling(self) -> None:
         """Send no more pull requests from now on (without waiting for anything): what is
-        buffered is still handed out, after which :meth:`wait` returns False."""
+        buffered is still handed out, after which :meth:`wait` returns False. Messages that
+        still arrive for the requests sent before are kept aside until the inbox is closed
+        (:meth:`finish` hands them out, :meth:`drain` returns them)."""
         self._pulling = False
         self._pending = len(self._buffer)
         self._wake()
 
     async def finish(self) -> None:
-        """:meth:`stop_pulling`, and close the inbox.
+        """:meth:`stop_pulling`, close the inbox, and hand out what arrived meanwhile.
 
         The inbox is unsubscribed, which makes the server drop our waiting pull requests:
         left open, they would keep receiving new jobs that we could only give back, each
-        round trip costing the job a delivery attempt. Messages already on their way are
-        given back at once (``nak``) so other workers get them without waiting for ``ack_wait``.
+        round trip costing the job a delivery attempt. Messages that arrive after the inbox
+        is closed are given back at once (``nak``) so other workers get them without waiting
+        for ``ack_wait``.
         """
+        await self._close_inbox()
+        # Requested before the stop, within any limit: they are handed out like the rest.
+        self._buffer.extend(self._late)
+        self._pending += len(self._late)
+        self._late.clear()
+        self._wake()
+
+    async def drain(self) -> list[Delivery]:
+        """:meth:`finish`, but return what is buffered (not yet handed out) instead, with
+        what arrived until the inbox was closed."""
+        # Taken before the wait for the inbox, so that no caller starts them meanwhile.
+        left = list(self._buffer)
+        self._buffer.clear()
+        await self._close_inbox()
+        left.extend(self._late)
+        self._late.clear()
+        return left
+
+    async def _close_inbox(self) -> None:
         self.stop_pulling()
         if self._sub is not None and not self.conn.is_closed:
             sub, self._sub = self._sub, None
             with contextlib.suppress(Exception):
+                # Unsubscribes, then a round trip: every message the server sent before it
+                # has been through _on_msg when this returns.
                 await sub.drain()
-
-    async def drain(self) -> list[Delivery]:
-        """:meth:`finish`, and return what is buffered (not yet handed out) instead."""
-        left = list(self._buffer)
-        self._buffer.clear()
-        await self.finish()  # from here on, arrivals are given back, not buffered
-        return left
+        self._inbox_closed = True
 
     async def close(self) -> None:
         """Stop for good: unsubscribe and wake any waiting :meth:`next`."""
@@ -299,7 +320,11 @@ class PullConsumer:
         self._unanswered_since = None
         delivery = Delivery(self._verbs, subject, reply, body, headers)
         if not self._pulling:
-            # Answer to a request sent before drain(): give it straight back.
+            if not (self._inbox_closed or self._closed):
+                # Answer to a request sent before the stop: the caller decides what becomes of
+                # it (run it, or give it back counted) once the inbox is closed.
+                self._late.append(delivery)
+                return
             await delivery.nak()
             await self._verbs.flush()
             return

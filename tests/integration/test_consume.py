@@ -289,6 +289,62 @@ async def test_finish_keeps_handing_out_the_buffer(nats_server: NatsServer) -> N
         assert state.delivered == 10 and state.ack_pending == 0 and state.pending == 20
 
 
+async def _late_arrivals(nats_server: NatsServer, conn: Connection, pc: PullConsumer) -> None:
+    """Stop ``pc`` pulling while its request for 10 waits on the server, then publish 4 jobs:
+    the server delivers them to that request; return once all 4 have reached ``pc``'s inbox."""
+    await wait_until_async(
+        lambda: consumer_state_async(nats_server.url, STREAM, DURABLE),
+        until=lambda c: c.waiting == 1,
+        timeout=5,
+        message="pc's request to wait on the server",
+    )
+    pc.stop_pulling()
+    await publish(conn, 0, 4)
+    await wait_until_async(
+        lambda: consumer_state_async(nats_server.url, STREAM, DURABLE),
+        until=lambda c: c.delivered == 4,
+        timeout=5,
+        message="the 4 jobs delivered to pc's request",
+    )
+    assert not await pc.wait(timeout=0)  # kept aside: not handed out to a stopped loop
+
+
+async def test_drain_returns_what_arrived_after_the_pulls_stopped(nats_server: NatsServer) -> None:
+    """Jobs that arrive between stop_pulling() and the inbox closing are returned by drain(),
+    for the caller to give back counted, not given back (nak) behind its back: each such nak
+    is a delivery, and a task allowing one attempt would lose its job."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        pc = PullConsumer(conn, STREAM, DURABLE, max_messages=10, expires=30.0)
+        await pc.start()
+        try:
+            await _late_arrivals(nats_server, conn, pc)
+            left = await pc.drain()
+            assert sorted(d.body for d in left) == [b"0", b"1", b"2", b"3"]
+            await conn.flush()
+            state = await consumer_state_async(nats_server.url, STREAM, DURABLE)
+            assert state.ack_pending == 4 and state.redelivered == 0  # none given back
+            for d in left:
+                await d.ack()
+        finally:
+            await pc.close()
+
+
+async def test_finish_hands_out_what_arrived_after_the_pulls_stopped(nats_server: NatsServer) -> None:
+    """finish() hands out the jobs that arrived after stop_pulling(), as it does the buffer."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        async with PullConsumer(conn, STREAM, DURABLE, max_messages=10, expires=30.0) as pc:
+            await _late_arrivals(nats_server, conn, pc)
+            await pc.finish()
+            got = await take(pc, 4)
+            assert [d.attempt for d in got] == [1, 1, 1, 1]
+            for d in got:
+                await d.ack()
+            assert not await pc.wait(timeout=0)
+        await wait_stream_empty(nats_server.url)
+
+
 # -- 3. 408 ---------------------------------------------------------------------------------
 
 
