@@ -240,6 +240,7 @@ class Worker:
                 stream,
                 queue,
                 max_messages=self.settings.prefetch,
+                grow_to=self.settings.prefetch_grows_to,
                 expires=self.settings.expires,
                 idle_heartbeat=self.settings.idle_heartbeat,
                 on_event=self._engine_event(queue),

@@ -274,6 +274,38 @@ async def test_limit_bounds_what_is_requested_and_handed_out(nats_server: NatsSe
         assert state.delivered == 13 and state.pending == 17
 
 
+@pytest.mark.timeout(30)
+async def test_bound_grows_while_taken_fast_and_falls_back_on_an_idle_queue(nats_server: NatsServer) -> None:
+    """grow_to=300 over max_messages=10: while 3,000 jobs are taken as fast as they come, the
+    bound grows past 10 (pulls ask for more than 10), never past 300, and pending stays within
+    it. Once the queue is idle the bound falls back to 10, and what is published then is pulled
+    10 at a time: a fast loop does not go on holding a large request for slow jobs to fill."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        await publish(conn, 0, 3000)
+        events = Events()
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=30.0, on_event=events, grow_to=300
+        ) as pc:
+            bounds = set()
+            for _ in range(3000):
+                d = await pc.next(timeout=5.0)
+                assert d is not None, f"stalled: {events.summary()}"
+                assert pc.pending <= pc.bound <= 300
+                bounds.add(pc.bound)
+                d.ack_soon()
+            assert max(bounds) > 10, bounds
+            assert max(int(n) for n in events.details(EngineEvent.PULL)) > 10
+            await wait_until_async(
+                lambda: (pc.bound, pc.pending), until=lambda bp: bp[0] == 10 and bp[1] <= 10,
+                timeout=10, message="the bound back at 10 on the idle queue",
+            )  # fmt: skip
+            await publish(conn, 3000, 100)
+            await wait_until_async(lambda: len(pc.buffered()), until=lambda n: n == 10, timeout=5)
+            state = await consumer_state_async(nats_server.url, STREAM, DURABLE)
+            assert state.delivered == 3010 and state.pending == 90, state
+
+
 async def test_finish_keeps_handing_out_the_buffer(nats_server: NatsServer) -> None:
     """finish() stops the pulls but leaves the buffer to take: then wait() says there is no more."""
     async with connected(nats_server.url) as conn:

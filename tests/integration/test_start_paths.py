@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from jsworker import App, Reject
+from jsworker.runtime.settings import PREFETCH_GROWS_TO
 from jsworker.runtime.worker import Worker
 
 from ..support import wait_until_async
@@ -63,3 +64,16 @@ async def test_both_start_routes_settle_alike(
     buffered = await _settle_all(nats_server.url, "routes_b", True, monkeypatch)
     assert on_arrival == buffered
     assert (on_arrival["succeeded"], on_arrival["failed"], on_arrival["rejected"]) == (20, 20, 20)
+
+
+@pytest.mark.parametrize(("settings", "grows_to"), [({}, PREFETCH_GROWS_TO), ({"max_messages": 7}, None)])
+async def test_pull_loops_grow_unless_the_prefetch_is_fixed(
+    nats_server: NatsServer, settings: dict[str, int], grows_to: int | None
+) -> None:
+    """Without --max-messages a worker's pull loops hold min(concurrency, 128) jobs and grow
+    with the pace; --max-messages fixes the bound."""
+    app = _app(nats_server.url, "grow" if grows_to else "fixed")
+    async with in_process_worker(app, concurrency=4, **settings) as worker:
+        consumer = worker._consumers["default"]
+        assert consumer.max_messages == settings.get("max_messages", 4)
+        assert consumer.grow_to == grows_to
