@@ -7,8 +7,8 @@ outstanding while the caller works, the way the Go and JavaScript clients' ``Con
   (:meth:`~jsworker.jetstream.client.JetStreamClient.subscribe_direct`); pull requests
   ``{batch, expires, idle_heartbeat}`` sent with that inbox as reply subject;
 * ``pending`` counts messages requested and not yet handed to the caller (buffered ones
-  included), so what this loop holds never exceeds its bound (``max_messages``): a buffered message's
-  ``ack_wait`` clock is already running on the server;
+  included), so what this loop holds never exceeds its bound (``max_messages``): a buffered
+  message's ``ack_wait`` clock is already running on the server;
 * when ``pending`` falls below ``threshold`` (half by default) the gap is requested;
 * with ``grow_to``, the bound follows the pace: it holds about ``AHEAD`` seconds of what the
   caller took lately, between ``max_messages`` and ``grow_to``. The worker's read loop only
@@ -331,17 +331,17 @@ class PullConsumer:
             and time.monotonic() >= self._retry_at
         ):
             if self.grow_to is not None:
-                self._pace()
+                self._pace(self.grow_to)
             await self._pull(self.bound - self._pending)
 
-    def _pace(self) -> None:
-        """Set the bound to ``AHEAD`` seconds of the hand-outs since the last look."""
+    def _pace(self, most: int) -> None:
+        """Set the bound to ``AHEAD`` seconds of the hand-outs since the last look (at most
+        ``most``)."""
         now = time.monotonic()
         elapsed = now - self._pace_since
         if elapsed < _PACE_WINDOW:
             return
-        assert self.grow_to is not None
-        self.bound = max(self.max_messages, min(self.grow_to, int(self._taken / elapsed * AHEAD)))
+        self.bound = max(self.max_messages, min(most, int(self._taken / elapsed * AHEAD)))
         if self._half:
             self.threshold = (self.bound + 1) // 2
         self._taken = 0
