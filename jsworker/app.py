@@ -23,6 +23,7 @@ from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
 from .scheduling.declare import Schedule, args_tuple, check_schedule_form
+from .scheduling.periodic import check_schedule_size
 from .serializers import JSONSerializer, Serializer, encode_call
 from .task import ExceptionTypes, ExecutorKind, Task, TaskArguments, TaskOptions, check_job_id
 
@@ -266,6 +267,7 @@ class App:
             kwargs=call.kwargs,
             body=encode_call(self.serializer, call.args, call.kwargs),
         )
+        check_schedule_size(self, declared)
         self.schedules[label] = declared
         return declared
 

@@ -9,6 +9,7 @@ import dataclasses
 import math
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -97,8 +98,50 @@ def parse_size(what: str, value: object) -> int:
 def check_seconds(what: str, value: object, *, positive: bool = True) -> float:
     """``value`` as float seconds; ConfigurationError unless a finite number > 0 (or >= 0)."""
     bad = ConfigurationError(f"{what} must be a number {'>' if positive else '>='} 0, not {value!r}")
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+    seconds = _finite(value)
+    if seconds is None or seconds < 0 or (positive and seconds == 0):
         raise bad
-    if value < 0 or (positive and value == 0):
+    return seconds
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float; None for anything else (a bool, NaN, an infinity, or an
+    int too large for a float, which ``float()`` would answer with OverflowError)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
+#: The latest time a job may be due or expire, in unix milliseconds: the last millisecond of
+#: year 9999 (UTC). The server reads an ``@at`` time as RFC 3339, whose years have four digits
+#: (``@at 10000-...`` is refused), and Python's ``datetime`` ends there too.
+LATEST_MS = 253_402_300_799_999
+LATEST_TEXT = "9999-12-31T23:59:59.999Z"
+
+
+def check_ahead(what: str, value: object, *, positive: bool = True, now: float | None = None) -> float:
+    """``value`` as float seconds counted from ``now`` (default: the current time), for a job's
+    ``countdown`` or ``expires``; ConfigurationError naming ``what`` and the allowed range unless
+    a finite number > 0 (>= 0 without ``positive``) whose end, rounded up to the millisecond,
+    is no later than :data:`LATEST_MS`."""
+    now = time.time() if now is None else now
+    room = LATEST_MS / 1000 - now
+    low = ">" if positive else ">="
+    bad = ConfigurationError(
+        f"{what} must be a number of seconds {low} 0 and at most {math.floor(room)} (it must end "
+        f"by {LATEST_TEXT}: no later time exists for the server's @at schedules, nor for Python's "
+        f"datetime), not {value!r:.100}"
+    )
+    seconds = _finite(value)
+    # Compared before any multiplication: a huge finite value would overflow to infinity.
+    if seconds is None or seconds < 0 or (positive and seconds == 0) or seconds > room:
         raise bad
-    return float(value)
+    # Due times are rounded up to the millisecond: one within a millisecond of the end would
+    # round past it.
+    if math.ceil((now + seconds) * 1000) > LATEST_MS:
+        raise bad
+    return seconds

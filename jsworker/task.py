@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, ParamSpec, TypedDict, TypeVar
 
 from .arguments import TypedArguments, positional_names
-from .config import check_seconds, option
+from .config import check_ahead, check_seconds, option
 from .errors import ConfigurationError
 from .job import Job
 from .naming import validate_name
@@ -86,7 +86,7 @@ class TaskOptions:
         check_seconds("ack_wait", self.ack_wait)
         check_seconds("result_ttl", self.result_ttl)
         if self.expires is not None:
-            check_seconds("expires", self.expires)
+            check_ahead("expires", self.expires)
         object.__setattr__(self, "store_result", bool(self.store_result))
         check_seconds("retry_backoff", self.retry_backoff, positive=False)
         check_seconds("retry_backoff_max", self.retry_backoff_max, positive=False)
@@ -305,7 +305,7 @@ class Task(Generic[P, R]):
                 raise ConfigurationError(
                     f"task {self.name} is unique: its job id comes from its key, not job_id="
                 )
-        expires = self.options.expires if expires is None else check_seconds("expires", expires)
+        expires = self.options.expires if expires is None else check_ahead("expires", expires)
         expires_at = None if expires is None else int((time.time() + expires) * 1000)
         return Call(tuple(args), kw, key or job_id or new_job_id(), due, expires_at, key is not None)
 

@@ -10,7 +10,7 @@ from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN
 from ..scheduling.claims import CANCELLED, claim
 from ..scheduling.declare import PERIODIC_SINCE
-from ..scheduling.periodic import sync_schedules
+from ..scheduling.periodic import SchedulesRefused, sync_schedules
 from .settlement import Outcome, OutcomeKind
 
 if TYPE_CHECKING:
@@ -25,9 +25,11 @@ async def install_schedules(app: App, conn: Connection) -> None:
     """Reconcile the app's declared periodic schedules with the server, logging what changed.
 
     Never fails the worker: jobs keep running on a server too old for schedules or when the
-    user may not write them; the error is logged. Schedules on the server that this code does
-    not declare are left alone (during a rolling deploy they are the other version's) and
-    named in a warning; ``jsworker schedules sync --prune`` removes them.
+    user may not write them; the error is logged. Each schedule is installed on its own: one
+    the server refuses is logged (``schedule.refused``, with its name and the reason) and the
+    others are installed all the same. Schedules on the server that this code does not
+    declare are left alone (during a rolling deploy they are the other version's) and named
+    in a warning; ``jsworker schedules sync --prune`` removes them.
     """
     try:
         if app.schedules:
@@ -36,6 +38,11 @@ async def install_schedules(app: App, conn: Connection) -> None:
     except ServerVersionError as exc:
         log.error("schedules.unsupported", error=str(exc), schedules=sorted(app.schedules))
         return
+    except SchedulesRefused as exc:
+        report = exc.report
+        for name, reason in report.refused.items():
+            # The name and the server's words only: a schedule's arguments may be private.
+            log.error("schedule.refused", schedule=name, reason=reason)
     except JsworkerError as exc:
         log.error("schedules.install_failed", error=str(exc))
         return

@@ -60,14 +60,14 @@ class Cron:
         """A cron of 5 fields (minute first), 6 (seconds first) or ``@hourly`` and friends;
         :class:`ConfigurationError` naming the fault otherwise."""
         if not isinstance(text, str):
-            raise ConfigurationError(f"cron must be a string, not {text!r}")
+            raise ConfigurationError(f"cron must be a string, not {text!r:.100}")
         expression = _PREDEFINED.get(text.strip().lower(), text)
         fields = expression.split()
         if len(fields) == 5:
             fields = ["0", *fields]
         if len(fields) != 6:
             raise ConfigurationError(
-                f"invalid cron {text!r}: use 5 fields (minute hour day month weekday), 6 (seconds "
+                f"invalid cron {quoted(text)}: use 5 fields (minute hour day month weekday), 6 (seconds "
                 "first) or one of " + ", ".join(_PREDEFINED)
             )
         sets: list[frozenset[int]] = []
@@ -137,13 +137,12 @@ def _field(
     """The values one field allows, and whether it is unrestricted (``*`` or ``?``)."""
     allowed: set[int] = set()
     star = False
+    # One error for the whole field, made once: a field may list thousands of values.
+    bad = ConfigurationError(f"invalid cron {quoted(text)}: {name} field {quoted(value)} ({low}-{high})")
     for part in value.split(","):
-        bad = ConfigurationError(f"invalid cron {text!r}: {name} field {value!r} ({low}-{high})")
-        span, _, step_text = part.partition("/")
-        try:
-            step = int(step_text) if step_text else 1
-        except ValueError:
-            raise bad from None
+        span, slash, step_text = part.partition("/")
+        # Read like the values: "*/" (no step) and "*/1_0" are refused, as by the server.
+        step = _number(step_text, {}, bad) if slash else 1
         if step < 1 or part.count("/") > 1:
             raise bad
         if span in ("*", "?"):
@@ -159,22 +158,42 @@ def _field(
     return frozenset(allowed), star
 
 
+def quoted(text: str, limit: int = 100) -> str:
+    """``text`` quoted for a message, cut after ``limit`` characters (marked ``...``): an
+    expression may be tens of kilobytes."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}..."
+
+
 def _number(token: str, names: dict[str, int], bad: ConfigurationError) -> int:
     if token.lower() in names:
         return names[token.lower()]
-    if not token.isdigit():
+    # ASCII digits, as the server's strconv.Atoi reads: str.isdigit also takes "²" (which
+    # int() refuses) and other scripts' digits. Longer ones are out of every field's range
+    # anyway, and int() refuses over 4300 digits.
+    if not (token.isascii() and token.isdigit()) or len(token) > 9:
         raise bad
     return int(token)
 
 
+#: The longest ``@every`` the server takes, in seconds: it reads the interval as a Go
+#: ``time.Duration`` (int64 nanoseconds, about 292 years), here to the whole millisecond
+#: :func:`go_duration` writes. One millisecond more is refused as an invalid pattern.
+MAX_EVERY = 9_223_372_036.854
+
+
 def every_seconds(every: timedelta | float | int) -> float:
-    """An interval in seconds: a ``timedelta`` or a number, at least one second."""
-    bad = ConfigurationError(f"every must be at least 1 second, not {every!r}")
+    """An interval in seconds: a ``timedelta`` or a number, from 1 second (the server's
+    minimum) to :data:`MAX_EVERY` (the longest Go duration); ConfigurationError otherwise."""
+    bad = ConfigurationError(
+        f"every must be at least 1 second and at most {MAX_EVERY} seconds (about 292 years, the "
+        f"longest interval the server's @every takes), not {every!r}"
+    )
     try:
         seconds = check_seconds("every", every.total_seconds() if isinstance(every, timedelta) else every)
     except ConfigurationError:
         raise bad from None
-    if seconds < 1:
+    # Bounded as written for the server, to the millisecond: 0.9996 is sent as "1s".
+    if not 1 <= round(seconds * 1000) / 1000 <= MAX_EVERY:
         raise bad
     return seconds
 
@@ -201,10 +220,30 @@ def zone(name: str | None) -> ZoneInfo | None:
     if name is None:
         return None
     try:
-        if not isinstance(name, str) or not name or name.startswith(("/", ".")):
+        # Names the server's Go time.LoadLocation refuses too: relative paths, "..", absolute.
+        if not isinstance(name, str) or not name or name.startswith(("/", ".", "\\")) or ".." in name:
             raise ValueError(name)
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ConfigurationError(
             f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin'"
         ) from None
+
+
+# Zone names that mean "the local time of the machine that reads them": Go's "Local", and the
+# "localtime" entry many zoneinfo directories carry (a link to /etc/localtime). The server
+# accepts both, and then fires in whatever zone its host is set to.
+_HOST_ZONES = frozenset({"local", "localtime"})
+
+
+def check_zone(name: str | None) -> ZoneInfo | None:
+    """The zone a schedule may be declared in: :func:`zone`, and ConfigurationError for a name
+    that means the server host's local time (``Local``, ``localtime``), which would make the
+    schedule fire in whatever zone that machine happens to be set to."""
+    if isinstance(name, str) and name.rsplit("/", 1)[-1].casefold() in _HOST_ZONES:
+        raise ConfigurationError(
+            f"time zone {name!r} means the local time of the server's host (whatever zone the "
+            "nats-server machine is set to), not a fixed zone: use an IANA name such as "
+            "'Europe/Berlin', or leave tz out for UTC"
+        )
+    return zone(name)

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..config import check_seconds
+from ..config import LATEST_MS, LATEST_TEXT, check_ahead
 from ..errors import ConfigurationError
-from .cron import Cron, every_seconds, go_duration, zone
+from .cron import Cron, check_zone, every_seconds, go_duration, quoted
 
 #: nats-server versions that store and fire schedules: ``@at`` (delayed jobs) and the
 #: repeating forms with time zones (periodic schedules).
@@ -23,14 +23,16 @@ PERIODIC_SINCE = (2, 14, 0)
 def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
     """When a job asked to wait ``countdown`` seconds or until ``eta`` becomes runnable (UTC,
     rounded up to the millisecond the server is told), None for a job that runs now (neither
-    given, a zero countdown or an ``eta`` already past)."""
+    given, a zero countdown or an ``eta`` already past). Either must end by
+    :data:`~jsworker.config.LATEST_MS` (the end of year 9999): ConfigurationError naming the
+    argument and that range otherwise."""
     if countdown is not None and eta is not None:
         raise ConfigurationError("give countdown or eta, not both")
     now = time.time()
     if countdown is not None:
-        if check_seconds("countdown", countdown, positive=False) == 0:
+        if check_ahead("countdown", countdown, positive=False, now=now) == 0:
             return None
-        return _whole_ms(now + countdown)
+        return _at_ms(math.ceil((now + countdown) * 1000))
     if eta is None:
         return None
     if not isinstance(eta, datetime):
@@ -40,13 +42,26 @@ def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
             f"eta {eta.isoformat()} has no time zone: pass an aware datetime, such as "
             "datetime.now(timezone.utc) + timedelta(...)"
         )
-    due = eta.timestamp()
-    return _whole_ms(due) if due > now else None
+    # In integers: a float timestamp near year 9999 is only good to some 30 microseconds, and
+    # an eta written in a zone west of UTC may lie past 9999-12-31 in UTC (where no datetime is).
+    since = eta - _EPOCH
+    due_us = (since.days * 86400 + since.seconds) * 1_000_000 + since.microseconds
+    due_ms = -(-due_us // 1000)
+    if due_ms > LATEST_MS:
+        raise ConfigurationError(
+            f"eta must be no later than {LATEST_TEXT} (rounded up to the millisecond: no later "
+            f"time exists for the server's @at schedules, nor for Python's datetime), not {eta.isoformat()}"
+        )
+    return _at_ms(due_ms) if due_us > now * 1_000_000 else None
 
 
-def _whole_ms(at: float) -> datetime:
-    # Rounded up: a job fires at or after the time its producer asked for, never a fraction before.
-    return datetime.fromtimestamp(math.ceil(at * 1000) / 1000, UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _at_ms(due_ms: int) -> datetime:
+    # Rounded up by the caller: a job fires at or after the time its producer asked for, never
+    # a fraction before. Built without floats, so the millisecond is exact.
+    return _EPOCH + timedelta(milliseconds=due_ms)
 
 
 def at_expression(due: datetime) -> str:
@@ -94,13 +109,21 @@ def check_schedule_form(
     name: str, cron: str | None, every: timedelta | float | None, tz: str | None
 ) -> tuple[str | None, float | None]:
     """The checked ``(cron, every seconds)`` of a declaration; ConfigurationError naming the
-    schedule for a bad expression, interval or zone (nothing is sent)."""
+    schedule for what the server would refuse: a bad expression, a cron with no fire time in
+    the next five years, an interval under 1 second or over :data:`~.cron.MAX_EVERY`, an
+    unknown zone or one meaning the server host's local time (nothing is sent)."""
     if (cron is None) == (every is None):
         raise ConfigurationError(f"schedule {name!r}: give cron=... or every=..., exactly one")
     try:
-        zone(tz)
+        where = check_zone(tz)
         if cron is not None:
-            Cron.parse(cron)
+            if Cron.parse(cron).next_after(datetime.now(UTC), where) is None:
+                # The server looks as far (to the end of the fifth year from now) and refuses
+                # the schedule as an invalid pattern when nothing matches.
+                raise ConfigurationError(
+                    f"cron {quoted(cron)} never fires: no time in the next five years matches it "
+                    "(such as February 30th), and the server refuses such a schedule"
+                )
             return cron, None
         if tz is not None:
             raise ConfigurationError("tz applies to cron schedules only (every= is a plain interval)")

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigurationError
 from ..jetstream.inspect import stream_facts
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
-from ..jetstream.message import OutMessage
-from ..jetstream.stored import SubjectMoved, write
+from ..jetstream.message import OutMessage, PayloadTooLargeError, check_size
+from ..jetstream.stored import SubjectMoved, WriteRefused, write
 from ..naming import validate_name
 from ..wire import (
     CONTENT_TYPE,
+    EXPECTED_LAST_SUBJECT_SEQ,
     PAUSED,
     QUEUE,
     ROLLUP,
@@ -88,17 +89,70 @@ class ScheduleState:
 @dataclass(frozen=True, slots=True)
 class SyncReport:
     """What a reconcile did, by schedule name: ``stale`` are on the server but not declared
-    (``removed`` when pruned)."""
+    (``removed`` when pruned); ``refused`` are declared but were not installed, each with why
+    (the server refused it, or it cannot be sent to this server)."""
 
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 class ScheduleNotFound(ConfigurationError):
     """No periodic schedule of that name is on the server."""
+
+
+class ScheduleRefused(ConfigurationError):
+    """One schedule could not be installed: the server refused it, or it cannot be sent to
+    this server (over ``max_payload``). The other schedules are not affected."""
+
+
+class SchedulesRefused(ConfigurationError):
+    """A reconcile installed every schedule it could, but not those in ``report.refused``
+    (the message names each with its reason); ``report`` says what was done with the rest."""
+
+    def __init__(self, report: SyncReport) -> None:
+        refused = "; ".join(f"{name!r}: {why}" for name, why in report.refused.items())
+        installed = len(report.created) + len(report.updated) + len(report.unchanged)
+        super().__init__(
+            f"{len(report.refused)} schedule(s) not installed ({refused}); the other {installed} are in place"
+        )
+        self.report = report
+
+
+#: The largest header block the server stores, in bytes: past it a write is refused with
+#: "header size exceeds maximum allowed of 64k" (JetStream error 10097).
+MAX_HEADER_BLOCK = 65_535
+
+
+def written_header_block(msg: OutMessage, expect_last: int | None = None) -> int:
+    """Bytes of the header block the server holds against :data:`MAX_HEADER_BLOCK` when
+    ``msg`` is written expecting last sequence ``expect_last`` (None: the longest one, 20
+    digits). Counted as the server counts: ``msg``'s own block, the
+    ``Nats-Expected-Last-Subject-Sequence`` every write adds, and the ``Nats-Rollup: sub``
+    the server adds to a schedule that has none, before it checks the size."""
+    digits = 20 if expect_last is None else len(str(expect_last))
+    size = msg.size - len(msg.body) + len(EXPECTED_LAST_SUBJECT_SEQ) + len(": \r\n") + digits
+    if SCHEDULE in msg.headers and ROLLUP not in msg.headers:
+        size += len(ROLLUP) + len(": sub\r\n")
+    return size
+
+
+def check_schedule_size(app: App, schedule: Schedule) -> None:
+    """ConfigurationError naming ``schedule`` when the server would refuse its message for
+    the size of its headers (a very long cron expression: it travels twice, as the schedule
+    and as its declaration). The body is checked at install, against the server's
+    ``max_payload``, which only a connection knows."""
+    # With the longest sequence a later update may expect: what is declared now stays
+    # installable (at most 19 bytes stricter than the first write).
+    size = written_header_block(_message(app, _declared_state(app, schedule), paused=False))
+    if size > MAX_HEADER_BLOCK:
+        raise ConfigurationError(
+            f"schedule {schedule.name!r}: its headers come to {size} bytes, and the server refuses "
+            f"more than {MAX_HEADER_BLOCK} (shorten the cron expression)"
+        )
 
 
 def _message(app: App, state: ScheduleState, paused: bool) -> OutMessage:
@@ -185,17 +239,33 @@ async def read_schedule(app: App, conn: Connection, name: str) -> ScheduleState 
 
 async def _install(app: App, conn: Connection, wanted: ScheduleState, current: ScheduleState | None) -> str:
     """Bring one schedule to ``wanted`` (keeping its paused state); ``created``, ``updated``
-    or ``unchanged``."""
+    or ``unchanged``. :class:`ScheduleRefused` when the server refuses it or it cannot be
+    sent; a failure that may pass (no answer, no leader) raises :class:`WriteRefused`."""
     for _ in range(_ROUNDS):
         if current is not None and current.digest == wanted.digest:
             return "unchanged"
         paused = current is not None and current.paused
+        msg = _message(app, wanted, paused)
+        expect_last = current.seq if current else 0
+        if (size := written_header_block(msg, expect_last)) > MAX_HEADER_BLOCK:
+            # Declaring checks this already; a Schedule made by hand may still get here.
+            raise ScheduleRefused(
+                f"its headers come to {size} bytes, and the server refuses more than {MAX_HEADER_BLOCK}"
+            )
         try:
-            await write_message(conn, _message(app, wanted, paused), current.seq if current else 0)
+            # An oversized message would get the connection closed by the server: never sent.
+            check_size(msg, conn.max_payload)
+            await write_message(conn, msg, expect_last)
             return "updated" if current is not None else "created"
         except SubjectMoved:
             current = await read_schedule(app, conn, wanted.name)
-    raise ConfigurationError(f"schedule {wanted.name!r} keeps changing under this process; not installed")
+        except PayloadTooLargeError as exc:
+            raise ScheduleRefused(str(exc)) from exc
+        except WriteRefused as exc:
+            if exc.transient:
+                raise
+            raise ScheduleRefused(str(exc)) from exc
+    raise ScheduleRefused("it keeps changing under this process")
 
 
 async def write_message(conn: Connection, msg: OutMessage, expect_last: int) -> None:
@@ -206,11 +276,22 @@ async def write_message(conn: Connection, msg: OutMessage, expect_last: int) -> 
 async def sync_schedules(app: App, conn: Connection, *, prune: bool = False) -> SyncReport:
     """Install the app's declared schedules: create missing ones, replace changed ones, leave
     identical ones untouched (their timing goes on undisturbed). Schedules on the server that
-    the app does not declare are reported as stale, and removed only with ``prune``."""
+    the app does not declare are reported as stale, and removed only with ``prune``.
+
+    Each schedule is installed on its own: one the server refuses is skipped and the others
+    are still installed; then :class:`SchedulesRefused` (carrying the report) names the
+    refused ones and why. A failure that may pass (no answer, no leader) stops the sync."""
     report = SyncReport()
     current = await read_schedules(app, conn)
     for name, schedule in app.schedules.items():
-        done = await _install(app, conn, _declared_state(app, schedule), current.get(name))
+        try:
+            # A Schedule built by hand skipped the declaration's checks: its expression may
+            # not even parse.
+            wanted = _declared_state(app, schedule)
+            done = await _install(app, conn, wanted, current.get(name))
+        except ConfigurationError as exc:  # ScheduleRefused, or an expression that does not parse
+            report.refused[name] = str(exc)
+            continue
         getattr(report, done).append(name)
     for name, state in current.items():
         if name in app.schedules:
@@ -218,6 +299,8 @@ async def sync_schedules(app: App, conn: Connection, *, prune: bool = False) -> 
         report.stale.append(name)
         if prune and await LimitsStream(conn, app.namespace.stream).delete(state.seq):
             report.removed.append(name)
+    if report.refused:
+        raise SchedulesRefused(report)
     return report
 
 
