@@ -10,7 +10,7 @@ too (its schedules). A stream that does not exist yet (no worker ever ran) reads
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from .connection import Connection
 # Added by the server to messages of a headers-only consumer: the size of the body left out.
 _MSG_SIZE = "Nats-Msg-Size"
 _NO_MESSAGE = 10057  # STREAM.MSG.DELETE of a sequence that holds no message
+_NO_STREAM = 10059  # the API's "stream not found"
 _FETCH_WAIT = 5.0
 # A throwaway consumer outlives a crashed reader only this long (seconds).
 _INACTIVE = 60.0
@@ -35,6 +36,11 @@ _BATCH_BODIES = 100
 
 class LimitsStreamError(StreamRequestError):
     """A request on a stream failed (see ``transient``)."""
+
+
+class StreamNotFoundError(LimitsStreamError):
+    """The stream does not exist: raised only by reads asked to tell that apart from a
+    missing message (``stream_required``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +71,15 @@ class LimitsStream:
         """The message at ``seq`` with its body, or None when there is none."""
         return await self._read(f"cannot read message {seq} of {self.stream}", seq=seq)
 
-    async def last(self, subject: str) -> StoredMessage | None:
-        """The last message on ``subject`` (a literal subject), or None when it holds none."""
-        return await self._read(f"cannot read {subject} of {self.stream}", subject=subject)
+    async def last(self, subject: str, *, stream_required: bool = False) -> StoredMessage | None:
+        """The last message on ``subject`` (a literal subject), or None when it holds none.
+
+        A stream that does not exist reads as empty, unless ``stream_required``: then it raises
+        :class:`StreamNotFoundError` (same request, no extra cost).
+        """
+        return await self._read(
+            f"cannot read {subject} of {self.stream}", stream_required=stream_required, subject=subject
+        )
 
     async def next(self, subjects: str, from_seq: int = 1) -> StoredMessage | None:
         """The first message at or after ``from_seq`` on a subject matching ``subjects`` (found
@@ -76,11 +88,15 @@ class LimitsStream:
             f"cannot read {subjects} of {self.stream}", seq=max(1, from_seq), subject=subjects, next=True
         )
 
-    async def _read(self, what: str, **request: Any) -> StoredMessage | None:
+    async def _read(
+        self, what: str, *, stream_required: bool = False, **request: Any
+    ) -> StoredMessage | None:
         with _errors(what):
             try:
                 raw = await self.conn.js.get_msg(self.stream, **request)
-            except nats.js.errors.NotFoundError:
+            except nats.js.errors.NotFoundError as exc:
+                if stream_required and exc.err_code == _NO_STREAM:
+                    raise StreamNotFoundError(f"{what}: stream {self.stream} does not exist") from exc
                 return None  # no such message, or no such stream
         body = raw.data or b""
         return StoredMessage(
@@ -224,5 +240,15 @@ def _stored(msg: Msg, bodies: bool) -> StoredMessage:
     )
 
 
-def _errors(what: str) -> contextlib.AbstractContextManager[None]:
-    return failures_as(what, LimitsStreamError)
+@contextlib.contextmanager
+def _errors(what: str) -> Iterator[None]:
+    with failures_as(what, LimitsStreamError):
+        try:
+            yield
+        except nats.js.errors.ServiceUnavailableError as exc:
+            if exc.code:
+                raise  # the server answered 503, which classify reads as passing
+            # nats-py's JetStream calls turn "no responders" (a restarting server, a stream
+            # without a leader yet) into this error without a code, which would read as a
+            # refusal: it is worth trying again.
+            raise nats.errors.NoRespondersError from exc

@@ -51,16 +51,23 @@ def ttl_headers(ttl: float) -> dict[str, str]:
 
 
 class Records:
-    """Reads and compare-and-set writes of job records."""
+    """Reads and compare-and-set writes of job records.
 
-    def __init__(self, conn: Connection, namespace: Namespace) -> None:
+    A bucket that does not exist reads as holding no record, unless ``bucket_required``: then
+    reads raise :class:`~jsworker.jetstream.limits_stream.StreamNotFoundError`.
+    """
+
+    def __init__(self, conn: Connection, namespace: Namespace, *, bucket_required: bool = False) -> None:
         self.conn = conn
         self.namespace = namespace
         self._stream = LimitsStream(conn, namespace.jobs_stream)
+        self._bucket_required = bucket_required
 
     async def read(self, job_id: str) -> tuple[int, JobRecord] | None:
         """``(sequence, record)`` of ``job_id``, None when there is none (or it is unreadable)."""
-        found = await self._stream.last(self.namespace.record_subject(job_id))
+        found = await self._stream.last(
+            self.namespace.record_subject(job_id), stream_required=self._bucket_required
+        )
         if found is None or not found.body:
             return None
         try:
