@@ -63,8 +63,9 @@ def validate_app_name(value: str) -> str:
 
 #: Who a connection is, for the server's permissions: each role gets replies on its own inbox
 #: subjects, so a user of one role cannot read what is delivered to another.
-Role = Literal["producer", "worker", "operator"]
-ROLES: tuple[Role, ...] = ("producer", "worker", "operator")
+#: A canceller is a producer that may also cancel jobs (see :mod:`jsworker.permissions`).
+Role = Literal["producer", "canceller", "worker", "operator"]
+ROLES: tuple[Role, ...] = ("producer", "canceller", "worker", "operator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +197,15 @@ class Namespace:
         """Subject of the entry of worker ``worker_id`` in :attr:`workers_bucket` (``>``: all of them)."""
         return _kv_subject(self.workers_bucket, worker_id)
 
-    def cancel_subject(self, job_id: str = "*") -> str:
-        """Subject a cancel of running job ``job_id`` is announced on to the workers."""
-        return f"jsw.{self.app}.cancel.{job_id}"
+    def ask_subject(self, question: str, job_id: str = "*") -> str:
+        """Subject on which the workers answer ``question`` (``status``, ``cancel``) about job
+        ``job_id``, for users that may not read the job stream or cancel on their own."""
+        return f"jsw.{self.app}.ask.{question}.{job_id}"
+
+    def halt_subject(self, job_id: str = "*") -> str:
+        """Subject on which the workers hear that job ``job_id`` was cancelled, so that the
+        one holding it drops or stops it (after checking with the server)."""
+        return f"jsw.{self.app}.halt.{job_id}"
 
     @property
     def inbox_prefix(self) -> str:

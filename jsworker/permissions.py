@@ -1,35 +1,162 @@
-"""The NATS permissions each role of an app needs, and nothing more.
+"""The NATS permissions each role of an app needs, each grant with the feature it serves.
 
-Three roles use an app (see :data:`~jsworker.naming.ROLES`):
+Four roles use an app (see :data:`~jsworker.naming.ROLES`):
 
-* **producer** enqueues jobs: it may publish to the app's job subjects and delayed-job
-  schedules (and the ``enqueued``, ``scheduled`` and ``cancelled`` job events), look up its
-  job stream, and read the replies on its own inbox. For a job's status, result and cancel it
-  may read and delete single messages of the job stream, read its queues' consumers, read,
-  write and watch job records, announce cancels and write claims. It cannot purge anything,
-  read a dead letter or an event, or take another role's replies.
-* **worker** runs jobs: it creates and updates the app's streams and its queue consumers,
-  pulls and acknowledges jobs, stores dead letters, events and claims, installs periodic
-  schedules, keeps its entry in the worker registry, and may enqueue.
-* **operator** looks after an app (``jsworker status``, ``dlq``, ``events``, ``schedules``):
-  it reads the app's streams and consumers, reads, replays and deletes dead letters, reads
-  events and the worker registry (``jsworker workers``), and writes and removes schedules.
-  It never pulls from a queue's consumer, so it cannot take a job away from the workers.
+* **producer** only adds work: it enqueues jobs and one-shot delayed jobs, watches and reads
+  job records (results) by job id, and asks the workers for a job's status. It cannot read
+  or delete a job message, write a record or a claim, cancel, or install anything that fires
+  more than once (a recurring schedule on the delayed-job subjects is refused by the worker
+  that receives its first firing).
+* **canceller** is a producer that may also ask the workers to cancel a job (a web app's
+  "cancel" button): nothing else beyond the producer's rights.
+* **worker** runs jobs: it creates the app's streams and queue consumers, pulls and settles
+  jobs, writes records, claims, dead letters and events, installs periodic schedules, keeps
+  its registry entry, carries out the cancels and answers the status questions of producers.
+* **operator** looks after an app (``jsworker status``, ``dlq``, ``events``, ``schedules``,
+  ``workers``): it reads everything, replays and removes dead letters, writes and removes
+  schedules, and may cancel jobs itself. It never pulls from a queue's consumer, so
+  it cannot take a job away from the workers.
 
-The subjects come from the app's names (:class:`~jsworker.naming.Namespace`) and its inbox
-prefix, so the permissions follow a renamed app or prefix; ``jsworker permissions`` prints
-them as a NATS server configuration block.
+Every allow entry is a :class:`Grant` naming why it is there; ``jsworker permissions`` prints
+them as a NATS server configuration block, and :func:`role_table` as the README's table.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .naming import ROLES, Namespace, Role
 
 _API = "$JS.API"
+_ALL: frozenset[Role] = frozenset(ROLES)
+_PRODUCING: frozenset[Role] = frozenset(ROLES)  # every role may enqueue
+_TRUSTED: frozenset[Role] = frozenset({"worker", "operator"})
+_WORKER: frozenset[Role] = frozenset({"worker"})
+_OPERATOR: frozenset[Role] = frozenset({"operator"})
+_CANCELLING: frozenset[Role] = frozenset({"canceller", "worker", "operator"})
+_READERS: frozenset[Role] = frozenset({"producer", "canceller", "operator"})
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One allow entry: ``subject`` may be published to (or subscribed on, when
+    ``subscribe``) by ``roles``, because ``why``."""
+
+    subject: str
+    why: str
+    roles: frozenset[Role]
+    subscribe: bool = False
+
+
+def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
+    """Every allow entry of every role of app ``app``, in the order they are printed."""
+    ns = Namespace(app)
+    prefix = inbox_prefix or ns.inbox_prefix
+    jobs, kv, claims = ns.stream, ns.jobs_stream, ns.claims_stream
+    dlq, events, registry = ns.dlq_stream, ns.events_stream, ns.workers_stream
+    streams = (jobs, ns.dlq_stream, ns.events_stream, claims, kv, registry)
+    kept = (dlq, events)
+    return [
+        # -- replies ---------------------------------------------------------------------
+        *(
+            Grant(f"{prefix}.{inbox_role(role)}.>", "replies to its own requests", frozenset({role}), True)
+            for role in ROLES
+        ),
+        # -- what every role does --------------------------------------------------------
+        Grant(
+            ns.job_subjects, "enqueue jobs (workers from tasks, operators replaying dead letters)", _PRODUCING
+        ),
+        Grant(
+            ns.delayed_filter(),
+            "enqueue delayed jobs (one-shot `@at` schedules; a worker dead-letters any other firing)",
+            _PRODUCING,
+        ),
+        *(
+            Grant(
+                ns.event_subject("*", "*", kind),
+                f"the `{kind}` event of an enqueue (`App(events=True)`)",
+                _ALL,
+            )
+            for kind in ("enqueued", "scheduled")
+        ),
+        Grant(ns.event_subject("*", "*", "cancelled"), "the `cancelled` event of a cancel", _TRUSTED),
+        Grant(f"{_API}.STREAM.MSG.GET.{kv}", "read a job's record (status, result) by its job id", _ALL),
+        Grant(ns.ask_subject("status"), "ask the workers for a job's status", _ALL),
+        Grant(ns.ask_subject("cancel"), "ask the workers to cancel a job", _CANCELLING),
+        Grant(
+            ns.record_subject(), "watch job records as they are stored (waiting for results)", _READERS, True
+        ),
+        # -- what workers and operators do -----------------------------------------------
+        *(
+            Grant(f"{_API}.STREAM.{verb}.{s}", "create and check the app's streams", _TRUSTED)
+            for s in streams
+            for verb in ("INFO", "CREATE", "UPDATE")
+        ),
+        Grant(f"{_API}.CONSUMER.LIST.{jobs}", "list the queues (status, queue gauges)", _TRUSTED),
+        Grant(
+            f"{_API}.CONSUMER.INFO.{jobs}.*", "read a queue's consumer (status: queued or running)", _TRUSTED
+        ),
+        Grant(
+            f"{_API}.STREAM.MSG.GET.{jobs}",
+            "read waiting jobs and schedules (status, cancel, the oldest job of a queue)",
+            _TRUSTED,
+        ),
+        Grant(
+            f"{_API}.STREAM.MSG.DELETE.{jobs}",
+            "delete a cancelled job or schedule, or a schedule a producer may not install",
+            _TRUSTED,
+        ),
+        Grant(ns.record_subject(), "write job records (results, failures, cancels)", _TRUSTED),
+        Grant(ns.claim_subjects, "claim fired jobs and cancelled firings (each firing runs once)", _TRUSTED),
+        Grant(f"{_API}.STREAM.MSG.GET.{claims}", "read claims", _TRUSTED),
+        Grant(ns.halt_subject(), "tell the worker holding a cancelled job to drop or stop it", _TRUSTED),
+        Grant(ns.periodic_filter, "install, pause and remove periodic schedules", _TRUSTED),
+        # -- workers ---------------------------------------------------------------------
+        Grant(ns.dlq_subjects, "store dead letters", _WORKER),
+        Grant(ns.events_subjects, "store job events", _WORKER),
+        Grant(
+            ns.worker_subject("*"),
+            "its own entry in the worker registry (each process makes up its id)",
+            _WORKER,
+        ),
+        Grant(f"{_API}.CONSUMER.CREATE.{jobs}.>", "create the queue consumers", _WORKER),
+        Grant(
+            f"{_API}.CONSUMER.DURABLE.CREATE.{jobs}.*", "create the queue consumers (older servers)", _WORKER
+        ),
+        Grant(f"{_API}.CONSUMER.MSG.NEXT.{jobs}.*", "pull jobs", _WORKER),
+        Grant(f"$JS.ACK.{jobs}.>", "acknowledge, retry and end jobs", _WORKER),
+        Grant(ns.ask_subject("*"), "answer status and cancel questions", _WORKER, True),
+        Grant(ns.halt_subject(), "hear of cancelled jobs it may hold", _WORKER, True),
+        # -- operators -------------------------------------------------------------------
+        *(Grant(f"{_API}.STREAM.MSG.GET.{s}", "read dead letters and events", _OPERATOR) for s in kept),
+        *(
+            Grant(
+                f"{_API}.CONSUMER.{verb}.{s}{tail}",
+                "read dead letters, events and the worker registry through short-lived consumers",
+                _OPERATOR,
+            )
+            for s in (*kept, registry)
+            for verb, tail in (
+                ("CREATE", ""),
+                ("CREATE", ".>"),
+                ("INFO", ".*"),
+                ("DELETE", ".*"),
+                ("MSG.NEXT", ".*"),
+            )
+        ),
+        *(Grant(f"$JS.ACK.{s}.>", "read dead letters and events", _OPERATOR) for s in kept),
+        Grant(f"{_API}.STREAM.MSG.DELETE.{dlq}", "remove a dead letter", _OPERATOR),
+        Grant(f"{_API}.STREAM.PURGE.{dlq}", "purge dead letters", _OPERATOR),
+    ]
+
+
+def inbox_role(role: Role) -> Role:
+    """The role whose inbox a connection of ``role`` uses: a canceller connects as the
+    producer it also is."""
+    return "producer" if role == "canceller" else role
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +168,22 @@ class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
 
-    def as_config(self) -> dict[str, dict[str, list[str]]]:
+    @property
+    def answers(self) -> bool:
+        """Whether the user may answer the questions it receives: one reply to each reply
+        subject a message it got named (NATS ``allow_responses``), nowhere else. Workers answer
+        status and cancel questions from users whose inboxes they may not publish to."""
+        return self.role == "worker"
+
+    def as_config(self) -> dict[str, Any]:
         """The ``permissions`` block of a NATS user, as a mapping."""
-        return {
+        config: dict[str, Any] = {
             "publish": {"allow": list(self.publish)},
             "subscribe": {"allow": list(self.subscribe)},
         }
+        if self.answers:
+            config["allow_responses"] = True
+        return config
 
 
 def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permissions:
@@ -54,85 +191,38 @@ def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permis
     set one (``inbox_prefix=``/``JSWORKER_INBOX_PREFIX``)."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
-    ns = Namespace(app)
-    inbox = f"{inbox_prefix or ns.inbox_prefix}.{role}.>"
-    streams = (
-        ns.stream,
-        ns.dlq_stream,
-        ns.events_stream,
-        ns.claims_stream,
-        ns.jobs_stream,
-        ns.workers_stream,
+    mine = [g for g in grants(app, inbox_prefix) if role in g.roles]
+    return Permissions(
+        role=role,
+        publish=_unique(g.subject for g in mine if not g.subscribe),
+        subscribe=_unique(g.subject for g in mine if g.subscribe),
     )
-    # Enqueueing a delayed job, a job's status and result, and cancelling any job, which
-    # every role may do.
-    delayed = [
-        ns.delayed_filter(),
-        ns.claim_subjects,
-        ns.record_subject(),
-        ns.cancel_subject(),
-        f"{_API}.STREAM.MSG.GET.{ns.stream}",
-        f"{_API}.STREAM.MSG.DELETE.{ns.stream}",
-        f"{_API}.STREAM.MSG.GET.{ns.claims_stream}",
-        f"{_API}.STREAM.MSG.GET.{ns.jobs_stream}",
-        f"{_API}.CONSUMER.INFO.{ns.stream}.*",
+
+
+def _unique(subjects: Iterable[str]) -> tuple[str, ...]:
+    # A subject two grants share (workers and operators both write records) is listed once.
+    return tuple(dict.fromkeys(subjects))
+
+
+def role_table(inbox_prefix: str | None = None) -> str:
+    """The README's table of every grant of an app named ``<app>``: a column a role, a row
+    the entries that serve one purpose, and that purpose."""
+    rows = [
+        f"| subjects | | {' | '.join(ROLES)} | why |",
+        "|---|---|" + "---|" * len(ROLES) + "---|",
     ]
-    if role == "producer":
-        publish = [
-            ns.job_subjects,
-            *delayed,
-            *(f"jsw.{ns.app}.ev.*.*.{kind}" for kind in ("enqueued", "scheduled", "cancelled")),
-            f"{_API}.STREAM.INFO.{ns.stream}",
-        ]
-        # Results are watched as they are stored.
-        return Permissions(role=role, publish=tuple(publish), subscribe=(inbox, ns.record_subject()))
-    # What workers and operators both do: enqueue (workers from tasks, operators replaying dead
-    # letters), create and read the app's streams, and read its queues (the queue gauges and
-    # `status` read each queue's oldest waiting job).
-    publish = [
-        ns.job_subjects,
-        *delayed,
-        # Periodic schedules: workers install them, operators also pause and remove them.
-        f"jsw.{ns.app}.sched.repeat.*",
-        *(f"{_API}.STREAM.{verb}.{s}" for s in streams for verb in ("INFO", "CREATE", "UPDATE")),
-        f"{_API}.CONSUMER.LIST.{ns.stream}",
-    ]
-    if role == "worker":
-        publish += [
-            ns.dlq_subjects,
-            ns.events_subjects,
-            # Its own entry in the worker registry, written and removed; any id, since each
-            # process makes up its own.
-            ns.worker_subject("*"),
-            f"{_API}.CONSUMER.CREATE.{ns.stream}.>",
-            f"{_API}.CONSUMER.DURABLE.CREATE.{ns.stream}.*",
-            f"{_API}.CONSUMER.MSG.NEXT.{ns.stream}.*",
-            f"$JS.ACK.{ns.stream}.>",
-        ]
-        # Cancels of running jobs reach the workers running them.
-        return Permissions(role=role, publish=tuple(publish), subscribe=(inbox, ns.cancel_subject()))
-    else:
-        kept = (ns.dlq_stream, ns.events_stream)
-        publish += [
-            *(f"{_API}.STREAM.MSG.GET.{s}" for s in kept),
-            # Dead letters, events and the worker registry are read through short-lived
-            # consumers of their own; an unnamed one is created on the stream's own subject.
-            *(
-                f"{_API}.CONSUMER.{verb}.{s}{tail}"
-                for s in (*kept, ns.workers_stream)
-                for verb, tail in (
-                    ("CREATE", ""),
-                    ("CREATE", ".>"),
-                    ("INFO", ".*"),
-                    ("DELETE", ".*"),
-                    ("MSG.NEXT", ".*"),
-                )
-            ),
-            *(f"$JS.ACK.{s}.>" for s in kept),
-            f"{_API}.STREAM.MSG.DELETE.{ns.dlq_stream}",
-            f"{_API}.STREAM.PURGE.{ns.dlq_stream}",
-        ]
-    return Permissions(role=role, publish=tuple(publish), subscribe=(inbox, ns.record_subject()))
+    merged: list[tuple[list[str], Grant]] = []
+    for g in grants("<app>", inbox_prefix):
+        last = merged[-1][1] if merged else None
+        if last is not None and (last.why, last.roles, last.subscribe) == (g.why, g.roles, g.subscribe):
+            merged[-1][0].append(g.subject)
+        else:
+            merged.append(([g.subject], g))
+    for subjects, g in merged:
+        cells = " | ".join("✓" if role in g.roles else "" for role in ROLES)
+        listed = "<br>".join(f"`{s}`" for s in subjects)
+        rows.append(f"| {listed} | {'sub' if g.subscribe else 'pub'} | {cells} | {g.why} |")
+    return "\n".join(rows) + "\n"
 
 
 def server_config(apps: Sequence[str], roles: Sequence[Role] = ROLES, inbox_prefix: str | None = None) -> str:

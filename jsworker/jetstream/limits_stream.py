@@ -176,7 +176,9 @@ class LimitsStream:
             except nats.js.errors.NotFoundError:
                 return False
             except nats.js.errors.APIError as exc:
-                if exc.err_code == _NO_MESSAGE:
+                # A clustered stream words it "sequence N not found", a single server "no
+                # message found" or "stream store EOF": all mean the message is gone.
+                if exc.err_code == _NO_MESSAGE or "not found" in str(exc.description or ""):
                     return False
                 raise
 

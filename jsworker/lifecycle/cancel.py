@@ -1,15 +1,20 @@
-"""Cancelling a job in any state before it finishes.
+"""Cancelling a job in any state before it finishes, as a user that may (a worker, an
+operator) does it; producers with the cancel permission ask a worker to (see
+:mod:`jsworker.runtime.answers`).
 
 * **scheduled**: the schedule is deleted and its firing claimed as cancelled
   (:func:`~jsworker.scheduling.delayed.cancel_delayed`).
 * **queued, retrying or running**: its message is deleted from the stream (its subject ends
   in the job id), so no worker receives it again, not even after the one holding it is
-  restarted; then a ``cancelled`` record is written, and the workers are told on
-  ``jsw.<app>.cancel.<job id>``: the one running it cancels it (an async task at once, a sync
-  one through ``current_job().cancelled``), one holding it in its buffer drops it.
+  restarted. If the queue's consumer had handed it out, the workers are asked on
+  ``jsw.<app>.halt.<job id>`` whether one holds it: each checks with the server that the
+  message is gone, then drops it unstarted from its buffer or stops it while it runs, and says
+  so; a worker that had already finished it says that, and the cancel reports False. Then a
+  ``cancelled`` record is written.
 
-The record is written only over the record read before the delete (compare-and-set): a
-worker that stored the job's result in between wins, and the cancel reports False.
+True therefore means the job did not finish and will not start. The record is written only
+over the record read before the delete (compare-and-set): a worker that stored the job's
+result in between wins, and the cancel reports False.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from typing import TYPE_CHECKING
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection
 from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.service import gather
 from ..jetstream.stored import SubjectMoved
 from ..observability.metrics import UNKNOWN
 from ..scheduling.declare import DELAYED_SINCE
 from ..scheduling.delayed import cancel_delayed
 from .bucket import RECORDS_SINCE, Records
+from .lookup import delivered_seq
 from .state import JobRecord, JobState
 
 if TYPE_CHECKING:
@@ -33,6 +40,15 @@ if TYPE_CHECKING:
 # A worker writing a retrying record at the same instant can move the record under a cancel
 # a few times at most; more means something else keeps writing.
 _ATTEMPTS = 5
+#: What a worker answers about a cancelled job it holds: it dropped it before it started, it
+#: stopped it while it ran, or it had finished it already.
+DROPPED, STOPPED, FINISHED = b"dropped", b"stopped", b"finished"
+# How long the workers get to answer whether one holds a job that was handed out: a live
+# worker answers within milliseconds; silence means the holder is gone (its copy is
+# redelivered nowhere, since the message is deleted).
+_HOLDER_WAIT = 1.0
+# After the first answer, a moment for a second holder (a copy redelivered after ack_wait).
+_HOLDER_LINGER = 0.05
 
 
 async def cancel_job(app: App, conn: Connection, job_id: str) -> bool:
@@ -54,12 +70,20 @@ async def cancel_job(app: App, conn: Connection, job_id: str) -> bool:
         return False
     if not await jobs.delete(message.seq):
         return False  # settled (or cancelled) since it was read
+    # Deleted, it can no longer be handed out: whoever got it got it before. A job waiting
+    # out a retry's delay is held by nobody.
+    retrying = found is not None and found[1].seq == message.seq and found[1].state is JobState.RETRYING
+    resting = retrying and (found[1].next_attempt_at or 0.0) > time.time() + _HOLDER_WAIT  # type: ignore[index]
+    if not resting and await delivered_seq(conn, ns.stream, queue) >= message.seq:
+        answers = await gather(
+            conn, ns.halt_subject(job_id), str(message.seq).encode(), wait=_HOLDER_WAIT, linger=_HOLDER_LINGER
+        )
+        if FINISHED in answers:
+            return False
     if conn.server_version >= RECORDS_SINCE:
         last = found[0] if found is not None else 0
         if not await _record(app, records, job_id, queue, task, message.seq, last):
             return False
-    # The sequence names this very message: a later run of a unique job has the same id.
-    await conn.nc.publish(ns.cancel_subject(job_id), str(message.seq).encode())
     label = task if task in app.tasks else UNKNOWN
     app.metrics.cancelled.labels(queue, label).inc()
     if app.options.events:

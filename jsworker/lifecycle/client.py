@@ -1,21 +1,36 @@
-"""What a producer asks about its jobs: results, status, cancel (``App`` and ``Job`` delegate here)."""
+"""What a producer asks about its jobs: results, status, cancel (``App`` and ``Job`` delegate here).
+
+Results are read from the jobs bucket, which producers may read. Status and cancel need the
+job stream, which a producer may neither read nor change: they are questions to the app's
+workers (:mod:`jsworker.runtime.answers`), answered by whichever worker gets them. When no
+worker runs, the caller does the work itself, which only a user allowed to read the job
+stream (an operator, or a server without permissions) can.
+"""
 
 from __future__ import annotations
 
+import json
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import JobCancelled, JobExpired, JobFailed, JobNotFound
+from ..errors import JobCancelled, JobExpired, JobFailed, JobNotFound, JsworkerError, PermissionDeniedError
 from ..jetstream.connection import Connection
+from ..jetstream.service import NobodyAnswered, ask
 from .bucket import RECORDS_SINCE
 from .cancel import cancel_job
-from .lookup import current_message, job_status
+from .lookup import job_status
 from .state import JobRecord, JobState, JobStatus
 from .waiter import ResultWaiter
 
 if TYPE_CHECKING:
     from ..app import App
     from ..job import Job
+
+
+T = TypeVar("T")
+# States in which a job has a message in the stream: its sequence names this run.
+_IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING})
 
 
 class JobLifecycle:
@@ -42,9 +57,9 @@ class JobLifecycle:
         if job.from_id:
             # A handle names the job's message while there is one: a unique job's earlier run
             # left a record under the same id.
-            message = await current_message(self.app, conn, job.id)
-            seq = message.seq if message is not None else 0
-            if message is None and (await job_status(self.app, conn, job.id)).state is JobState.UNKNOWN:
+            status = await self.status(job.id)
+            seq = status.seq or 0 if status.state in _IN_STREAM else 0
+            if status.state is JobState.UNKNOWN:
                 raise JobNotFound(
                     f"no job {job.id} in app {self.app.name}: never enqueued, or its record is "
                     "gone (expired, or its task does not keep results)"
@@ -69,9 +84,41 @@ class JobLifecycle:
 
     async def status(self, job_id: str) -> JobStatus:
         """The status of ``job_id`` (see :meth:`App.astatus <jsworker.App.astatus>`)."""
-        return await job_status(self.app, await self._connection("job status"), job_id)
+        conn = await self._connection("job status")
+        answer = await self._ask(conn, "status", job_id)
+        if answer is not None:
+            return JobStatus.from_dict(answer)
+        return await self._itself("read the status of", job_id, job_status(self.app, conn, job_id))
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel ``job_id`` (see :meth:`App.acancel <jsworker.App.acancel>`)."""
         conn = await self.app.producer.connection()
-        return await cancel_job(self.app, conn, job_id)
+        answer = await self._ask(conn, "cancel", job_id)
+        if answer is not None:
+            return bool(answer)
+        return await self._itself("cancel", job_id, cancel_job(self.app, conn, job_id))
+
+    async def _ask(self, conn: Connection, question: str, job_id: str) -> Any:
+        """The workers' answer to ``question`` about ``job_id``; None when no worker runs."""
+        subject = self.app.namespace.ask_subject(question, job_id)
+        try:
+            raw = await ask(conn, subject, b"", self.app.options.publish_timeout)
+        except NobodyAnswered:
+            return None
+        except TimeoutError as exc:
+            raise JsworkerError(f"cannot {question} job {job_id}: {exc}") from None
+        except PermissionDeniedError as exc:
+            raise JsworkerError(f"cannot {question} job {job_id}: this user may not ({exc})") from None
+        doc = json.loads(raw)
+        if "error" in doc:
+            raise JsworkerError(f"cannot {question} job {job_id}: {doc['error']}")
+        return doc["value"]
+
+    async def _itself(self, what: str, job_id: str, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except PermissionDeniedError as exc:
+            raise JsworkerError(
+                f"cannot {what} job {job_id}: no worker of app {self.app.name} is running to do it, "
+                f"and this user may not do it itself ({exc})"
+            ) from None

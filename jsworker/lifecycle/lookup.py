@@ -83,13 +83,13 @@ async def _in_stream(
     retrying = record is not None and record.state is JobState.RETRYING and record.seq == message.seq
     if record is not None and retrying and (record.next_attempt_at or 0.0) > time.time():
         return record.status(job_id)
-    delivered = await _delivered_seq(conn, ns.stream, queue)
+    delivered = await delivered_seq(conn, ns.stream, queue)
     state = JobState.RUNNING if message.seq <= delivered else JobState.QUEUED
     attempts = record.attempts if record is not None and record.seq == message.seq else None
-    return JobStatus(job_id, state, queue=queue, task=task, attempts=attempts)
+    return JobStatus(job_id, state, queue=queue, task=task, attempts=attempts, seq=message.seq)
 
 
-async def _delivered_seq(conn: Connection, stream: str, queue: str) -> int:
+async def delivered_seq(conn: Connection, stream: str, queue: str) -> int:
     """The last stream sequence the queue's consumer handed out (0: none, or no consumer)."""
     try:
         info = await conn.js.consumer_info(stream, queue)

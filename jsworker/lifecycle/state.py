@@ -61,7 +61,8 @@ class JobStatus:
 
     ``attempts`` counts the runs started so far; times are UTC. ``worker`` names the worker
     process (``host:pid``) that settled it; ``error`` is set for ``failed`` and for a
-    ``retrying`` job's last failure.
+    ``retrying`` job's last failure. ``seq`` is the stream sequence of the job's message
+    (this run's, for a unique job whose id comes back), when known.
     """
 
     id: str
@@ -76,6 +77,7 @@ class JobStatus:
     worker: str | None = None
     error: JobError | None = None
     reason: str | None = None
+    seq: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601 strings)."""
@@ -88,6 +90,22 @@ class JobStatus:
                 value = {"type": value.type, "message": value.message, "traceback": value.traceback}
             out[name] = value
         return out
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> JobStatus:
+        """The status :meth:`as_dict` wrote; :class:`SerializationError` when it is not one."""
+        try:
+            given: dict[str, Any] = {name: doc.get(name) for name in cls.__slots__}
+            given["state"] = JobState(doc["state"])
+            for name in ("scheduled_for", "started_at", "finished_at", "next_attempt_at"):
+                if given[name] is not None:
+                    given[name] = datetime.fromisoformat(given[name])
+            error = given["error"]
+            if error is not None:
+                given["error"] = JobError(str(error["type"]), str(error["message"]), error.get("traceback"))
+            return cls(**given)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SerializationError(f"not a job status: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +208,7 @@ class JobRecord:
             worker=self.worker,
             error=self.error,
             reason=self.reason,
+            seq=self.seq or None,
         )
 
 

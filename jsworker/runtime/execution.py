@@ -14,7 +14,7 @@ from ..job import JobContext, running_job
 from ..observability.logging import get_logger
 from ..scheduling.firing import Firing, firing
 from ..serializers import decode_call
-from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULER, TASK
+from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULE, SCHEDULER, TASK
 from .processes import (
     ProcessExited,
     ProcessRunner,
@@ -126,9 +126,10 @@ def identify(app: App, queue: str, delivery: Delivery) -> JobRun:
         parsed = app.namespace.parse_job_subject(delivery.subject)
         name = parsed[1] if parsed else ""
     if SCHEDULER in headers:
-        fired = firing(headers)
-        if fired is not None:
-            return JobRun(delivery, fired.job_id, name, queue, app.tasks.get(name), fired=fired)
+        # Every fired job goes through the worker's checks of its schedule, even one whose
+        # headers do not say who it is.
+        fired = firing(headers) or Firing(job_id, 0, "unbound")
+        return JobRun(delivery, fired.job_id, name, queue, app.tasks.get(name), fired=fired)
     return JobRun(delivery, job_id, name, queue, app.tasks.get(name))
 
 
@@ -159,6 +160,14 @@ class Executor:
         task = job.task
         if task is None:
             return Outcome(OutcomeKind.BAD_INPUT, f"unknown task {job.task_name!r} on queue {job.queue!r}")
+        if SCHEDULE in job.delivery.headers:
+            # A schedule published on a job subject: acked as a job it would run once, and
+            # until then keep firing copies of itself. Ended here, it does neither.
+            return Outcome(
+                OutcomeKind.BAD_INPUT,
+                "a schedule (Nats-Schedule header) on a job subject: jobs are enqueued as messages, "
+                "delayed jobs on the delayed-job subjects",
+            )
         if task.queue != job.queue:
             # Only a hand-made message gets here; running it would bypass the other queue's
             # workers, limits and ack_wait.

@@ -17,7 +17,7 @@ from ..observability.jobmetrics import TaskMetrics
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN, Metrics
 from .execution import JobRun
-from .settlement import Decision, Outcome, OutcomeKind, Verb
+from .settlement import STOPPED_WHILE_RUNNING, Decision, Outcome, OutcomeKind, Verb
 
 log = get_logger("jsworker.worker")
 
@@ -69,6 +69,8 @@ class JobReporter:
             # Never run again, and no failure: the cancel counted itself where it was asked.
             if kind is OutcomeKind.EXPIRED:
                 self.metrics.expired.labels(job.queue, _event_task(job)).inc()
+            elif outcome.reason == STOPPED_WHILE_RUNNING:
+                _observe_run(m, job, duration)  # it started: every start counts
             self.log.info(f"job.{name}", reason=outcome.reason, **job.log_fields())
             return
         if kind not in _NOT_STARTED:

@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import JsworkerError, ServerVersionError
+from ..jetstream.limits_stream import LimitsStream
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN
 from ..scheduling.claims import CANCELLED, claim
 from ..scheduling.declare import PERIODIC_SINCE
 from ..scheduling.periodic import SchedulesRefused, sync_schedules
+from ..wire import SCHEDULE, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULER
 from .settlement import Outcome, OutcomeKind
 
 if TYPE_CHECKING:
@@ -70,10 +72,18 @@ class FiredJobs:
 
     async def admit(self, job: JobRun) -> Outcome | None:
         """None when ``job`` may run; an outcome that skips it when it is a second copy of
-        its firing or was cancelled."""
+        its firing or was cancelled, or ends it when no schedule of the app's fired it."""
         fired = job.fired
         assert fired is not None
         task = job.task_name if job.task is not None else UNKNOWN
+        foreign = self._foreign(job)
+        if foreign is not None:
+            # The id it carries is not its own (a copy of another job's headers names that
+            # job): its dead letter and record go under its message instead, never touching
+            # the status or the waiters of the job it names.
+            job.job_id = f"seq-{job.delivery.stream_seq}"
+            await self._remove_schedule(job)
+            return Outcome(OutcomeKind.BAD_INPUT, foreign)
         try:
             held = await claim(
                 self.conn, self.app.namespace, fired.job_id, fired.due_ms, str(job.delivery.stream_seq)
@@ -87,8 +97,50 @@ class FiredJobs:
                 self.app.metrics.fired.labels(job.queue, task, fired.kind).inc()
             return None
         reason = "cancelled" if held == CANCELLED else "duplicate"
-        self.app.metrics.fired_dropped.labels(job.queue, task, reason).inc()
-        log.info("job.fired_dropped", reason=reason, claimed_by_seq=held, **job.log_fields())
+        self._dropped(job, task, reason, held)
         if reason == "cancelled":
             return Outcome(OutcomeKind.SKIPPED, "cancelled as it fired")
         return Outcome(OutcomeKind.SKIPPED, f"a second copy of a firing (message {held} runs it)")
+
+    def _foreign(self, job: JobRun) -> str | None:
+        """Why ``job`` was fired by no schedule the app installs, or None when it was.
+
+        Producers may publish delayed jobs, and permissions cannot look at headers: a
+        producer could put a repeating schedule, or one that copies another job's message
+        (``Nats-Schedule-Source``), on a delayed-job subject. A delayed job's firing must
+        fire once and carry the id and due time its schedule's subject names; a tick must
+        come from the periodic schedule its headers name.
+        """
+        fired = job.fired
+        assert fired is not None
+        headers = job.delivery.headers
+        ns = self.app.namespace
+        scheduler = headers.get(SCHEDULER, "")
+        delayed = ns.parse_delayed_subject(scheduler)
+        if delayed is not None:
+            _, due_ms, job_id = delayed
+            if headers.get(SCHEDULE_NEXT) != "purge":
+                return f"fired by {scheduler}, a delayed job's schedule that fires more than once"
+            if fired.kind != "delayed" or (fired.job_id, fired.due_ms) != (job_id, due_ms):
+                return f"fired by {scheduler} as another job than the one it names"
+            return None
+        name = ns.parse_periodic_subject(scheduler)
+        if name is not None and fired.kind == "periodic" and headers.get(SCHEDULE_NAME) == name:
+            return None
+        return f"fired by {scheduler or 'an unnamed schedule'}, which is no schedule of this app's"
+
+    async def _remove_schedule(self, job: JobRun) -> None:
+        """Delete the schedule that fired ``job`` if it is still there, so it fires no more."""
+        scheduler = job.delivery.headers.get(SCHEDULER, "")
+        stream = LimitsStream(self.conn, self.app.namespace.stream)
+        try:
+            found = await stream.last(scheduler) if scheduler else None
+            if found is not None and SCHEDULE in found.headers:
+                await stream.delete(found.seq)
+                log.warning("schedule.removed", schedule=scheduler, reason="not one jsworker installs")
+        except JsworkerError as exc:
+            log.warning("schedule.remove_failed", schedule=scheduler, error=str(exc))
+
+    def _dropped(self, job: JobRun, task: str, reason: str, held: str) -> None:
+        self.app.metrics.fired_dropped.labels(job.queue, task, reason).inc()
+        log.info("job.fired_dropped", reason=reason, claimed_by_seq=held, **job.log_fields())

@@ -81,6 +81,8 @@ class RetryPolicy:
 ACK = Decision(Verb.ACK)
 _NAK_NOW = Decision(Verb.NAK)
 _RETRYABLE = (OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT)
+#: The reason of an ``aborted`` job that a cancel stopped while it ran (it counts as started).
+STOPPED_WHILE_RUNNING = "cancelled while it ran"
 _NEVER_AGAIN = (OutcomeKind.SKIPPED, OutcomeKind.ABORTED, OutcomeKind.EXPIRED)
 _FINAL = (OutcomeKind.REJECTED, OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 log = get_logger("jsworker.worker")
 
+# Outcomes that settle a job for good without it having finished: a cancel of it, or a copy
+# of a firing that must not run, is no run a later cancel could have come too late for.
+_NOT_FINISHED = (OutcomeKind.ABORTED, OutcomeKind.SKIPPED, OutcomeKind.CANCELLED)
 # How long a dead letter that could not be stored waits before the job is tried again.
 _DLQ_RETRY_DELAY = 5.0
 
@@ -62,9 +65,12 @@ class Settler:
         if outcome.kind is OutcomeKind.SUCCEEDED:
             await self._book.record(job, outcome, decision, started)
             await job.delivery.ack()
+            self._book.finished.append(job.delivery.stream_seq)
             return outcome, decision
         decision = await self._settle(job, outcome, decision)
         await self._book.record(job, outcome, decision, started)
+        if decision.verb is not Verb.NAK and outcome.kind not in _NOT_FINISHED:
+            self._book.finished.append(job.delivery.stream_seq)
         return outcome, decision
 
     async def _settle(self, job: JobRun, outcome: Outcome, decision: Decision) -> Decision:

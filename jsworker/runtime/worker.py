@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,6 +28,7 @@ from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
 from ..wire import EXPIRES_AT
+from .answers import answer_questions
 from .execution import Executor, JobRun, identify
 from .handbacks import HandBacks
 from .lifecycle import JobBook
@@ -36,7 +37,7 @@ from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, 
 from .registry import WorkerAnnouncer
 from .schedules import FiredJobs, install_schedules
 from .settings import WorkerSettings
-from .settlement import ACK, Outcome, OutcomeKind
+from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
 from .settler import Settler
 from .upkeep import heartbeats, server_stats, watch_event_loop
 
@@ -121,8 +122,9 @@ class Worker:
             self._report = JobReporter(app.metrics, self.counts)
             self._fired = FiredJobs(app, conn)
             records_conn = await self._records_connection(options)
-            self._book = JobBook(app, conn, self._jobs, records_conn)
+            self._book = JobBook(app, conn, self._jobs, records_conn, self._buffered)
             await self._book.start()
+            await answer_questions(app, conn)
             self._handbacks = HandBacks(app, conn)
             self._settler = Settler(app, conn, self._book, self._handbacks)
             self._registry = WorkerAnnouncer(app, conn, self)
@@ -285,6 +287,11 @@ class Worker:
         self._spawn(identify(self.app, queue, delivery))
         return True
 
+    def _buffered(self) -> Iterator[Delivery]:
+        """The jobs pulled and not started yet, of every queue."""
+        for consumer in list(self._consumers.values()):
+            yield from consumer.buffered()
+
     def _engine_event(self, queue: str) -> EngineObserver:
         return EngineObserver(queue, self.app.metrics, self.counts)
 
@@ -348,9 +355,9 @@ class Worker:
                 if current is not None:
                     current.uncancel()
                 outcome = Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
-            if job.cancel_requested:
+            if job.cancel_requested and outcome.kind is not OutcomeKind.ABORTED:
                 # Whatever the run came to (a sync task may even have returned), it was cancelled.
-                outcome = Outcome(OutcomeKind.ABORTED, "cancelled while it ran")
+                outcome = Outcome(OutcomeKind.ABORTED, STOPPED_WHILE_RUNNING)
             task = job.task
             kept = outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result
             if kept:
@@ -364,6 +371,8 @@ class Worker:
                     # 7.2 us per no-op job (bench/README.md); decide() says the same
                     # (test_settlement). A first success with no result to keep has no record.
                     await job.delivery.ack()
+                # For a cancel that deleted the message just before the ack reached the server.
+                self._book.finished.append(job.delivery.stream_seq)
             else:
                 outcome, decision = await self._settler.conclude(job, outcome, started)
             duration = time.monotonic() - started

@@ -12,12 +12,14 @@ from ..errors import ConfigurationError
 from ..wire import JOB_ID, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULE_SPEC, SCHEDULE_ZONE, SCHEDULED_FOR
 from .cron import Cron, duration_seconds, zone
 
-FiredKind = Literal["delayed", "periodic"]
+#: ``unbound``: fired by a schedule, but its headers do not say which job it is (a schedule
+#: jsworker did not write); a worker refuses it.
+FiredKind = Literal["delayed", "periodic", "unbound"]
 
 
 class Firing(NamedTuple):
     """A fired job's identity: ``job_id``, ``due_ms`` (when it was due, unix milliseconds)
-    and whether a delayed job or a periodic schedule fired it."""
+    and whether a delayed job or a periodic schedule fired it (or ``unbound``)."""
 
     job_id: str
     due_ms: int
@@ -34,7 +36,7 @@ def tick_job_id(name: str, due_ms: int) -> str:
 
 def firing(headers: Mapping[str, str]) -> Firing | None:
     """The identity of a job the server fired (its headers carry ``Nats-Scheduler``); None
-    when the headers do not say enough (a hand-made message), which then runs as any job.
+    when the headers do not say enough (a schedule jsworker did not write).
 
     A delayed job carries its own id and due time. A tick carries the schedule's name and
     expression and, from the server, the time of the *next* tick: its own due time is the

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,64 +20,17 @@ from nats.aio.msg import Msg
 from jsworker import App, EnqueueError, PermissionDeniedError
 from jsworker.jetstream.api import api_subject, request_json
 from jsworker.jetstream.connection import Connection
-from jsworker.naming import ROLES
 from jsworker.permissions import server_config
 from jsworker.status import queue_status
 from jsworker.testing import NatsServer
 
 from ..support import connections, wait_until, wait_until_async
-from .workers import records, start_worker, stop, worker_env
-
-PASSWORD = "pw-{}"
-ADMIN = ("admin", "admin-pw")
-
-
-@pytest.fixture
-def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NatsServer]:
-    """A server whose users are the printed ones (passwords from the environment, as the
-    block expects) plus ``admin``."""
-    for app in ("perm", "other"):
-        for role in ROLES:
-            monkeypatch.setenv(f"{app.upper()}_{role.upper()}_PASSWORD", PASSWORD.format(f"{app}-{role}"))
-    server = _server(tmp_path, server_config(["perm", "other"]))
-    yield server
-    server.stop()
-
-
-def _server(tmp_path: Path, block: str) -> NatsServer:
-    """A started server with the users of ``block`` and ``admin``."""
-    admin = f'    {{user: "{ADMIN[0]}", password: "{ADMIN[1]}"}}\n  ]\n}}\n'
-    config = tmp_path / "auth.conf"
-    config.write_text(block.removesuffix("  ]\n}\n") + admin)
-    return NatsServer(extra_args=["-c", str(config)]).start()
-
-
-def _as(user: str) -> dict[str, str]:
-    return {"JSWORKER_USER": user, "JSWORKER_PASSWORD": PASSWORD.format(user)}
-
-
-def _cli(url: str, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", *args],
-        env={**worker_env(url), **_as(user)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def _app(url: str, user: str, name: str = "perm") -> App:
-    app = App(name, url, user=user, password=PASSWORD.format(user), publish_timeout=15)
-
-    @app.task
-    async def add(a: int, b: int) -> int:
-        return a + b
-
-    @app.task(max_retries=0)
-    async def refuse() -> None: ...
-
-    return app
+from .secured import ADMIN, PASSWORD
+from .secured import as_user as _as
+from .secured import role_app as _app
+from .secured import role_cli as _cli
+from .secured import server_with as _server
+from .workers import records, start_worker, stop
 
 
 async def _provision_as_admin(url: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import nats.errors
 import pytest
@@ -13,20 +14,29 @@ from click.testing import CliRunner
 from jsworker.cli import cli
 from jsworker.errors import PermissionDeniedError
 from jsworker.jetstream.denials import Denial, Denials, parse_denial
-from jsworker.permissions import permissions, server_config
+from jsworker.naming import ROLES
+from jsworker.permissions import grants, permissions, role_table, server_config
 
 from ..support import wait_until_async
 
 
-def test_producer_may_enqueue_and_nothing_that_reads_jobs() -> None:
+def test_producer_may_only_add_work_and_read_records() -> None:
     producer = permissions("shop", "producer")
     assert producer.subscribe == ("_jsw_inbox.shop.producer.>", "$KV.jsw_shop_jobs.>")  # replies, results
-    assert "jsw.shop.q.>" in producer.publish
-    # Reading a queue's consumer (a job's status) is all it may do with consumers.
-    assert [s for s in producer.publish if "CONSUMER" in s] == ["$JS.API.CONSUMER.INFO.JSW_SHOP.*"]
-    for subject in producer.publish:
-        assert "MSG.NEXT" not in subject and "$JS.ACK" not in subject and "PURGE" not in subject
-        assert not subject.startswith(("jsw.shop.dlq", "_INBOX"))
+    assert producer.publish == (
+        "jsw.shop.q.>",
+        "jsw.shop.sched.at.*.>",
+        "jsw.shop.ev.*.*.enqueued",
+        "jsw.shop.ev.*.*.scheduled",
+        "$JS.API.STREAM.MSG.GET.KV_jsw_shop_jobs",
+        "jsw.shop.ask.status.*",
+    )
+
+
+def test_a_canceller_is_a_producer_that_may_ask_for_cancels() -> None:
+    producer, canceller = permissions("shop", "producer"), permissions("shop", "canceller")
+    assert canceller.subscribe == producer.subscribe  # a canceller connects as a producer
+    assert set(canceller.publish) - set(producer.publish) == {"jsw.shop.ask.cancel.*"}
 
 
 def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
@@ -35,9 +45,10 @@ def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
     assert "$JS.API.STREAM.PURGE.JSW_SHOP_DLQ" in operator.publish
     worker = permissions("shop", "worker")
     assert not any("PURGE" in s for s in worker.publish)
-    # The one delete: a single message of the job stream, to cancel a delayed job from a task.
+    # The one delete: a single message of the job stream, to cancel a job or remove a schedule.
     assert [s for s in worker.publish if "DELETE" in s] == ["$JS.API.STREAM.MSG.DELETE.JSW_SHOP"]
-    assert worker.subscribe == ("_jsw_inbox.shop.worker.>", "jsw.shop.cancel.*")  # replies, cancels
+    # Replies, questions from producers, cancels of jobs it may hold.
+    assert worker.subscribe == ("_jsw_inbox.shop.worker.>", "jsw.shop.ask.*.*", "jsw.shop.halt.*")
 
 
 def test_workers_write_their_registry_entries_and_operators_read_them() -> None:
@@ -54,6 +65,12 @@ def test_workers_write_their_registry_entries_and_operators_read_them() -> None:
     ):
         assert f"$JS.API.CONSUMER.{verb}" in operator.publish
     assert not any("workers" in s for s in permissions("shop", "producer").publish)
+
+
+def test_the_readme_role_table_is_the_one_the_grants_make() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert role_table() in readme, "README.md's role table differs: paste jsworker.permissions.role_table()"
+    assert all(grant.why and grant.roles <= set(ROLES) for grant in grants("shop"))
 
 
 def test_inbox_prefix_and_app_case_follow_the_app() -> None:

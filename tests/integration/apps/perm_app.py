@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import anyio
+
 from jsworker import App, Reject
 from jsworker.testing import record_execution as record
 
 app = App("perm", events=True)
 
 
-@app.task
+@app.task(store_result=True)
 async def add(a: int, b: int) -> int:
     record("done")
     return a + b
@@ -18,3 +22,17 @@ async def add(a: int, b: int) -> int:
 async def refuse() -> None:
     record("done")
     raise Reject("refused on purpose")
+
+
+# One job at a time on "gated": a second one waits queued behind a held one.
+app.queue("gated", max_running=1)
+
+
+@app.task(queue="gated", store_result=True)
+async def hold(gate: str) -> str:
+    """Runs until the file ``gate`` exists."""
+    record("started")
+    while not await anyio.Path(gate).exists():
+        await asyncio.sleep(0.01)
+    record("done")
+    return "real"

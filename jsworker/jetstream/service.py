@@ -1,0 +1,95 @@
+"""Questions over plain request-reply: one process asks, the app's workers answer.
+
+A user that may not read the job stream or cancel on its own (a producer, a canceller) asks
+the workers instead; a worker that cancelled a job asks the others whether one of them holds
+it. Nothing here is stored: who may ask is decided by the server's permissions on the
+question's subject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+import nats.errors
+from nats.aio.msg import Msg
+
+from .connection import Connection
+
+#: What a question's handler returns: the answer, or None for no answer at all.
+Handler = Callable[[str, bytes], Awaitable[bytes | None]]
+
+_NO_RESPONDERS = "503"
+
+
+class NobodyAnswered(Exception):
+    """No process listens on the question's subject (no worker runs)."""
+
+
+async def ask(conn: Connection, subject: str, body: bytes, timeout: float) -> bytes:
+    """The first answer to ``body`` on ``subject``; :class:`NobodyAnswered` when nobody
+    listens, ``TimeoutError`` when nobody answered within ``timeout`` seconds."""
+    try:
+        msg = await conn.nc.request(subject, body, timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise NobodyAnswered(subject) from None
+    except nats.errors.TimeoutError:
+        raise TimeoutError(f"no answer on {subject} within {timeout:g}s") from None
+    return bytes(msg.data)
+
+
+async def gather(conn: Connection, subject: str, body: bytes, *, wait: float, linger: float) -> list[bytes]:
+    """Every answer to ``body`` on ``subject`` from all listeners: collected until ``linger``
+    seconds after the first one, or ``wait`` seconds when none comes; at once when nobody
+    listens."""
+    inbox = conn.nc.new_inbox()
+    answers: list[bytes] = []
+    first = asyncio.Event()
+    nobody = False
+
+    async def on_answer(msg: Msg) -> None:
+        nonlocal nobody
+        if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS:
+            nobody = True
+        else:
+            answers.append(bytes(msg.data))
+        first.set()
+
+    sub = await conn.nc.subscribe(inbox, cb=on_answer)
+    try:
+        await conn.nc.publish(subject, body, reply=inbox)
+        deadline = time.monotonic() + wait
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(first.wait(), wait)
+        if answers and not nobody:
+            await asyncio.sleep(max(0.0, min(linger, deadline - time.monotonic())))
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+    return answers
+
+
+async def serve(conn: Connection, subject: str, handler: Handler, *, group: str = "") -> None:
+    """Answer questions on ``subject`` (wildcards allowed) with ``handler``, each in a task of
+    its own; with ``group``, each question goes to one member of the group only."""
+
+    async def answer(msg: Msg) -> None:
+        reply = await handler(msg.subject, bytes(msg.data))
+        if reply is not None and msg.reply:
+            with contextlib.suppress(nats.errors.Error):
+                await conn.nc.publish(msg.reply, reply)
+
+    async def on_question(msg: Msg) -> None:
+        # The client runs a subscription's callbacks one after another, and a question may
+        # wait on the server: one must not hold up the next.
+        task = asyncio.get_running_loop().create_task(answer(msg))
+        _answering.add(task)
+        task.add_done_callback(_answering.discard)
+
+    await conn.nc.subscribe(subject, queue=group, cb=on_question)
+
+
+# Answers under way, kept referenced until they are done.
+_answering: set[asyncio.Task[None]] = set()

@@ -1,0 +1,49 @@
+"""The questions a worker answers for users that may not read the job stream or cancel on
+their own: a job's status (any producer) and its cancel (a canceller).
+
+Each question goes to one worker of the app (a queue group); the worker answers with what
+the server holds, read and changed with the worker's own permissions. Who may ask what is
+the server's to decide, by the permissions on ``jsw.<app>.ask.<question>.*``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JsworkerError
+from ..jetstream.service import serve
+from ..lifecycle.cancel import cancel_job
+from ..lifecycle.lookup import job_status
+from ..observability.logging import get_logger
+from ..task import check_job_id
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..jetstream.connection import Connection
+
+log = get_logger("jsworker.worker")
+
+_GROUP = "jsw-answers"
+
+
+async def answer_questions(app: App, conn: Connection) -> None:
+    """Start answering the status and cancel questions about ``app``'s jobs on ``conn``."""
+
+    async def answer(subject: str, _body: bytes) -> bytes:
+        question, job_id = subject.rsplit(".", 2)[-2:]
+        value: Any
+        try:
+            check_job_id(job_id)
+            if question == "status":
+                value = (await job_status(app, conn, job_id)).as_dict()
+            elif question == "cancel":
+                value = await cancel_job(app, conn, job_id)
+                log.info("job.cancel_asked", job_id=job_id, cancelled=value)
+            else:
+                return json.dumps({"error": f"unknown question {question!r}"}).encode()
+        except JsworkerError as exc:
+            return json.dumps({"error": str(exc)}).encode()
+        return json.dumps({"value": value}).encode()
+
+    await serve(conn, app.namespace.ask_subject("*"), answer, group=_GROUP)

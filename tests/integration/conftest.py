@@ -1,0 +1,26 @@
+"""Fixtures of the integration tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jsworker.naming import ROLES
+from jsworker.permissions import server_config
+from jsworker.testing import NatsServer
+
+from .secured import PASSWORD, server_with
+
+
+@pytest.fixture
+def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NatsServer]:
+    """A server whose users are the printed ones (passwords from the environment, as the
+    block expects) plus ``admin`` (see :mod:`.secured`)."""
+    for app in ("perm", "other"):
+        for role in ROLES:
+            monkeypatch.setenv(f"{app.upper()}_{role.upper()}_PASSWORD", PASSWORD.format(f"{app}-{role}"))
+    server = server_with(tmp_path, server_config(["perm", "other"]))
+    yield server
+    server.stop()

@@ -1,0 +1,62 @@
+"""A server whose users hold exactly the permissions ``jsworker permissions`` prints (apps
+``perm`` and ``other``, one user per role) plus an unrestricted ``admin`` that tests observe
+with; and apps and commands that connect as one of those users."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from jsworker import App
+from jsworker.testing import NatsServer
+
+from .workers import worker_env
+
+PASSWORD = "pw-{}"
+ADMIN = ("admin", "admin-pw")
+
+
+def server_with(tmp_path: Path, block: str) -> NatsServer:
+    """A started server with the users of ``block`` and ``admin``."""
+    admin = f'    {{user: "{ADMIN[0]}", password: "{ADMIN[1]}"}}\n  ]\n}}\n'
+    config = tmp_path / "auth.conf"
+    config.write_text(block.removesuffix("  ]\n}\n") + admin)
+    return NatsServer(extra_args=["-c", str(config)]).start()
+
+
+def as_user(user: str) -> dict[str, str]:
+    """The environment that makes a jsworker process connect as ``user``."""
+    return {"JSWORKER_USER": user, "JSWORKER_PASSWORD": PASSWORD.format(user)}
+
+
+def role_cli(url: str, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``jsworker ARGS`` run as ``user``."""
+    return subprocess.run(
+        [sys.executable, "-m", "jsworker", *args],
+        env={**worker_env(url), **as_user(user)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def role_app(url: str, user: str, name: str = "perm") -> App:
+    """App ``name`` as ``user`` sees it, with the tasks of ``apps/perm_app.py`` (bodies left
+    out: only workers run them)."""
+    app = App(name, url, user=user, password=PASSWORD.format(user), publish_timeout=15)
+    app.queue("gated", max_running=1)
+
+    @app.task(store_result=True)
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task(max_retries=0)
+    async def refuse() -> None: ...
+
+    @app.task(queue="gated", store_result=True)
+    async def hold(gate: str) -> str:
+        return gate
+
+    return app

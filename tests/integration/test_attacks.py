@@ -1,0 +1,246 @@
+"""A producer or canceller that holds the credentials ``jsworker permissions`` prints, used as
+an attacker would: each attack is refused by the server or has no effect (the real job runs
+once, its waiter gets the real result, nothing vanishes without a record)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import nats
+import pytest
+
+from jsworker import App, JobCancelled, JsworkerError, PermissionDeniedError
+from jsworker.jetstream.api import api_subject, request_json
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.service import gather
+from jsworker.lifecycle.state import JobRecord, JobState
+from jsworker.testing import NatsServer
+
+from ..support import wait_until_async
+from .secured import ADMIN, as_user, role_app
+from .workers import records, start_worker, stop
+
+DUE = "Jsw-Scheduled-For"
+
+
+async def _connect(app: App) -> Connection:
+    return await Connection.open(app.connect_options("producer", "attack"))
+
+
+async def _refused(conn: Connection, subject: str, body: bytes = b"") -> None:
+    """``subject`` is refused to ``conn``'s user, named in the error."""
+    with pytest.raises(PermissionDeniedError) as refused:
+        await conn.nc.request(subject, body, timeout=5)
+    assert refused.value.subject.lower() == subject.lower()
+
+
+async def _subjects(url: str, stream: str) -> dict[str, int]:
+    """The subjects of ``stream`` with their message counts, read as ``admin``."""
+    nc = await nats.connect(url, user=ADMIN[0], password=ADMIN[1])
+    try:
+        info = await nc.jetstream().stream_info(stream, subjects_filter=">")
+        return dict(info.state.subjects or {})
+    finally:
+        await nc.close()
+
+
+async def _started(record: Path, job_id: str) -> None:
+    await wait_until_async(
+        lambda: job_id in {j for j, _, _ in records(record, "started")},
+        timeout=20,
+        message="the job to start",
+    )
+
+
+def _forged_success(job_seq: int) -> bytes:
+    return JobRecord(JobState.SUCCEEDED, "gated", "hold", seq=job_seq, value=b'"FORGED"',
+                     content_type="application/json").encode()  # fmt: skip
+
+
+def test_a_producer_can_only_add_work(secured: NatsServer, tmp_path: Path) -> None:
+    """Forged results, cancels (old and new subjects) and claims, reading and deleting job
+    messages, asking for a cancel: all refused. The running job and a delayed one run once and
+    their waiters get the real results."""
+    url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+    worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
+
+    async def scenario() -> None:
+        producer = role_app(url, "perm-producer")
+        running = await producer.tasks["hold"].adelay(str(gate))
+        delayed = await producer.tasks["add"].aapply((20, 22), countdown=1)
+        assert delayed.scheduled_for is not None
+        due_ms = round(delayed.scheduled_for.timestamp() * 1000)
+        await _started(record, running.id)
+        conn = await _connect(producer)
+        try:
+            await _refused(conn, f"$KV.jsw_perm_jobs.{running.id}", _forged_success(running.seq))
+            await _refused(conn, f"jsw.perm.cancel.{running.id}", str(running.seq).encode())
+            await _refused(conn, f"jsw.perm.halt.{running.id}", str(running.seq).encode())
+            await _refused(conn, f"jsw.perm.claim.{delayed.id}.{due_ms}", b"1")
+            await _refused(conn, f"jsw.perm.claim.{running.id}.back", b"")
+            for verb, request in (("MSG.GET", {"seq": running.seq}), ("MSG.DELETE", {"seq": running.seq})):
+                with pytest.raises(PermissionDeniedError):
+                    await request_json(conn, api_subject(f"STREAM.{verb}", "JSW_PERM"), request)
+            with pytest.raises(PermissionDeniedError):
+                await request_json(conn, api_subject("STREAM.INFO", "JSW_PERM"), {"subjects_filter": ">"})
+        finally:
+            await conn.close()
+        with pytest.raises(JsworkerError, match="may not"):
+            await producer.acancel(running.id)
+        # What a producer may learn of its job: its status, through the workers.
+        status = await producer.astatus(running.id)
+        assert status.state is JobState.RUNNING and status.seq == running.seq
+        gate.touch()
+        assert await running.aresult(timeout=20) == "real"
+        assert await delayed.aresult(timeout=20) == 42
+        assert (await producer.astatus(running.id)).state is JobState.SUCCEEDED
+        await producer.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0
+    assert [event for event in ("started", "done") for _ in records(record, event)].count("done") == 2
+
+
+def test_a_halt_the_server_does_not_confirm_changes_nothing(secured: NatsServer, tmp_path: Path) -> None:
+    """Even from a role that may send it (an operator), a notice to stop a running job whose
+    message is still on the server is ignored: no worker answers, the job finishes."""
+    url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+    worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
+
+    async def scenario() -> None:
+        producer = role_app(url, "perm-producer")
+        running = await producer.tasks["hold"].adelay(str(gate))
+        await _started(record, running.id)
+        operator = role_app(url, "perm-operator")
+        conn = await Connection.open(operator.connect_options("operator", "attack"))
+        try:
+            halt = f"jsw.perm.halt.{running.id}"
+            assert await gather(conn, halt, str(running.seq).encode(), wait=1.0, linger=0.1) == []
+        finally:
+            await conn.close()
+        gate.touch()
+        assert await running.aresult(timeout=20) == "real"
+        await producer.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0
+
+
+def test_schedules_a_producer_may_not_install_never_run(secured: NatsServer, tmp_path: Path) -> None:
+    """A repeating schedule on a delayed-job subject, and a one-shot one that copies another
+    job's message (``Nats-Schedule-Source``), are accepted by the server (permissions cannot
+    read headers) but their firings are dead-lettered, never run, and the repeating schedule
+    is removed."""
+    url, record = secured.url, tmp_path / "record"
+    worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
+
+    async def scenario() -> None:
+        producer = role_app(url, "perm-producer")
+        victim = await producer.tasks["add"].aapply((5, 5), countdown=120)
+        assert victim.scheduled_for is not None
+        victim_due = round(victim.scheduled_for.timestamp() * 1000)
+        conn = await _connect(producer)
+        now = int(time.time() * 1000)
+        body = json.dumps({"args": [1, 2], "kwargs": {}}).encode()
+        repeating = f"jsw.perm.sched.at.default.{now}.evil"
+        copying = f"jsw.perm.sched.at.default.{now}.copy"
+        try:
+            await conn.js.publish(repeating, body, headers={
+                "Nats-Schedule": "@every 1s", "Nats-Schedule-Target": "jsw.perm.q.default.add",
+                "Jsw-Task": "add", "Jsw-Job-Id": "evil", DUE: str(now),
+            })  # fmt: skip
+            await conn.js.publish(copying, b"", headers={
+                "Nats-Schedule": "@at 2020-01-01T00:00:00Z", "Nats-Schedule-Target": "jsw.perm.q.default.add",
+                "Nats-Schedule-Source": f"jsw.perm.sched.at.default.{victim_due}.{victim.id}",
+                "Jsw-Task": "add", "Jsw-Job-Id": "copy", DUE: str(now),
+            })  # fmt: skip
+        finally:
+            await conn.close()
+
+        async def removed() -> bool:
+            return repeating not in await _subjects(url, "JSW_PERM")
+
+        await wait_until_async(removed, timeout=20, message="the repeating schedule to be removed")
+        await wait_until_async(
+            lambda: _dlq_reasons(url),
+            until=lambda reasons: (
+                any("fires more than once" in r for r in reasons)
+                and any("another job than the one it names" in r for r in reasons)
+            ),
+            timeout=20,
+            message="both firings to be dead-lettered",
+        )
+        # The victim still waits for its own time.
+        assert (await producer.astatus(victim.id)).state is JobState.SCHEDULED
+        await producer.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0
+    assert records(record) == []  # add never ran
+
+
+async def _dlq_reasons(url: str) -> list[str]:
+    """The reasons of every dead letter of app ``perm``, read as ``admin``."""
+    nc = await nats.connect(url, user=ADMIN[0], password=ADMIN[1])
+    try:
+        js = nc.jetstream()
+        state = (await js.stream_info("JSW_PERM_DLQ")).state
+        reasons = []
+        for seq in range(state.first_seq, state.last_seq + 1 if state.messages else 0):
+            msg = await js.get_msg("JSW_PERM_DLQ", seq)
+            reasons.append((msg.headers or {}).get("Jsw-Dlq-Reason", ""))
+        return reasons
+    finally:
+        await nc.close()
+
+
+def test_a_canceller_cancels_and_does_nothing_more(secured: NatsServer, tmp_path: Path) -> None:
+    """The canceller cancels a delayed, a queued and a running job (through the workers) and
+    is refused every forgery a producer is refused."""
+    url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+    worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
+
+    async def scenario() -> None:
+        canceller = role_app(url, "perm-canceller")
+        hold = canceller.tasks["hold"]
+        running = await hold.adelay(str(gate))
+        queued = await hold.adelay(str(gate))  # waits behind the running one (max_running=1)
+        delayed = await canceller.tasks["add"].aapply((1, 1), countdown=120)
+        await _started(record, running.id)
+        assert (await canceller.astatus(queued.id)).state is JobState.QUEUED
+        for job in (delayed, queued, running):
+            assert await canceller.acancel(job.id), job
+            assert (await canceller.astatus(job.id)).state is JobState.CANCELLED
+            assert not await canceller.acancel(job.id)  # nothing left to cancel
+        with pytest.raises(JobCancelled):
+            await running.aresult(timeout=10)
+        conn = await _connect(canceller)
+        try:
+            await _refused(conn, f"$KV.jsw_perm_jobs.{running.id}", _forged_success(running.seq))
+            await _refused(conn, f"jsw.perm.halt.{running.id}", str(running.seq).encode())
+            await _refused(conn, f"jsw.perm.claim.{delayed.id}.1", b"1")
+            with pytest.raises(PermissionDeniedError):
+                await request_json(conn, api_subject("STREAM.MSG.DELETE", "JSW_PERM"), {"seq": 1})
+        finally:
+            await conn.close()
+        # The next job on the queue still runs: the cancelled one freed its slot.
+        gate.touch()
+        after = await hold.adelay(str(gate))
+        assert await after.aresult(timeout=20) == "real"
+        await canceller.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0
+    started = {job for job, _, _ in records(record, "started")}
+    assert len(started) == 2  # the cancelled running job and the last one; the queued never started
