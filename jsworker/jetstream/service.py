@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import nats.errors
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from .connection import Connection
 
@@ -71,25 +72,47 @@ async def gather(conn: Connection, subject: str, body: bytes, *, wait: float, li
     return answers
 
 
-async def serve(conn: Connection, subject: str, handler: Handler, *, group: str = "") -> None:
-    """Answer questions on ``subject`` (wildcards allowed) with ``handler``, each in a task of
-    its own; with ``group``, each question goes to one member of the group only."""
+class Serving:
+    """Questions being answered on one subject; :meth:`close` stops taking new ones and waits
+    for the answers under way."""
 
-    async def answer(msg: Msg) -> None:
-        reply = await handler(msg.subject, bytes(msg.data))
-        if reply is not None and msg.reply:
-            with contextlib.suppress(nats.errors.Error):
-                await conn.nc.publish(msg.reply, reply)
+    def __init__(self, conn: Connection, handler: Handler) -> None:
+        self._conn = conn
+        self._handler = handler
+        self._answering: set[asyncio.Task[None]] = set()
+        self._sub: Subscription | None = None
 
-    async def on_question(msg: Msg) -> None:
+    async def start(self, subject: str, group: str) -> None:
+        """Subscribe to ``subject`` (in queue group ``group`` when not empty)."""
+        self._sub = await self._conn.nc.subscribe(subject, queue=group, cb=self._on_question)
+
+    async def _on_question(self, msg: Msg) -> None:
         # The client runs a subscription's callbacks one after another, and a question may
         # wait on the server: one must not hold up the next.
-        task = asyncio.get_running_loop().create_task(answer(msg))
-        _answering.add(task)
-        task.add_done_callback(_answering.discard)
+        task = asyncio.get_running_loop().create_task(self._answer(msg))
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
 
-    await conn.nc.subscribe(subject, queue=group, cb=on_question)
+    async def _answer(self, msg: Msg) -> None:
+        reply = await self._handler(msg.subject, bytes(msg.data))
+        if reply is not None and msg.reply:
+            with contextlib.suppress(nats.errors.Error):
+                await self._conn.nc.publish(msg.reply, reply)
+
+    async def close(self) -> None:
+        """Take no more questions; wait for the answers under way (a worker stopping must not
+        leave a cancel it carries out half done, or its asker without an answer)."""
+        if self._sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._sub.unsubscribe()
+            self._sub = None
+        if self._answering:
+            await asyncio.gather(*self._answering, return_exceptions=True)
 
 
-# Answers under way, kept referenced until they are done.
-_answering: set[asyncio.Task[None]] = set()
+async def serve(conn: Connection, subject: str, handler: Handler, *, group: str = "") -> Serving:
+    """Answer questions on ``subject`` (wildcards allowed) with ``handler``, each in a task of
+    its own; with ``group``, each question goes to one member of the group only."""
+    serving = Serving(conn, handler)
+    await serving.start(subject, group)
+    return serving

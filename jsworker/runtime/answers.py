@@ -12,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JsworkerError
-from ..jetstream.service import serve
+from ..jetstream.service import Serving, serve
 from ..lifecycle.cancel import cancel_job
 from ..lifecycle.lookup import job_status
 from ..observability.logging import get_logger
@@ -27,8 +27,9 @@ log = get_logger("jsworker.worker")
 _GROUP = "jsw-answers"
 
 
-async def answer_questions(app: App, conn: Connection) -> None:
-    """Start answering the status and cancel questions about ``app``'s jobs on ``conn``."""
+async def answer_questions(app: App, conn: Connection) -> Serving:
+    """Start answering the status and cancel questions about ``app``'s jobs on ``conn``; close
+    the returned service before the connection."""
 
     async def answer(subject: str, _body: bytes) -> bytes:
         question, job_id = subject.rsplit(".", 2)[-2:]
@@ -46,4 +47,4 @@ async def answer_questions(app: App, conn: Connection) -> None:
             return json.dumps({"error": str(exc)}).encode()
         return json.dumps({"value": value}).encode()
 
-    await serve(conn, app.namespace.ask_subject("*"), answer, group=_GROUP)
+    return await serve(conn, app.namespace.ask_subject("*"), answer, group=_GROUP)

@@ -29,7 +29,7 @@ from ..jetstream.connection import Connection
 from ..jetstream.delivery import Delivery
 from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.message import OutMessage
-from ..jetstream.service import serve
+from ..jetstream.service import Serving, serve
 from ..lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, record_message, ttl_headers
 from ..lifecycle.cancel import DROPPED, FINISHED, STOPPED
 from ..lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
@@ -76,6 +76,7 @@ class JobBook:
         self.conn = conn
         self._buffered = buffered
         self._jobs = LimitsStream(conn, app.namespace.stream)
+        self._halts: Serving | None = None
         #: Stream sequences of jobs settled for good (acknowledged or ended), newest last.
         self.finished: deque[int] = deque(maxlen=_REMEMBERED_FINISHED)
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -95,7 +96,7 @@ class JobBook:
     async def start(self) -> None:
         """Listen for cancels of jobs this worker may hold, and for the server's answers to
         records."""
-        await serve(self.conn, self.app.namespace.halt_subject(), self._on_halt)
+        self._halts = await serve(self.conn, self.app.namespace.halt_subject(), self._on_halt)
         if self._records:
             await self._writer.start()
 
@@ -176,7 +177,9 @@ class JobBook:
         await self._writer.drain()
 
     async def close(self) -> None:
-        """Stop writing records (after :meth:`drain`)."""
+        """Stop hearing of cancels and writing records (after :meth:`drain`)."""
+        if self._halts is not None:
+            await self._halts.close()
         await self._writer.close()
 
     async def record(self, job: JobRun, outcome: Outcome, decision: Decision, started: float) -> None:

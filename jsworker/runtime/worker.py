@@ -124,7 +124,7 @@ class Worker:
             records_conn = await self._records_connection(options)
             self._book = JobBook(app, conn, self._jobs, records_conn, self._buffered)
             await self._book.start()
-            await answer_questions(app, conn)
+            answers = await answer_questions(app, conn)
             self._handbacks = HandBacks(app, conn)
             self._settler = Settler(app, conn, self._book, self._handbacks)
             self._registry = WorkerAnnouncer(app, conn, self)
@@ -160,6 +160,8 @@ class Worker:
                 await self._stop.wait()
                 # Heartbeats go on while running jobs get their grace period.
                 await self._finish_jobs()
+                # A cancel this worker carries out for a producer ends before it goes.
+                await answers.close()
                 # Finished jobs whose records the server has not answered yet get the grace
                 # period too; past it they are redelivered later, like unfinished ones.
                 with anyio.move_on_after(self._grace):

@@ -95,7 +95,8 @@ def test_each_role_does_its_work(secured: NatsServer, tmp_path: Path) -> None:
         status = _cli(url, "perm-operator", "status", "perm_app", "--json")
         assert status.returncode == 0, status.stderr
         assert [(row["queue"], row["workers"]) for row in map(json.loads, status.stdout.splitlines())] == [
-            ("default", 1)
+            ("default", 1),
+            ("gated", 1),
         ]
         # The worker keeps its registry entry, the operator reads it.
         live = _cli(url, "perm-operator", "workers", "perm_app", "--json")
@@ -192,11 +193,11 @@ def test_producer_cannot_purge_consume_or_read_dead_letters(secured: NatsServer)
         await producer.aclose()
         # What a worker exports about its queues, read with a job waiting (the oldest job's
         # age is read only then), and what `status` shows, each with its own role.
-        (seen,) = await queue_status(worker_app, conn)
+        (seen,) = [q for q in await queue_status(worker_app, conn) if q.queue == "default"]
         assert seen.pending == 1 and seen.oldest_pending_age is not None
         await conn.close()
         operator = _app(url, "perm-operator")
-        (shown,) = await queue_status(operator)
+        (shown,) = [q for q in await queue_status(operator) if q.queue == "default"]
         assert shown.pending == 1 and shown.oldest_pending_age is not None
         conn = await Connection.open(producer.connect_options("producer"))
         try:
