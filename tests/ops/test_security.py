@@ -2,8 +2,8 @@
 
 Static checks of deploy/ (users, TLS blocks, secrets, published ports, the dev certificate
 script), and one live check: a three-node cluster started from deploy/nats with its TLS routes
-and users, a worker configured as compose configures it, a producer and an operator, all on
-loopback, in temporary directories.
+and users, a worker configured as compose configures it, a producer, a canceller and an
+operator, all on loopback, in temporary directories.
 """
 
 from __future__ import annotations
@@ -55,7 +55,10 @@ from .opsfiles import (
     without_leading_comments,
 )
 
-ROLES = ("producer", "worker", "operator")
+ROLES = ("producer", "canceller", "worker", "operator")
+# The one role that answers the questions it receives (status and cancel, from producers whose
+# inboxes it may not publish to): NATS ``allow_responses``.
+ANSWERING = {"worker"}
 
 
 # --- the users --------------------------------------------------------------------------------
@@ -84,12 +87,25 @@ def test_every_user_is_a_role_with_its_password_from_the_environment() -> None:
     users = auth_users()
     assert users == {f"{APP}-{role}": f"{APP.upper()}_{role.upper()}_PASSWORD" for role in ROLES}
     auth = conf_blocks(strip_conf_comments(AUTH_CONF.read_text(encoding="utf-8")))["authorization"]
-    entries = re.findall(r"\{user:.*?\}\}\}", auth, flags=re.S)
-    assert len(entries) == len(users), "every user entry should be one of the roles"
-    for entry in entries:
-        assert re.search(r"password:\s*\$[A-Z_]+,", entry), entry[:80]
-        assert '"publish": {"allow": [' in entry and '"subscribe": {"allow": [' in entry, entry[:80]
-        assert not re.search(r'[\[,]\s*">"\s*[,\]]', entry), "a user allowed every subject"
+    # An entry: {user: "...", password: $VAR,\n permissions: {...JSON on one line...}}; the
+    # worker's permissions end in `"allow_responses": true}`, the others' in `]}}`.
+    entries = re.findall(
+        r'\{user:\s*"([^"]+)",\s*password:\s*(\S+),\s*permissions:\s*(\{.*\})\}[ \t]*$', auth, flags=re.M
+    )
+    assert len(entries) == len(users) == auth.count("{user:"), "every user entry should be one of the roles"
+    for user, password, block in entries:
+        assert re.fullmatch(r"\$[A-Z_]+", password), f"{user}: {password}"
+        perms = json.loads(block)
+        assert set(perms) <= {"publish", "subscribe", "allow_responses"}, f"{user}: {sorted(perms)}"
+        for kind in ("publish", "subscribe"):
+            assert set(perms[kind]) == {"allow"}, f"{user}: {kind} {sorted(perms[kind])}"
+            allowed = perms[kind]["allow"]
+            assert allowed and all(isinstance(s, str) for s in allowed), f"{user}: {kind}"
+            assert ">" not in allowed, f"{user} may {kind} on every subject"
+        role = user.removeprefix(f"{APP}-")
+        assert perms.get("allow_responses", False) is (role in ANSWERING), (
+            f"{user}: allow_responses {perms.get('allow_responses')}"
+        )
 
 
 # --- the NATS configs -------------------------------------------------------------------------
@@ -425,10 +441,39 @@ def _wait_for_log(proc: subprocess.Popen[bytes], log: Path, pattern: str) -> str
     return found
 
 
+def _as_role(secured: Secured, role: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``jsworker ARGS`` run as the user of ``role`` of auth.conf, over TLS."""
+    env = {
+        "JSWORKER_URL": secured.urls(),
+        "JSWORKER_USER": f"{APP}-{role}",
+        "JSWORKER_PASSWORD": secured.password(role),
+        "JSWORKER_TLS_CA": str(secured.ca),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "jsworker", *args],
+        env=_cli_env(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _job_state(secured: Secured, job_id: str) -> str:
+    """The state `jsworker jobs status` gives the producer (asked of the workers while the job
+    is not finished)."""
+    found = _as_role(secured, "producer", "jobs", "status", "tasks", job_id, "--json")
+    assert found.returncode == 0, found.stderr
+    state: str = json.loads(found.stdout)["state"]
+    return state
+
+
 def test_templates_run_a_job_with_tls_and_users(secured: Secured, tmp_path: Path) -> None:
     """The compose NATS configs form a cluster over TLS routes; a worker with compose's worker
-    environment runs the quickstart app; the producer enqueues, the operator reads the status;
-    a client without TLS or without a user gets nowhere."""
+    environment runs the quickstart app; the producer enqueues and reads status and result (a
+    waiting job's status answered by the workers) but may not cancel; the canceller cancels;
+    the operator reads the status of the queues; a client without TLS or without a user gets
+    nowhere."""
     for server in secured.nodes.values():
         info = _server_info(server.port)
         assert info.get("tls_required") and info.get("auth_required"), info
@@ -455,8 +500,8 @@ def test_templates_run_a_job_with_tls_and_users(secured: Secured, tmp_path: Path
             APP,
             secured.urls(),
             user=f"{APP}-producer",
-            password=secured.passwords[auth_users()[f"{APP}-producer"]],
-            tls_ca=str(secured.certs / "ca.pem"),
+            password=secured.password("producer"),
+            tls_ca=str(secured.ca),
             events=True,
             publish_timeout=15,
         )
@@ -467,24 +512,27 @@ def test_templates_run_a_job_with_tls_and_users(secured: Secured, tmp_path: Path
 
         try:
             job = resize_image.delay("cat.png", 640)
+            # Due long after the test: waiting on the server until it is cancelled.
+            later = resize_image.apply(("dog.png", 320), countdown=3600)
         finally:
             producer.close()
-        text = _wait_for_log(worker, log, rf'"resized".*{job.id}|{job.id}.*"resized"')
+        _wait_for_log(worker, log, rf'"resized".*{job.id}|{job.id}.*"resized"')
 
-        operator = {
-            "JSWORKER_URL": secured.urls(),
-            "JSWORKER_USER": f"{APP}-operator",
-            "JSWORKER_PASSWORD": secured.passwords[auth_users()[f"{APP}-operator"]],
-            "JSWORKER_TLS_CA": str(secured.certs / "ca.pem"),
-        }
-        status = subprocess.run(
-            [sys.executable, "-m", "jsworker", "status", "tasks", "--json"],
-            env=_cli_env(operator),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
+        # A waiting job: the producer may not read it, the workers answer for it.
+        assert _job_state(secured, later.id) == "scheduled"
+        # Cancelling is the canceller's: the server refuses the producer's question.
+        refused = _as_role(secured, "producer", "jobs", "cancel", "tasks", later.id)
+        assert refused.returncode != 0, refused.stdout
+        assert "permission denied" in refused.stderr, refused.stderr
+        assert f"jsw.{APP}.ask.cancel.{later.id}" in refused.stderr, refused.stderr
+        assert _job_state(secured, later.id) == "scheduled"
+        cancelled = _as_role(secured, "canceller", "jobs", "cancel", "tasks", later.id)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert _job_state(secured, later.id) == "cancelled"
+        result = _as_role(secured, "producer", "jobs", "result", "tasks", later.id)
+        assert result.returncode == 4 and "was cancelled" in result.stderr, (result.returncode, result.stderr)
+
+        status = _as_role(secured, "operator", "status", "tasks", "--json")
         assert status.returncode == 0, status.stderr
         assert {json.loads(line)["queue"] for line in status.stdout.splitlines()} == {"default", "emails"}
 
