@@ -3,6 +3,7 @@ each fired job before it runs."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from ..errors import JsworkerError, ServerVersionError
@@ -12,7 +13,7 @@ from ..observability.metrics import UNKNOWN
 from ..scheduling.claims import CANCELLED, claim
 from ..scheduling.declare import PERIODIC_SINCE
 from ..scheduling.periodic import SchedulesRefused, sync_schedules
-from ..wire import SCHEDULE, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULER
+from ..wire import JOB_ID, SCHEDULE, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULED_FOR, SCHEDULER
 from .settlement import Outcome, OutcomeKind
 
 if TYPE_CHECKING:
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
     from .execution import JobRun
 
 log = get_logger("jsworker.worker")
+
+# How far ahead of its due time a fired job may arrive: the server and this machine's clocks
+# may differ a little, and a catch-up tick names a slot up to half a second after it fired.
+_EARLY = 30.0
 
 
 async def install_schedules(app: App, conn: Connection) -> None:
@@ -82,7 +87,7 @@ class FiredJobs:
             # job): its dead letter and record go under its message instead, never touching
             # the status or the waiters of the job it names.
             job.job_id = f"seq-{job.delivery.stream_seq}"
-            await self._remove_schedule(job)
+            await self._remove_schedule(job, "not one jsworker installs")
             return Outcome(OutcomeKind.BAD_INPUT, foreign)
         try:
             held = await claim(
@@ -95,6 +100,10 @@ class FiredJobs:
         if held is None:
             if job.attempt == 1:
                 self.app.metrics.fired.labels(job.queue, task, fired.kind).inc()
+                if fired.kind == "delayed":
+                    # A server killed as it fired can keep the one-shot schedule after storing
+                    # the job; left there, it would count as a delayed job forever.
+                    await self._remove_schedule(job, "left behind after it fired", same=True)
             return None
         reason = "cancelled" if held == CANCELLED else "duplicate"
         self._dropped(job, task, reason, held)
@@ -116,6 +125,10 @@ class FiredJobs:
         headers = job.delivery.headers
         ns = self.app.namespace
         scheduler = headers.get(SCHEDULER, "")
+        if fired.due_ms > (time.time() + _EARLY) * 1000:
+            # Only a hand-made message is "fired" before its time; run, it would claim a
+            # later firing (a tick) and make the real one a duplicate.
+            return f"fired by {scheduler or 'an unnamed schedule'} before it was due"
         delayed = ns.parse_delayed_subject(scheduler)
         if delayed is not None:
             _, due_ms, job_id = delayed
@@ -129,15 +142,25 @@ class FiredJobs:
             return None
         return f"fired by {scheduler or 'an unnamed schedule'}, which is no schedule of this app's"
 
-    async def _remove_schedule(self, job: JobRun) -> None:
-        """Delete the schedule that fired ``job`` if it is still there, so it fires no more."""
+    async def _remove_schedule(self, job: JobRun, reason: str, *, same: bool = False) -> None:
+        """Delete the schedule that fired ``job`` if it is still there, so it fires no more;
+        with ``same``, only when it is the very schedule of this firing (same job and due
+        time), not a new one stored on the subject since."""
+        fired = job.fired
+        assert fired is not None
         scheduler = job.delivery.headers.get(SCHEDULER, "")
         stream = LimitsStream(self.conn, self.app.namespace.stream)
         try:
             found = await stream.last(scheduler) if scheduler else None
-            if found is not None and SCHEDULE in found.headers:
-                await stream.delete(found.seq)
-                log.warning("schedule.removed", schedule=scheduler, reason="not one jsworker installs")
+            if found is None or SCHEDULE not in found.headers:
+                return
+            if same and (found.headers.get(JOB_ID), found.headers.get(SCHEDULED_FOR)) != (
+                fired.job_id,
+                str(fired.due_ms),
+            ):
+                return
+            if await stream.delete(found.seq):
+                log.warning("schedule.removed", schedule=scheduler, reason=reason)
         except JsworkerError as exc:
             log.warning("schedule.remove_failed", schedule=scheduler, error=str(exc))
 

@@ -134,10 +134,10 @@ def test_a_halt_the_server_does_not_confirm_changes_nothing(secured: NatsServer,
 
 
 def test_schedules_a_producer_may_not_install_never_run(secured: NatsServer, tmp_path: Path) -> None:
-    """A repeating schedule on a delayed-job subject, and a one-shot one that copies another
-    job's message (``Nats-Schedule-Source``), are accepted by the server (permissions cannot
-    read headers) but their firings are dead-lettered, never run, and the repeating schedule
-    is removed."""
+    """A repeating schedule on a delayed-job subject, a one-shot one that copies another job's
+    message (``Nats-Schedule-Source``) and a job dressed up as a firing still to come are
+    accepted by the server (permissions cannot read headers) but are dead-lettered, never run,
+    and the repeating schedule is removed."""
     url, record = secured.url, tmp_path / "record"
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
@@ -161,6 +161,13 @@ def test_schedules_a_producer_may_not_install_never_run(secured: NatsServer, tmp
                 "Nats-Schedule-Source": f"jsw.perm.sched.at.default.{victim_due}.{victim.id}",
                 "Jsw-Task": "add", "Jsw-Job-Id": "copy", DUE: str(now),
             })  # fmt: skip
+            # A hand-made "fired" job for a firing still to come: run, it would claim that firing
+            # and the real one would be dropped as a duplicate.
+            later = now + 3_600_000
+            await conn.js.publish("jsw.perm.q.default.add", body, headers={
+                "Nats-Scheduler": f"jsw.perm.sched.at.default.{later}.early", "Nats-Schedule-Next": "purge",
+                "Jsw-Task": "add", "Jsw-Job-Id": "early", DUE: str(later),
+            })  # fmt: skip
         finally:
             await conn.close()
 
@@ -172,10 +179,12 @@ def test_schedules_a_producer_may_not_install_never_run(secured: NatsServer, tmp
             lambda: _dlq_reasons(url),
             until=lambda reasons: (
                 any("fires more than once" in r for r in reasons)
-                and any("another job than the one it names" in r for r in reasons)
+                # The copy names the job it copied, due later: refused either way.
+                and any(f"{copying} " in r for r in reasons)
+                and any("early before it was due" in r for r in reasons)
             ),
             timeout=20,
-            message="both firings to be dead-lettered",
+            message="the three firings to be dead-lettered",
         )
         # The victim still waits for its own time.
         assert (await producer.astatus(victim.id)).state is JobState.SCHEDULED

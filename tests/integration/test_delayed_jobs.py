@@ -164,3 +164,44 @@ async def test_a_copy_fired_twice_runs_once_and_one_fired_as_it_was_cancelled_ne
     assert [r["id"] for r in runs].count("twice") == 1
     assert doomed.id not in [r["id"] for r in runs]
     assert state.pending == 0
+
+
+async def test_a_schedule_left_behind_after_its_job_fired_is_removed(nats_server: NatsServer) -> None:
+    """What a server killed as it fired a delayed job can leave: the job stored and its one-shot
+    schedule still there. The worker that runs the fired job removes the schedule; another
+    delayed job's schedule is left alone."""
+    runs: list[dict[str, Any]] = []
+    app = _app(nats_server.url, runs)
+    await app.provision()
+    # Due a moment ago, as a fired job is; its schedule says 2099, so it never fires here.
+    due = int(time.time() * 1000) - 1000
+    subject = f"jsw.later.sched.at.default.{due}.left"
+    body = b'{"args": [1], "kwargs": {}}'
+    identity = {"Jsw-Task": "remind", "Jsw-Job-Id": "left", "Jsw-Scheduled-For": str(due)}
+    async with connected(nats_server.url) as nc:
+        js = nc.jetstream()
+        # The firing first: the server removes the schedule a fired message names as it stores
+        # it, so the schedule stored after it is one left behind.
+        fired = {"Nats-Scheduler": subject, "Nats-Schedule-Next": "purge"}
+        await js.publish("jsw.later.q.default.remind", body, headers={**identity, **fired})
+        schedule = {**identity, "Nats-Schedule": "@at 2099-01-01T00:00:00Z",
+                    "Nats-Schedule-Target": "jsw.later.q.default.remind"}  # fmt: skip
+        await js.publish(subject, body, headers=schedule)
+        # Another delayed job's schedule with the same due time stays.
+        kept = {**schedule, "Jsw-Job-Id": "kept"}
+        await js.publish(f"jsw.later.sched.at.default.{due}.kept", body, headers=kept)
+    await app.aclose()
+    async with in_process_worker(app):
+        await wait_until_async(lambda: [r["id"] for r in runs] == ["left"], timeout=15, message="the job")
+
+        async def schedules() -> set[str]:
+            async with connected(nats_server.url) as nc:
+                info = await nc.jetstream().stream_info("JSW_LATER", subjects_filter="jsw.later.sched.>")
+            return set(info.state.subjects or {})
+
+        await wait_until_async(
+            schedules,
+            until=lambda left: left == {f"jsw.later.sched.at.default.{due}.kept"},
+            timeout=10,
+            message="the schedule left behind to be removed, the other kept",
+        )
