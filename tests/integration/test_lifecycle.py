@@ -206,6 +206,14 @@ async def test_cancel_queued_running_and_finished_jobs(nats_server: NatsServer) 
     # Nothing cancelled ran afterwards, nothing is left in the stream.
     assert seen["started"].count("queued") == 0
     assert await stream_messages_async(nats_server.url, "JSW_LIFE") == 0
+    # Every start counts, those a cancel then stopped too.
+    started = {
+        task: app.metrics.registry.get_sample_value(
+            "jsworker_jobs_started_total", {"queue": "default", "task": task}
+        )
+        for task in ("hold", "hold_sync", "add")
+    }
+    assert started == {"hold": 1.0, "hold_sync": 1.0, "add": 1.0}
     await app.aclose()
 
 
