@@ -107,8 +107,6 @@ class JobLifecycle:
             return None
         except TimeoutError as exc:
             raise JsworkerError(f"cannot {question} job {job_id}: {exc}") from None
-        except PermissionDeniedError as exc:
-            raise JsworkerError(f"cannot {question} job {job_id}: this user may not ({exc})") from None
         doc = json.loads(raw)
         if "error" in doc:
             raise JsworkerError(f"cannot {question} job {job_id}: {doc['error']}")

@@ -522,7 +522,7 @@ def test_templates_run_a_job_with_tls_and_users(secured: Secured, tmp_path: Path
         assert _job_state(secured, later.id) == "scheduled"
         # Cancelling is the canceller's: the server refuses the producer's question.
         refused = _as_role(secured, "producer", "jobs", "cancel", "tasks", later.id)
-        assert refused.returncode != 0, refused.stdout
+        assert refused.returncode == 3, (refused.returncode, refused.stderr)  # a refused permission
         assert "permission denied" in refused.stderr, refused.stderr
         assert f"jsw.{APP}.ask.cancel.{later.id}" in refused.stderr, refused.stderr
         assert _job_state(secured, later.id) == "scheduled"
