@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..wire import ENQUEUED_AT, MSG_ID, SCHEDULED_FOR, TASK
+from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULED_FOR, TASK
 from .schema import MAX_REASON, EventKind, JobEvent, encode_event
 
 if TYPE_CHECKING:
@@ -69,10 +69,13 @@ class EventEmitter:
         ``scheduled`` when it is a delayed job (``delay``: seconds until it is due)."""
         at = int(headers[ENQUEUED_AT]) / 1e9
         due = headers.get(SCHEDULED_FOR)
+        # A unique job carries its id in Jsw-Job-Id: the server's check of its subject, not a
+        # dedup key, keeps it one.
+        job_id = headers.get(MSG_ID) or headers[JOB_ID]
         if due is None:
-            await self.emit("enqueued", queue, headers[TASK], headers[MSG_ID], ts=at, enqueued_at=at)
+            await self.emit("enqueued", queue, headers[TASK], job_id, ts=at, enqueued_at=at)
         else:
             await self.emit(
-                "scheduled", queue, headers[TASK], headers[MSG_ID], ts=at, enqueued_at=at,
+                "scheduled", queue, headers[TASK], job_id, ts=at, enqueued_at=at,
                 delay=max(0.0, int(due) / 1000 - at),
             )  # fmt: skip

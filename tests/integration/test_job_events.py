@@ -122,3 +122,23 @@ async def test_no_events_stream_without_the_option(nats_server: NatsServer) -> N
     finally:
         await nc.close()
     assert "JSW_EVT_EVENTS" not in names and "JSW_EVT" in names
+
+
+async def test_unique_jobs_enqueue_with_events_on(nats_server: NatsServer) -> None:
+    """A unique job carries no dedup key: its enqueue still succeeds and tells of itself, now
+    or delayed, and a second call while it waits is a duplicate with no event."""
+    app = _app(nats_server.url)
+
+    @app.task(unique=True)
+    async def once(n: int) -> int:
+        return n
+
+    first = await once.adelay(1)
+    again = await once.adelay(1)
+    later = await once.aapply((2,), countdown=60)
+    assert not first.duplicate and again.duplicate and again.id == first.id and not later.duplicate
+    events = await _events(nats_server.url, "JSW_EVT_EVENTS", 2)
+    assert sorted((e.event, e.job_id) for e in events) == sorted(
+        [("enqueued", first.id), ("scheduled", later.id)]
+    )
+    await app.aclose()
