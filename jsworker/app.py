@@ -38,6 +38,7 @@ class AppArguments(TypedDict, total=False):
 
     default_queue: str
     max_retries: int
+    max_crashes: int
     timeout: float | None
     ack_wait: float
     retry_backoff: float
@@ -85,7 +86,7 @@ class App:
     separated) or ``nats://127.0.0.1:4222``. Every other keyword is an option of one of three
     kinds (see :class:`AppArguments`), kept as objects on the app:
 
-    * ``app.defaults`` (:class:`TaskOptions`): ``max_retries``, ``timeout``, ``ack_wait``,
+    * ``app.defaults`` (:class:`TaskOptions`): ``max_retries``, ``max_crashes``, ``timeout``, ``ack_wait``,
       ``retry_*``, ``default_queue``: defaults each task may override;
     * ``app.options`` (:class:`AppOptions`): stream and producer settings;
     * ``app.connection`` (:class:`ConnectOptions`): credentials, TLS and timeouts, each left

@@ -50,7 +50,14 @@ class TaskOptions:
     """
 
     queue: str = option("default", help="The queue the task's jobs go to.")
-    max_retries: int = option(3, help="Retries after the first attempt before a job is dead-lettered.")
+    max_retries: int = option(
+        3, help="Retries after the task's own failures (raised, timed out) before a job is dead-lettered."
+    )
+    max_crashes: int = option(
+        2,
+        help="Runs that may end with no outcome (the worker died, was killed or lost the server) "
+        "before the job is dead-lettered as one that kills its workers.",
+    )
     timeout: float | None = option(
         None, help="Seconds a run may take before it is cancelled (None: no limit)."
     )
@@ -75,12 +82,10 @@ class TaskOptions:
         validate_name("queue", self.queue)
         if self.executor not in ("thread", "process"):
             raise ConfigurationError(f"executor must be 'thread' or 'process', not {self.executor!r}")
-        if (
-            not isinstance(self.max_retries, int)
-            or isinstance(self.max_retries, bool)
-            or self.max_retries < 0
-        ):
-            raise ConfigurationError(f"max_retries must be an int >= 0, not {self.max_retries!r}")
+        for name in ("max_retries", "max_crashes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigurationError(f"{name} must be an int >= 0, not {value!r}")
         if self.timeout is not None:
             check_seconds("timeout", self.timeout)
         check_seconds("ack_wait", self.ack_wait)
@@ -109,6 +114,7 @@ class TaskArguments(TypedDict, total=False):
 
     queue: str | None
     max_retries: int | None
+    max_crashes: int | None
     timeout: float | None
     ack_wait: float | None
     retry_backoff: float | None

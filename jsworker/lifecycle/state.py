@@ -122,6 +122,9 @@ class JobRecord:
     task: str
     seq: int = 0
     attempts: int = 0
+    #: The task's own failures so far (raised, timed out): what ``max_retries`` counts. A run
+    #: that ended with no outcome (a crash) is an attempt but no failure.
+    failures: int = 0
     started_at: float | None = None
     finished_at: float | None = None
     next_attempt_at: float | None = None
@@ -138,6 +141,8 @@ class JobRecord:
             value = getattr(self, name)
             if value is not None:
                 doc[name] = value
+        if self.failures:
+            doc["failures"] = self.failures
         if self.error is not None:
             doc["error"] = {
                 "type": self.error.type,
@@ -171,6 +176,7 @@ class JobRecord:
                 task=str(doc.get("task", "")),
                 seq=int(doc.get("seq", 0)),
                 attempts=int(doc.get("attempts", 0)),
+                failures=int(doc.get("failures", 0)),
                 started_at=doc.get("started_at"),
                 finished_at=doc.get("finished_at"),
                 next_attempt_at=doc.get("next_attempt_at"),

@@ -23,7 +23,7 @@ from .processes import (
     check_findable,
     process_call,
 )
-from .settlement import Outcome, OutcomeKind, exceeds_attempts
+from .settlement import Outcome, OutcomeKind, crashed_too_often
 from .threads import ThreadRunner
 
 log = get_logger("jsworker.worker")
@@ -55,6 +55,9 @@ class JobRun:
     #: Deliveries of this job that stopping workers gave back unfinished, once read (see
     #: :mod:`.handbacks`): not held against its attempts.
     handed_back: int = 0
+    #: The task's own failures in earlier runs, once read from the job's record (None: not
+    #: read; a first delivery has none): what ``max_retries`` counts.
+    failures: int | None = None
     _context: JobContext | None = None
 
     @property
@@ -175,11 +178,12 @@ class Executor:
                 OutcomeKind.BAD_INPUT,
                 f"task {task.name!r} belongs to queue {task.queue!r}, not {job.queue!r}",
             )
-        if exceeds_attempts(job.attempt - job.handed_back, task.options.max_retries):
+        max_crashes = task.options.max_crashes
+        if crashed_too_often(job.attempt, job.handed_back, job.failures or 0, max_crashes):
             return Outcome(
                 OutcomeKind.POISON,
-                f"delivered {job.attempt} times, more than the {task.options.max_retries + 1} attempts "
-                "allowed; the job likely kills its worker",
+                f"delivered {job.attempt} times, of which more than {max_crashes} (max_crashes) ended "
+                "with no outcome: the job likely kills its worker",
             )
         try:
             args, kwargs = decode_call(self.app.serializer, job.delivery.body)

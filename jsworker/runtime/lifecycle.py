@@ -30,13 +30,13 @@ from ..jetstream.delivery import Delivery
 from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.message import OutMessage
 from ..jetstream.service import Serving, serve
-from ..lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, record_message, ttl_headers
+from ..lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, Records, record_message, ttl_headers
 from ..lifecycle.cancel import DROPPED, FINISHED, STOPPED
 from ..lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
 from ..observability.logging import get_logger
 from ..wire import EXPIRES_AT
 from .execution import JobRun
-from .settlement import Decision, Outcome, OutcomeKind, Verb
+from .settlement import Decision, Outcome, OutcomeKind, Verb, is_failure
 
 if TYPE_CHECKING:
     from ..app import App
@@ -76,6 +76,7 @@ class JobBook:
         self.conn = conn
         self._buffered = buffered
         self._jobs = LimitsStream(conn, app.namespace.stream)
+        self._reader = Records(conn, app.namespace)
         self._halts: Serving | None = None
         #: Stream sequences of jobs settled for good (acknowledged or ended), newest last.
         self.finished: deque[int] = deque(maxlen=_REMEMBERED_FINISHED)
@@ -128,6 +129,32 @@ class JobBook:
                 self.cancelled.popitem(last=False)
             return DROPPED
         return None
+
+    async def read_failures(self, job: JobRun) -> int:
+        """Set and return ``job.failures``: the task's own failures in the job's earlier runs,
+        from its ``retrying`` record (none on a first delivery, or when no record names this
+        message: its earlier runs crashed). Without records (a server before 2.11) every
+        earlier run not given back counts as a failure, as the delivery count says."""
+        if job.failures is not None:
+            return job.failures
+        # Unknown (no records, or none readable): every earlier run not given back counts.
+        failures = max(0, job.attempt - 1 - job.handed_back)
+        if job.attempt == 1:
+            failures = 0
+        elif self._records:
+            try:
+                found = await self._reader.read(job.job_id)
+            except JsworkerError as exc:
+                log.warning("job.record_unread", error=str(exc), **job.log_fields())
+            else:
+                record = found[1] if found is not None else None
+                if record is None or record.seq != job.delivery.stream_seq:
+                    failures = 0
+                else:
+                    # A record from before failures were counted has its attempt number.
+                    failures = record.failures or record.attempts
+        job.failures = failures
+        return failures
 
     def admit(self, job: JobRun) -> Outcome | None:
         """Why ``job`` must not start (expired, or cancelled while it waited in this worker's
@@ -208,6 +235,7 @@ class JobBook:
             task=job.task_name,
             seq=job.delivery.stream_seq,
             attempts=job.attempt if kind is not OutcomeKind.EXPIRED else job.attempt - 1,
+            failures=(job.failures or 0) + is_failure(outcome),
             started_at=started if kind is not OutcomeKind.EXPIRED else None,
             finished_at=None if next_at is not None else now,
             next_attempt_at=next_at,

@@ -7,7 +7,7 @@
 | an exception the task does not retry            | dead-letter                           |
 | the same with no attempts left                  | dead-letter (stored, then term)       |
 | Reject, unknown task, bad payload or arguments  | dead-letter                           |
-| delivered more often than attempts allow        | dead-letter (a job that kills workers)|
+| ended with no outcome more than max_crashes     | dead-letter (a job that kills workers)|
 | cancelled by shutdown                           | nak at once, for another worker       |
 | skipped (a fired job's duplicate, or cancelled) | ack: it must never run                |
 | aborted (cancelled on request) or expired       | ack: it must never run again          |
@@ -30,7 +30,7 @@ class OutcomeKind(enum.Enum):
     TIMED_OUT = "timed_out"
     REJECTED = "rejected"  # the task raised Reject
     BAD_INPUT = "bad_input"  # unknown task, undecodable body, arguments that do not fit
-    POISON = "poison"  # delivered more times than attempts allow: it kills its workers
+    POISON = "poison"  # its runs ended with no outcome more than max_crashes times: it kills its workers
     CANCELLED = "cancelled"  # the worker shut down before the job finished
     SKIPPED = "skipped"  # a fired job that must not run: a second copy of one firing, or cancelled
     ABORTED = "aborted"  # cancelled on request (app.cancel) before or while it ran
@@ -98,21 +98,23 @@ def backoff_delay(attempt: int, base: float, cap: float, rand: Callable[[], floa
     return ceiling / 2 + rand() * ceiling / 2
 
 
-def exceeds_attempts(attempt: int, max_retries: int) -> bool:
-    """True when a delivery is beyond the last allowed attempt (checked before running)."""
-    return attempt > max_retries + 1
+def crashed_too_often(attempt: int, handed_back: int, failures: int, max_crashes: int) -> bool:
+    """True when the runs before delivery number ``attempt`` that ended with no outcome (not
+    given back by a stopping worker, not one of the task's ``failures``) are more than
+    ``max_crashes``: the job likely kills its worker (checked before running)."""
+    return attempt - 1 - handed_back - failures > max_crashes
 
 
-def exhausts(outcome: Outcome, attempt: int, policy: RetryPolicy) -> bool:
-    """True when ``outcome`` of delivery number ``attempt`` would be retried but has no
-    attempt left."""
-    return outcome.kind in _RETRYABLE and outcome.retryable and attempt > policy.max_retries
+def is_failure(outcome: Outcome) -> bool:
+    """True for an outcome ``max_retries`` counts: the task raised, asked to retry or timed out."""
+    return outcome.kind in _RETRYABLE
 
 
 def decide(
     outcome: Outcome, attempt: int, policy: RetryPolicy, rand: Callable[[], float] = random.random
 ) -> Decision:
-    """Decide the verb for ``outcome`` of delivery number ``attempt`` under ``policy``."""
+    """Decide the verb for ``outcome`` under ``policy``; ``attempt`` counts the task's own
+    failures, this one included (1 for a first failure), not the runs that crashed."""
     kind = outcome.kind
     if kind is OutcomeKind.SUCCEEDED or kind in _NEVER_AGAIN:
         return ACK

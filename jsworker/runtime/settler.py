@@ -18,7 +18,7 @@ from ..observability.logging import get_logger
 from .execution import JobRun
 from .handbacks import HandBacks
 from .lifecycle import JobBook
-from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide, exhausts
+from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide, is_failure
 
 if TYPE_CHECKING:
     from ..app import App
@@ -58,10 +58,12 @@ class Settler:
         ``time.monotonic()``. Returns the outcome and the decision."""
         started = time.time() - (time.monotonic() - started)
         policy = self._policy(job)
-        if exhausts(outcome, job.attempt, policy):
-            # Deliveries that stopping workers gave back were no attempts of this job.
+        failures = job.failures or 0
+        if is_failure(outcome) and job.attempt > 1:
+            # Runs given back by stopping workers, and those that crashed, were no failures.
             await self._handbacks.read(job)
-        decision = decide(outcome, job.attempt - job.handed_back, policy)
+            failures = await self._book.read_failures(job)
+        decision = decide(outcome, failures + 1, policy)
         if outcome.kind is OutcomeKind.SUCCEEDED:
             await self._book.record(job, outcome, decision, started)
             await job.delivery.ack()

@@ -337,9 +337,11 @@ class Worker:
             self._report.started(job)
             try:
                 outcome = self._executor.check(job)
-                poison = outcome is not None and outcome.kind is OutcomeKind.POISON
-                if poison and await self._handbacks.read(job):
-                    # Given back by stopping workers, not killed by it: checked without those.
+                if outcome is not None and outcome.kind is OutcomeKind.POISON:
+                    # Earlier runs given back by stopping workers, or that failed on their own,
+                    # did not kill it: checked again without those.
+                    await self._handbacks.read(job)
+                    await self._book.read_failures(job)
                     outcome = self._executor.check(job)
                 if outcome is None and job.fired is not None:
                     outcome = await self._fired.admit(job)

@@ -188,13 +188,14 @@ def test_job_that_kills_its_worker_is_dead_lettered(
     nats_server: NatsServer, fault_app: ModuleType, workers: Workers, records: Records
 ) -> None:
     """A job that ends its worker every time it runs (first os._exit(1) in a sync task, then, in
-    a second phase, SIGKILL of its own pid in an async task), max_retries=2, among ordinary jobs.
-    A supervisor restarts the worker whenever it dies (at most 8 times in all). Each killer runs
-    exactly max_retries + 1 = 3 times; its 4th delivery is dead-lettered without running; every
+    a second phase, SIGKILL of its own pid in an async task), max_retries=0 and max_crashes=2,
+    among ordinary jobs. A supervisor restarts the worker whenever it dies (at most 8 times in
+    all). Each killer runs exactly max_crashes + 1 = 3 times (a crash is no failure, so
+    max_retries=0 does not stop it); its 4th delivery is dead-lettered without running; every
     ordinary job completes."""
     url = nats_server.url
     fault_app.app.servers = [url]
-    max_retries = fault_app.exit_worker.options.max_retries
+    max_crashes = fault_app.exit_worker.options.max_crashes
     args = ("-c", "10", "--max-messages", "5", "-Q", "poison,default")
     exit_codes: list[int] = []
     worker = workers.start(url, "w0", *args)
@@ -241,9 +242,9 @@ def test_job_that_kills_its_worker_is_dead_lettered(
     assert records.done_ids("work") >= ordinary
     assert set(letters) == killer_ids
     for job in killers:
-        assert runs[job.id] == max_retries + 1
+        assert runs[job.id] == max_crashes + 1
         headers = letters[job.id].headers
-        assert headers["Jsw-Dlq-Attempts"] == str(max_retries + 2)
-        assert headers["Jsw-Dlq-Reason"]
-    assert exit_codes == [1] * (max_retries + 1) + [-9] * (max_retries + 1)
+        assert headers["Jsw-Dlq-Attempts"] == str(max_crashes + 2)
+        assert "max_crashes" in headers["Jsw-Dlq-Reason"]
+    assert exit_codes == [1] * (max_crashes + 1) + [-9] * (max_crashes + 1)
     assert worker.terminate() == 0

@@ -113,11 +113,12 @@ async def test_a_job_cancelled_at_the_end_of_grace_runs_again(nats_server: NatsS
 
 async def test_a_job_delivered_again_without_hand_backs_is_still_poison(nats_server: NatsServer) -> None:
     """What the count excuses is only what stopping workers gave back: a job whose worker
-    vanished (here: its delivery left unsettled until ack_wait) is dead-lettered as before."""
+    vanished (here: its delivery left unsettled until ack_wait) counts as a crash, and with no
+    crash allowed it is dead-lettered."""
     runs: Counter[tuple[int, int]] = Counter()
     app = App("handback", nats_server.url)
 
-    @app.task(max_retries=0, ack_wait=1)
+    @app.task(max_retries=0, max_crashes=0, ack_wait=1)
     async def once(i: int) -> None:
         runs[i, current_job().attempt] += 1
 

@@ -11,8 +11,8 @@ from jsworker.runtime.settlement import (
     RetryPolicy,
     Verb,
     backoff_delay,
+    crashed_too_often,
     decide,
-    exceeds_attempts,
 )
 
 POLICY = RetryPolicy(max_retries=3, backoff=1.0, backoff_max=600.0)
@@ -146,12 +146,23 @@ def test_backoff_delay_is_capped_for_huge_attempts() -> None:
 
 
 @pytest.mark.parametrize(
-    ("attempt", "max_retries", "expected"),
-    [(1, 0, False), (2, 0, True), (4, 3, False), (5, 3, True), (1, 3, False), (100, 3, True)],
+    ("attempt", "handed_back", "failures", "max_crashes", "expected"),
+    [
+        (1, 0, 0, 0, False),  # a first delivery never crashed
+        (2, 0, 0, 0, True),  # one run ended with no outcome, none allowed
+        (3, 0, 0, 2, False),  # two crashes, two allowed
+        (4, 0, 0, 2, True),
+        (4, 0, 3, 0, False),  # three earlier runs, all the task's own failures
+        (5, 1, 1, 2, False),  # one given back, one failure, two crashes
+        (6, 1, 1, 2, True),
+        (100, 0, 0, 2, True),
+    ],
 )
-def test_exceeds_attempts_boundaries(attempt: int, max_retries: int, expected: bool) -> None:
-    """A delivery is over the limit only when attempt > max_retries + 1."""
-    assert exceeds_attempts(attempt, max_retries) is expected
+def test_crashes_are_runs_that_ended_with_no_outcome(
+    attempt: int, handed_back: int, failures: int, max_crashes: int, expected: bool
+) -> None:
+    """Only earlier runs that neither failed on their own nor were given back count."""
+    assert crashed_too_often(attempt, handed_back, failures, max_crashes) is expected
 
 
 def test_non_retryable_failure_is_dead_lettered_at_once() -> None:

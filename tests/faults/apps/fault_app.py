@@ -56,15 +56,16 @@ async def elsewhere(n: int) -> int:
 
 
 # A job that kills its worker every time. ack_wait=1 on its own queue: after each crash the
-# server hands it out again within a second.
-@app.task(queue="poison", max_retries=2, ack_wait=1)
+# server hands it out again within a second. No retries for failures: crashes have a limit of
+# their own.
+@app.task(queue="poison", max_retries=0, max_crashes=2, ack_wait=1)
 def exit_worker(n: int) -> None:
     """Ends the worker process at once from a worker thread (no cleanup, exit code 1)."""
     record("start")
     os._exit(1)
 
 
-@app.task(queue="poison", max_retries=2, ack_wait=1)
+@app.task(queue="poison", max_retries=0, max_crashes=2, ack_wait=1)
 async def kill_worker(n: int) -> None:
     """SIGKILLs the worker process it runs in, from the event loop."""
     record("start")
