@@ -5,8 +5,10 @@ once, its waiter gets the real result, nothing vanishes without a record)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -24,6 +26,16 @@ from .secured import ADMIN, as_user, role_app
 from .workers import records, start_worker, stop
 
 DUE = "Jsw-Scheduled-For"
+
+
+@contextlib.asynccontextmanager
+async def _role(url: str, user: str) -> AsyncIterator[App]:
+    """App ``perm`` as ``user``, closed however the block ends."""
+    app = role_app(url, user)
+    try:
+        yield app
+    finally:
+        await app.aclose()
 
 
 async def _connect(app: App) -> Connection:
@@ -68,36 +80,38 @@ def test_a_producer_can_only_add_work(secured: NatsServer, tmp_path: Path) -> No
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
-        producer = role_app(url, "perm-producer")
-        running = await producer.tasks["hold"].adelay(str(gate))
-        delayed = await producer.tasks["add"].aapply((20, 22), countdown=1)
-        assert delayed.scheduled_for is not None
-        due_ms = round(delayed.scheduled_for.timestamp() * 1000)
-        await _started(record, running.id)
-        conn = await _connect(producer)
-        try:
-            await _refused(conn, f"$KV.jsw_perm_jobs.{running.id}", _forged_success(running.seq))
-            await _refused(conn, f"jsw.perm.cancel.{running.id}", str(running.seq).encode())
-            await _refused(conn, f"jsw.perm.halt.{running.id}", str(running.seq).encode())
-            await _refused(conn, f"jsw.perm.claim.{delayed.id}.{due_ms}", b"1")
-            await _refused(conn, f"jsw.perm.claim.{running.id}.back", b"")
-            for verb, request in (("MSG.GET", {"seq": running.seq}), ("MSG.DELETE", {"seq": running.seq})):
+        async with _role(url, "perm-producer") as producer:
+            running = await producer.tasks["hold"].adelay(str(gate))
+            delayed = await producer.tasks["add"].aapply((20, 22), countdown=1)
+            assert delayed.scheduled_for is not None
+            due_ms = round(delayed.scheduled_for.timestamp() * 1000)
+            await _started(record, running.id)
+            conn = await _connect(producer)
+            try:
+                await _refused(conn, f"$KV.jsw_perm_jobs.{running.id}", _forged_success(running.seq))
+                await _refused(conn, f"jsw.perm.cancel.{running.id}", str(running.seq).encode())
+                await _refused(conn, f"jsw.perm.halt.{running.id}", str(running.seq).encode())
+                await _refused(conn, f"jsw.perm.claim.{delayed.id}.{due_ms}", b"1")
+                await _refused(conn, f"jsw.perm.claim.{running.id}.back", b"")
+                for verb, request in (
+                    ("MSG.GET", {"seq": running.seq}),
+                    ("MSG.DELETE", {"seq": running.seq}),
+                ):
+                    with pytest.raises(PermissionDeniedError):
+                        await request_json(conn, api_subject(f"STREAM.{verb}", "JSW_PERM"), request)
                 with pytest.raises(PermissionDeniedError):
-                    await request_json(conn, api_subject(f"STREAM.{verb}", "JSW_PERM"), request)
-            with pytest.raises(PermissionDeniedError):
-                await request_json(conn, api_subject("STREAM.INFO", "JSW_PERM"), {"subjects_filter": ">"})
-        finally:
-            await conn.close()
-        with pytest.raises(PermissionDeniedError, match=r"ask\.cancel"):
-            await producer.acancel(running.id)
-        # What a producer may learn of its job: its status, through the workers.
-        status = await producer.astatus(running.id)
-        assert status.state is JobState.RUNNING and status.seq == running.seq
-        gate.touch()
-        assert await running.aresult(timeout=20) == "real"
-        assert await delayed.aresult(timeout=20) == 42
-        assert (await producer.astatus(running.id)).state is JobState.SUCCEEDED
-        await producer.aclose()
+                    await request_json(conn, api_subject("STREAM.INFO", "JSW_PERM"), {"subjects_filter": ">"})
+            finally:
+                await conn.close()
+            with pytest.raises(PermissionDeniedError, match=r"ask\.cancel"):
+                await producer.acancel(running.id)
+            # What a producer may learn of its job: its status, through the workers.
+            status = await producer.astatus(running.id)
+            assert status.state is JobState.RUNNING and status.seq == running.seq
+            gate.touch()
+            assert await running.aresult(timeout=20) == "real"
+            assert await delayed.aresult(timeout=20) == 42
+            assert (await producer.astatus(running.id)).state is JobState.SUCCEEDED
 
     try:
         asyncio.run(scenario())
@@ -113,19 +127,18 @@ def test_a_halt_the_server_does_not_confirm_changes_nothing(secured: NatsServer,
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
-        producer = role_app(url, "perm-producer")
-        running = await producer.tasks["hold"].adelay(str(gate))
-        await _started(record, running.id)
-        operator = role_app(url, "perm-operator")
-        conn = await Connection.open(operator.connect_options("operator", "attack"))
-        try:
-            halt = f"jsw.perm.halt.{running.id}"
-            assert await gather(conn, halt, str(running.seq).encode(), wait=1.0, linger=0.1) == []
-        finally:
-            await conn.close()
-        gate.touch()
-        assert await running.aresult(timeout=20) == "real"
-        await producer.aclose()
+        async with _role(url, "perm-producer") as producer:
+            running = await producer.tasks["hold"].adelay(str(gate))
+            await _started(record, running.id)
+            operator = role_app(url, "perm-operator")
+            conn = await Connection.open(operator.connect_options("operator", "attack"))
+            try:
+                halt = f"jsw.perm.halt.{running.id}"
+                assert await gather(conn, halt, str(running.seq).encode(), wait=1.0, linger=0.1) == []
+            finally:
+                await conn.close()
+            gate.touch()
+            assert await running.aresult(timeout=20) == "real"
 
     try:
         asyncio.run(scenario())
@@ -142,53 +155,54 @@ def test_schedules_a_producer_may_not_install_never_run(secured: NatsServer, tmp
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
-        producer = role_app(url, "perm-producer")
-        victim = await producer.tasks["add"].aapply((5, 5), countdown=120)
-        assert victim.scheduled_for is not None
-        victim_due = round(victim.scheduled_for.timestamp() * 1000)
-        conn = await _connect(producer)
-        now = int(time.time() * 1000)
-        body = json.dumps({"args": [1, 2], "kwargs": {}}).encode()
-        repeating = f"jsw.perm.sched.at.default.{now}.evil"
-        copying = f"jsw.perm.sched.at.default.{now}.copy"
-        try:
-            await conn.js.publish(repeating, body, headers={
-                "Nats-Schedule": "@every 1s", "Nats-Schedule-Target": "jsw.perm.q.default.add",
-                "Jsw-Task": "add", "Jsw-Job-Id": "evil", DUE: str(now),
-            })  # fmt: skip
-            await conn.js.publish(copying, b"", headers={
-                "Nats-Schedule": "@at 2020-01-01T00:00:00Z", "Nats-Schedule-Target": "jsw.perm.q.default.add",
-                "Nats-Schedule-Source": f"jsw.perm.sched.at.default.{victim_due}.{victim.id}",
-                "Jsw-Task": "add", "Jsw-Job-Id": "copy", DUE: str(now),
-            })  # fmt: skip
-            # A hand-made "fired" job for a firing still to come: run, it would claim that firing
-            # and the real one would be dropped as a duplicate.
-            later = now + 3_600_000
-            await conn.js.publish("jsw.perm.q.default.add", body, headers={
-                "Nats-Scheduler": f"jsw.perm.sched.at.default.{later}.early", "Nats-Schedule-Next": "purge",
-                "Jsw-Task": "add", "Jsw-Job-Id": "early", DUE: str(later),
-            })  # fmt: skip
-        finally:
-            await conn.close()
+        async with _role(url, "perm-producer") as producer:
+            victim = await producer.tasks["add"].aapply((5, 5), countdown=120)
+            assert victim.scheduled_for is not None
+            victim_due = round(victim.scheduled_for.timestamp() * 1000)
+            conn = await _connect(producer)
+            now = int(time.time() * 1000)
+            body = json.dumps({"args": [1, 2], "kwargs": {}}).encode()
+            repeating = f"jsw.perm.sched.at.default.{now}.evil"
+            copying = f"jsw.perm.sched.at.default.{now}.copy"
+            try:
+                await conn.js.publish(repeating, body, headers={
+                    "Nats-Schedule": "@every 1s", "Nats-Schedule-Target": "jsw.perm.q.default.add",
+                    "Jsw-Task": "add", "Jsw-Job-Id": "evil", DUE: str(now),
+                })  # fmt: skip
+                await conn.js.publish(copying, b"", headers={
+                    "Nats-Schedule": "@at 2020-01-01T00:00:00Z",
+                    "Nats-Schedule-Target": "jsw.perm.q.default.add",
+                    "Nats-Schedule-Source": f"jsw.perm.sched.at.default.{victim_due}.{victim.id}",
+                    "Jsw-Task": "add", "Jsw-Job-Id": "copy", DUE: str(now),
+                })  # fmt: skip
+                # A hand-made "fired" job for a firing still to come: run, it would claim that firing
+                # and the real one would be dropped as a duplicate.
+                later = now + 3_600_000
+                await conn.js.publish("jsw.perm.q.default.add", body, headers={
+                    "Nats-Scheduler": f"jsw.perm.sched.at.default.{later}.early",
+                    "Nats-Schedule-Next": "purge",
+                    "Jsw-Task": "add", "Jsw-Job-Id": "early", DUE: str(later),
+                })  # fmt: skip
+            finally:
+                await conn.close()
 
-        async def removed() -> bool:
-            return repeating not in await _subjects(url, "JSW_PERM")
+            async def removed() -> bool:
+                return repeating not in await _subjects(url, "JSW_PERM")
 
-        await wait_until_async(removed, timeout=20, message="the repeating schedule to be removed")
-        await wait_until_async(
-            lambda: _dlq_reasons(url),
-            until=lambda reasons: (
-                any("fires more than once" in r for r in reasons)
-                # The copy names the job it copied, due later: refused either way.
-                and any(f"{copying} " in r for r in reasons)
-                and any("early before it was due" in r for r in reasons)
-            ),
-            timeout=20,
-            message="the three firings to be dead-lettered",
-        )
-        # The victim still waits for its own time.
-        assert (await producer.astatus(victim.id)).state is JobState.SCHEDULED
-        await producer.aclose()
+            await wait_until_async(removed, timeout=20, message="the repeating schedule to be removed")
+            await wait_until_async(
+                lambda: _dlq_reasons(url),
+                until=lambda reasons: (
+                    any("fires more than once" in r for r in reasons)
+                    # The copy names the job it copied, due later: refused either way.
+                    and any(f"{copying} " in r for r in reasons)
+                    and any("early before it was due" in r for r in reasons)
+                ),
+                timeout=20,
+                message="the three firings to be dead-lettered",
+            )
+            # The victim still waits for its own time.
+            assert (await producer.astatus(victim.id)).state is JobState.SCHEDULED
 
     try:
         asyncio.run(scenario())
@@ -219,33 +233,32 @@ def test_a_canceller_cancels_and_does_nothing_more(secured: NatsServer, tmp_path
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
-        canceller = role_app(url, "perm-canceller")
-        hold = canceller.tasks["hold"]
-        running = await hold.adelay(str(gate))
-        queued = await hold.adelay(str(gate))  # waits behind the running one (max_running=1)
-        delayed = await canceller.tasks["add"].aapply((1, 1), countdown=120)
-        await _started(record, running.id)
-        assert (await canceller.astatus(queued.id)).state is JobState.QUEUED
-        for job in (delayed, queued, running):
-            assert await canceller.acancel(job.id), job
-            assert (await canceller.astatus(job.id)).state is JobState.CANCELLED
-            assert not await canceller.acancel(job.id)  # nothing left to cancel
-        with pytest.raises(JobCancelled):
-            await running.aresult(timeout=10)
-        conn = await _connect(canceller)
-        try:
-            await _refused(conn, f"$KV.jsw_perm_jobs.{running.id}", _forged_success(running.seq))
-            await _refused(conn, f"jsw.perm.halt.{running.id}", str(running.seq).encode())
-            await _refused(conn, f"jsw.perm.claim.{delayed.id}.1", b"1")
-            with pytest.raises(PermissionDeniedError):
-                await request_json(conn, api_subject("STREAM.MSG.DELETE", "JSW_PERM"), {"seq": 1})
-        finally:
-            await conn.close()
-        # The next job on the queue still runs: the cancelled one freed its slot.
-        gate.touch()
-        after = await hold.adelay(str(gate))
-        assert await after.aresult(timeout=20) == "real"
-        await canceller.aclose()
+        async with _role(url, "perm-canceller") as canceller:
+            hold = canceller.tasks["hold"]
+            running = await hold.adelay(str(gate))
+            queued = await hold.adelay(str(gate))  # waits behind the running one (max_running=1)
+            delayed = await canceller.tasks["add"].aapply((1, 1), countdown=120)
+            await _started(record, running.id)
+            assert (await canceller.astatus(queued.id)).state is JobState.QUEUED
+            for job in (delayed, queued, running):
+                assert await canceller.acancel(job.id), job
+                assert (await canceller.astatus(job.id)).state is JobState.CANCELLED
+                assert not await canceller.acancel(job.id)  # nothing left to cancel
+            with pytest.raises(JobCancelled):
+                await running.aresult(timeout=10)
+            conn = await _connect(canceller)
+            try:
+                await _refused(conn, f"$KV.jsw_perm_jobs.{running.id}", _forged_success(running.seq))
+                await _refused(conn, f"jsw.perm.halt.{running.id}", str(running.seq).encode())
+                await _refused(conn, f"jsw.perm.claim.{delayed.id}.1", b"1")
+                with pytest.raises(PermissionDeniedError):
+                    await request_json(conn, api_subject("STREAM.MSG.DELETE", "JSW_PERM"), {"seq": 1})
+            finally:
+                await conn.close()
+            # The next job on the queue still runs: the cancelled one freed its slot.
+            gate.touch()
+            after = await hold.adelay(str(gate))
+            assert await after.aresult(timeout=20) == "real"
 
     try:
         asyncio.run(scenario())
