@@ -207,6 +207,11 @@ class Namespace:
         one holding it drops or stops it (after checking with the server)."""
         return f"jsw.{self.app}.halt.{job_id}"
 
+    def held_subject(self, job_id: str = "*") -> str:
+        """Subject on which the worker running job ``job_id`` says so (its id, when it started
+        it, which attempt): the details of a running job's status."""
+        return f"jsw.{self.app}.held.{job_id}"
+
     @property
     def inbox_prefix(self) -> str:
         """The default prefix of the app's reply inboxes; a connection of role ``r`` gets its

@@ -113,6 +113,7 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         Grant(ns.claim_subjects, "claim fired jobs and cancelled firings (each firing runs once)", _TRUSTED),
         Grant(f"{_API}.STREAM.MSG.GET.{claims}", "read claims", _TRUSTED),
         Grant(ns.halt_subject(), "tell the worker holding a cancelled job to drop or stop it", _TRUSTED),
+        Grant(ns.held_subject(), "ask which worker runs a job (status: running)", _TRUSTED),
         Grant(ns.periodic_filter, "install, pause and remove periodic schedules", _TRUSTED),
         # -- workers ---------------------------------------------------------------------
         Grant(ns.dlq_subjects, "store dead letters", _WORKER),
@@ -130,6 +131,7 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         Grant(f"$JS.ACK.{jobs}.>", "acknowledge, retry and end jobs", _WORKER),
         Grant(ns.ask_subject("*"), "answer status and cancel questions", _WORKER, True),
         Grant(ns.halt_subject(), "hear of cancelled jobs it may hold", _WORKER, True),
+        Grant(ns.held_subject(), "say which jobs it runs", _WORKER, True),
         # -- operators -------------------------------------------------------------------
         *(Grant(f"{_API}.STREAM.MSG.GET.{s}", "read dead letters and events", _OPERATOR) for s in kept),
         *(

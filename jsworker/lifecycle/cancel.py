@@ -56,9 +56,10 @@ async def cancel_job(app: App, conn: Connection, job_id: str) -> bool:
     False when there was nothing to cancel (unknown, or already finished)."""
     ns = app.namespace
     records = Records(conn, ns)
-    if conn.server_version >= DELAYED_SINCE and await cancel_delayed(app, conn, job_id):
+    scheduled = await cancel_delayed(app, conn, job_id) if conn.server_version >= DELAYED_SINCE else None
+    if scheduled is not None:
         if conn.server_version >= RECORDS_SINCE:
-            await _record(app, records, job_id, "", "", 0)
+            await _record(app, records, job_id, *scheduled, 0)
         return True
     jobs = LimitsStream(conn, ns.stream)
     message = await jobs.next(ns.job_filter(job_id))
@@ -72,8 +73,12 @@ async def cancel_job(app: App, conn: Connection, job_id: str) -> bool:
         return False  # settled (or cancelled) since it was read
     # Deleted, it can no longer be handed out: whoever got it got it before. A job waiting
     # out a retry's delay is held by nobody.
-    retrying = found is not None and found[1].seq == message.seq and found[1].state is JobState.RETRYING
-    resting = retrying and (found[1].next_attempt_at or 0.0) > time.time() + _HOLDER_WAIT  # type: ignore[index]
+    record = found[1] if found is not None and found[1].seq == message.seq else None
+    resting = (
+        record is not None
+        and record.state is JobState.RETRYING
+        and (record.next_attempt_at or 0.0) > time.time() + _HOLDER_WAIT
+    )
     if not resting and await delivered_seq(conn, ns.stream, queue) >= message.seq:
         answers = await gather(
             conn, ns.halt_subject(job_id), str(message.seq).encode(), wait=_HOLDER_WAIT, linger=_HOLDER_LINGER

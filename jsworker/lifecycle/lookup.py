@@ -20,9 +20,11 @@ unknown    none of these: never enqueued, or finished and not recorded (a first-
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import nats.errors
 import nats.js.errors
@@ -30,12 +32,17 @@ import nats.js.errors
 from ..errors import JsworkerError
 from ..jetstream.connection import Connection
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.service import gather
 from ..wire import TASK
 from .bucket import Records
 from .state import JobRecord, JobState, JobStatus
 
 if TYPE_CHECKING:
     from ..app import App
+
+# How long a status waits for the worker running a job to say so: a live one answers within
+# milliseconds.
+_HELD_WAIT = 0.5
 
 
 async def job_status(app: App, conn: Connection, job_id: str) -> JobStatus:
@@ -84,9 +91,33 @@ async def _in_stream(
     if record is not None and retrying and (record.next_attempt_at or 0.0) > time.time():
         return record.status(job_id)
     delivered = await delivered_seq(conn, ns.stream, queue)
-    state = JobState.RUNNING if message.seq <= delivered else JobState.QUEUED
     attempts = record.attempts if record is not None and record.seq == message.seq else None
-    return JobStatus(job_id, state, queue=queue, task=task, attempts=attempts, seq=message.seq)
+    if message.seq > delivered:
+        return JobStatus(job_id, JobState.QUEUED, queue=queue, task=task, attempts=attempts, seq=message.seq)
+    # Handed out: the worker running it says who it is, when it started and which attempt
+    # this is (no answer: it waits in a worker's buffer, or its worker is gone).
+    held = await gather(conn, ns.held_subject(job_id), str(message.seq).encode(), wait=_HELD_WAIT, linger=0.0)
+    holder = _holder(held)
+    return JobStatus(
+        job_id,
+        JobState.RUNNING,
+        queue=queue,
+        task=task,
+        attempts=holder.get("attempt", attempts),
+        started_at=datetime.fromtimestamp(holder["started_at"], UTC) if holder.get("started_at") else None,
+        worker=holder.get("worker"),
+        seq=message.seq,
+    )
+
+
+def _holder(answers: list[bytes]) -> dict[str, Any]:
+    """The first answer that reads as a holder's, else nothing."""
+    for raw in answers:
+        with contextlib.suppress(ValueError):
+            doc = json.loads(raw)
+            if isinstance(doc, dict):
+                return doc
+    return {}
 
 
 async def delivered_seq(conn: Connection, stream: str, queue: str) -> int:

@@ -52,6 +52,8 @@ class JobRun:
     fired: Firing | None = None
     #: Set when a cancel of this job reaches the worker running it.
     cancel_requested: bool = False
+    #: When the worker took the job up (``time.monotonic()``), 0.0 before.
+    started: float = 0.0
     #: Deliveries of this job that stopping workers gave back unfinished, once read (see
     #: :mod:`.handbacks`): not held against its attempts.
     handed_back: int = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import socket
 import time
@@ -78,6 +79,7 @@ class JobBook:
         self._jobs = LimitsStream(conn, app.namespace.stream)
         self._reader = Records(conn, app.namespace)
         self._halts: Serving | None = None
+        self._helds: Serving | None = None
         #: Stream sequences of jobs settled for good (acknowledged or ended), newest last.
         self.finished: deque[int] = deque(maxlen=_REMEMBERED_FINISHED)
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -97,7 +99,9 @@ class JobBook:
     async def start(self) -> None:
         """Listen for cancels of jobs this worker may hold, and for the server's answers to
         records."""
-        self._halts = await serve(self.conn, self.app.namespace.halt_subject(), self._on_halt)
+        ns = self.app.namespace
+        self._halts = await serve(self.conn, ns.halt_subject(), self._on_halt)
+        self._helds = await serve(self.conn, ns.held_subject(), self._on_held)
         if self._records:
             await self._writer.start()
 
@@ -129,6 +133,22 @@ class JobBook:
                 self.cancelled.popitem(last=False)
             return DROPPED
         return None
+
+    async def _on_held(self, subject: str, body: bytes) -> bytes | None:
+        # Who holds the job at this sequence, for its status: read from memory, nothing is
+        # written per job for it. A job still in the buffer has no start time yet.
+        job_id, seq = subject.rsplit(".", 1)[-1], body.decode(errors="replace")
+        for job in list(self._running):
+            if job.job_id == job_id and str(job.delivery.stream_seq) == seq:
+                began = time.time() - (time.monotonic() - job.started) if job.started else None
+                return self._holder(began, job.attempt)
+        for delivery in self._buffered():
+            if str(delivery.stream_seq) == seq:
+                return self._holder(None, delivery.attempt)
+        return None
+
+    def _holder(self, started_at: float | None, attempt: int) -> bytes:
+        return json.dumps({"worker": self.worker, "started_at": started_at, "attempt": attempt}).encode()
 
     async def read_failures(self, job: JobRun) -> int:
         """Set and return ``job.failures``: the task's own failures in the job's earlier runs,
@@ -205,8 +225,9 @@ class JobBook:
 
     async def close(self) -> None:
         """Stop hearing of cancels and writing records (after :meth:`drain`)."""
-        if self._halts is not None:
-            await self._halts.close()
+        for serving in (self._halts, self._helds):
+            if serving is not None:
+                await serving.close()
         await self._writer.close()
 
     async def record(self, job: JobRun, outcome: Outcome, decision: Decision, started: float) -> None:

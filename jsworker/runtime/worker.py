@@ -333,7 +333,7 @@ class Worker:
         # One coroutine per job, its clean-up included (no done callback): each layer and each
         # event-loop turn shows in a short job's cost.
         try:
-            started = time.monotonic()
+            started = job.started = time.monotonic()
             self._report.started(job)
             try:
                 outcome = self._executor.check(job)

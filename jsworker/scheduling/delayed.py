@@ -57,16 +57,17 @@ def delayed_message(namespace: Namespace, queue: str, job: OutMessage, due: date
     return OutMessage(namespace.delayed_subject(queue, at, job_id), job.body, headers)
 
 
-async def cancel_delayed(app: App, conn: Connection, job_id: str) -> bool:
-    """Remove every schedule of delayed job ``job_id`` that has not fired; True when one was.
+async def cancel_delayed(app: App, conn: Connection, job_id: str) -> tuple[str, str] | None:
+    """Remove every schedule of delayed job ``job_id`` that has not fired; the queue and task
+    of the one removed, or None when none was.
 
     The schedule is deleted first, then the firing claimed as cancelled: a copy the server
     fired in the instant before the delete is then dropped by the worker that receives it,
-    unless a worker had already claimed it (the job is running: too late, False).
+    unless a worker had already claimed it (the job is running: too late, None).
     """
     ns = app.namespace
     stream = LimitsStream(conn, ns.stream)
-    cancelled = False
+    cancelled: tuple[str, str] | None = None
     seq = 1
     while (found := await stream.next(ns.delayed_filter(job_id=job_id), seq)) is not None:
         seq = found.seq + 1
@@ -75,11 +76,11 @@ async def cancel_delayed(app: App, conn: Connection, job_id: str) -> bool:
             continue  # fired (or removed) since it was read
         queue, due, _ = parsed
         if await claim(conn, ns, job_id, due, CANCELLED) is None:
-            cancelled = True
-            # Label values and event subjects only take names the app declares.
             task = found.headers.get(TASK, "")
-            task = task if task in app.tasks else UNKNOWN
-            app.metrics.cancelled.labels(queue, task).inc()
+            cancelled = (queue, task)
+            # Label values and event subjects only take names the app declares.
+            label = task if task in app.tasks else UNKNOWN
+            app.metrics.cancelled.labels(queue, label).inc()
             if app.options.events:
-                await EventEmitter(conn, ns, app.metrics).emit("cancelled", queue, task, job_id)
+                await EventEmitter(conn, ns, app.metrics).emit("cancelled", queue, label, job_id)
     return cancelled

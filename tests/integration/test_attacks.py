@@ -108,6 +108,8 @@ def test_a_producer_can_only_add_work(secured: NatsServer, tmp_path: Path) -> No
             # What a producer may learn of its job: its status, through the workers.
             status = await producer.astatus(running.id)
             assert status.state is JobState.RUNNING and status.seq == running.seq
+            # Who runs it, since when, which attempt: the worker running it says so.
+            assert status.worker and status.started_at is not None and status.attempts == 1, status
             gate.touch()
             assert await running.aresult(timeout=20) == "real"
             assert await delayed.aresult(timeout=20) == 42
@@ -242,7 +244,9 @@ def test_a_canceller_cancels_and_does_nothing_more(secured: NatsServer, tmp_path
             assert (await canceller.astatus(queued.id)).state is JobState.QUEUED
             for job in (delayed, queued, running):
                 assert await canceller.acancel(job.id), job
-                assert (await canceller.astatus(job.id)).state is JobState.CANCELLED
+                cancelled = await canceller.astatus(job.id)
+                state = (cancelled.state, cancelled.queue, cancelled.task)
+                assert state == (JobState.CANCELLED, job.queue, job.task), cancelled
                 assert not await canceller.acancel(job.id)  # nothing left to cancel
             with pytest.raises(JobCancelled):
                 await running.aresult(timeout=10)

@@ -47,8 +47,13 @@ def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
     assert not any("PURGE" in s for s in worker.publish)
     # The one delete: a single message of the job stream, to cancel a job or remove a schedule.
     assert [s for s in worker.publish if "DELETE" in s] == ["$JS.API.STREAM.MSG.DELETE.JSW_SHOP"]
-    # Replies, questions from producers, cancels of jobs it may hold.
-    assert worker.subscribe == ("_jsw_inbox.shop.worker.>", "jsw.shop.ask.*.*", "jsw.shop.halt.*")
+    # Replies, questions from producers, cancels of jobs it may hold, who runs a job.
+    assert worker.subscribe == (
+        "_jsw_inbox.shop.worker.>",
+        "jsw.shop.ask.*.*",
+        "jsw.shop.halt.*",
+        "jsw.shop.held.*",
+    )
 
 
 def test_workers_write_their_registry_entries_and_operators_read_them() -> None:
