@@ -8,7 +8,13 @@ parameter, and nothing is sent), encoded to JSON-ready values, and decoded to it
 in the worker. msgspec does the checking and converting: it knows the standard library's
 types (``Decimal``, ``datetime``, ``date``, ``time``, ``timedelta``, ``UUID``, enums),
 dataclasses, ``TypedDict``, ``NamedTuple``, containers and unions, and does it in about a
-microsecond; pydantic models, when pydantic is installed, go through pydantic itself.
+microsecond; ``pathlib`` paths travel as their string (``/`` separated, ``as_posix()``) and
+come back as the annotated class; pydantic models, when pydantic is installed, go through
+pydantic itself.
+
+The check is made on the values as the caller gave them, and its errors name their Python
+types: ``b"x"`` is not a ``str`` (although it encodes to one), nor is a ``Decimal``, and a set
+is not a ``list`` (its order is arbitrary; annotate ``set[int]`` to send one).
 
 A parameter without an annotation, annotated ``Any``, or annotated with a type neither knows
 (a class of your own that is none of the above) is passed as it is, as without annotations.
@@ -16,8 +22,14 @@ A parameter without an annotation, annotated ``Any``, or annotated with a type n
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
 import inspect
+import pathlib
+import re
 import typing
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +37,8 @@ from typing import Any
 import msgspec
 import msgspec.inspect
 import msgspec.structs
+
+from .serializers import describe, find_unencodable
 
 try:  # pydantic is optional: its models are supported when it is installed
     import pydantic
@@ -36,13 +50,25 @@ def _is_model(kind: object) -> bool:
     return pydantic is not None and isinstance(kind, type) and issubclass(kind, pydantic.BaseModel)
 
 
+def _is_path(kind: object) -> bool:
+    return isinstance(kind, type) and issubclass(kind, pathlib.PurePath)
+
+
 def _enc_hook(value: Any) -> Any:
+    if isinstance(value, pathlib.PurePath):
+        # "/" separated whatever the system: a path from a Windows producer reads the same in
+        # a Linux worker (PureWindowsPath accepts "/" too).
+        return value.as_posix()
     if pydantic is not None and isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json")
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
 def _dec_hook(kind: type, value: Any) -> Any:
+    if _is_path(kind):
+        if isinstance(value, str | pathlib.PurePath):
+            return kind(value)
+        raise TypeError(f"Expected `{kind.__name__}`, got `{type(value).__name__}`")
     if _is_model(kind):
         if isinstance(value, pydantic.BaseModel):
             # model_validate would return the very instance, fields unchecked: check its data.
@@ -57,16 +83,20 @@ def _dec_hook(kind: type, value: Any) -> Any:
 
 
 def _types_in(node: object) -> Iterator[msgspec.inspect.Type]:
-    """Every type node under ``node`` (msgspec's description of an annotation)."""
-    if isinstance(node, msgspec.inspect.Type):
-        yield node
-        for name in getattr(node, "__struct_fields__", ()):
-            yield from _types_in(getattr(node, name))
-    elif isinstance(node, msgspec.inspect.Field):
-        yield from _types_in(node.type)
-    elif isinstance(node, tuple | list):
-        for item in node:
-            yield from _types_in(item)
+    """Every type node under ``node`` (msgspec's description of an annotation), each once:
+    a recursive dataclass (``children: list[Node]``) describes itself."""
+    seen: set[int] = set()
+    pending = [node]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, msgspec.inspect.Field):
+            pending.append(item.type)
+        elif isinstance(item, tuple | list):
+            pending.extend(reversed(item))
+        elif isinstance(item, msgspec.inspect.Type) and id(item) not in seen:
+            seen.add(id(item))
+            yield item
+            pending.extend(getattr(item, name) for name in reversed(item.__struct_fields__))
 
 
 def _supported(annotation: Any) -> bool:
@@ -77,7 +107,136 @@ def _supported(annotation: Any) -> bool:
         return False
     if isinstance(info, msgspec.inspect.AnyType):
         return False
-    return all(not isinstance(t, msgspec.inspect.CustomType) or _is_model(t.cls) for t in _types_in(info))
+    return all(
+        not isinstance(t, msgspec.inspect.CustomType) or _is_model(t.cls) or _is_path(t.cls)
+        for t in _types_in(info)
+    )
+
+
+# Values the enqueue-side check sees as themselves instead of their JSON form, so that one is
+# not taken for the string it encodes to (b"x" is base64 text, a Decimal its digits) and an
+# error names its type. Exact classes: msgspec passes through no subclass.
+_KEPT: tuple[type, ...] = (
+    bytes,
+    bytearray,
+    memoryview,
+    datetime.datetime,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    uuid.UUID,
+    decimal.Decimal,
+    pathlib.PurePosixPath,
+    pathlib.PureWindowsPath,
+    pathlib.PosixPath,
+    pathlib.WindowsPath,
+)
+# Where such values may stay after the check (and must then be encoded once more).
+_KEPT_NODES = (
+    msgspec.inspect.AnyType,
+    msgspec.inspect.BytesType,
+    msgspec.inspect.ByteArrayType,
+    msgspec.inspect.MemoryViewType,
+    msgspec.inspect.DateTimeType,
+    msgspec.inspect.DateType,
+    msgspec.inspect.TimeType,
+    msgspec.inspect.TimeDeltaType,
+    msgspec.inspect.UUIDType,
+    msgspec.inspect.DecimalType,
+    msgspec.inspect.CustomType,
+)
+# Annotations whose values of exactly that class need no check, only msgspec's encoding.
+_LEAVES = (
+    bytes,
+    datetime.datetime,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    uuid.UUID,
+    decimal.Decimal,
+)
+_ARRAYS = (msgspec.inspect.ListType, msgspec.inspect.VarTupleType, msgspec.inspect.TupleType)
+# Collections of one item type.
+_ITEMS = (
+    msgspec.inspect.ListType,
+    msgspec.inspect.VarTupleType,
+    msgspec.inspect.SetType,
+    msgspec.inspect.FrozenSetType,
+)
+# Where a set is in its place.
+_SET_NODES = (
+    msgspec.inspect.SetType,
+    msgspec.inspect.FrozenSetType,
+    msgspec.inspect.AnyType,
+    msgspec.inspect.CustomType,
+)
+
+
+def _leaf(annotation: Any) -> type | None:
+    if annotation in _LEAVES or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+        return typing.cast(type, annotation)
+    return None
+
+
+def _array_nodes(info: msgspec.inspect.Type) -> frozenset[int]:
+    """The ids of the nodes under ``info`` that lead to a list or tuple: where a set may be
+    passed by mistake and must be looked for."""
+    nodes = list(_types_in(info))
+    return frozenset(id(n) for n in nodes if any(isinstance(t, _ARRAYS) for t in _types_in(n)))
+
+
+def _find_set(node: Any, value: Any, path: str, arrays: frozenset[int]) -> tuple[str, Any] | None:
+    """The msgspec-style path and value of the first set or frozenset in ``value`` where
+    ``node`` wants a list or tuple (msgspec would take it for one), or None."""
+    if id(node) not in arrays:
+        return None
+    while isinstance(node, msgspec.inspect.Metadata):
+        node = node.type
+    if isinstance(node, msgspec.inspect.UnionType):
+        kinds = [t for t in node.types if not isinstance(t, msgspec.inspect.NoneType)]
+        if len(kinds) == 1:
+            return _find_set(kinds[0], value, path, arrays)
+        # Which member of a wider union a value is meant for is msgspec's call: only a set
+        # standing where the union takes an array and no set is looked at.
+        plain = [t.type if isinstance(t, msgspec.inspect.Metadata) else t for t in kinds]
+        takes_array = any(isinstance(t, _ARRAYS) for t in plain)
+        takes_set = any(isinstance(t, _SET_NODES) for t in plain)
+        wrong = isinstance(value, set | frozenset) and takes_array and not takes_set
+        return (path, value) if wrong else None
+    if isinstance(node, _ARRAYS) and isinstance(value, set | frozenset):
+        return path, value
+    for step, kind, item in _typed_parts(node, value):
+        if (found := _find_set(kind, item, f"{path}{step}", arrays)) is not None:
+            return found
+    return None
+
+
+def _typed_parts(node: Any, value: Any) -> Iterator[tuple[str, Any, Any]]:
+    """The parts of ``value`` that ``node`` describes: (path step, their node, the part)."""
+    if isinstance(node, msgspec.inspect.TupleType):
+        if isinstance(value, list | tuple):
+            yield from (
+                (f"[{i}]", t, v) for i, (t, v) in enumerate(zip(node.item_types, value, strict=False))
+            )
+    elif isinstance(node, _ITEMS):
+        if isinstance(value, list | tuple | set | frozenset):
+            yield from ((f"[{i}]", node.item_type, v) for i, v in enumerate(value))
+    elif isinstance(node, msgspec.inspect.DictType):
+        if isinstance(value, Mapping):
+            yield from (("[...]", node.value_type, v) for v in value.values())
+    elif isinstance(node, msgspec.inspect.NamedTupleType) and isinstance(value, tuple):
+        yield from ((f"[{i}]", f.type, v) for i, (f, v) in enumerate(zip(node.fields, value, strict=False)))
+    else:
+        for field in getattr(node, "fields", ()):
+            if isinstance(value, Mapping):
+                item = value.get(field.name, _MISSING)
+            else:
+                item = getattr(value, field.name, _MISSING)
+            if item is not _MISSING:
+                yield f".{field.encode_name}", field.type, item
+
+
+_MISSING = object()
 
 
 def positional_names(signature: inspect.Signature) -> tuple[str, ...] | None:
@@ -98,6 +257,15 @@ class _Param:
     # The annotation when it is one of JSON's own scalar types: a value of exactly that type
     # needs neither encoding nor checking.
     scalar: type | None = None
+    # The annotation when it is Decimal, datetime, UUID, an enum...: a value of exactly that
+    # class needs no check, only its encoding.
+    leaf: type | None = None
+    # msgspec's description of the annotation.
+    info: Any = None
+    # Whether values checked against it may still hold kept values (see _KEPT) to encode.
+    reencode: bool = False
+    # The nodes of info where a set may stand for a list (see _find_set); empty: none.
+    arrays: frozenset[int] = frozenset()
 
 
 _SCALARS = (int, float, str, bool)
@@ -128,13 +296,7 @@ class TypedArguments:
         except Exception:  # unresolvable forward references: nothing can be checked
             return None
         params = {
-            name: _Param(
-                name,
-                hints[name],
-                star_args=p.kind is inspect.Parameter.VAR_POSITIONAL,
-                star_kwargs=p.kind is inspect.Parameter.VAR_KEYWORD,
-                scalar=hints[name] if hints[name] in _SCALARS else None,
-            )
+            name: _param(name, hints[name], p.kind)
             for name, p in signature.parameters.items()
             if name in hints and _supported(hints[name])
         }
@@ -174,26 +336,54 @@ class TypedArguments:
         return shape
 
     def _encode_one(self, param: _Param, value: Any) -> Any:
-        if type(value) is param.scalar:
+        kind = type(value)
+        if kind is param.scalar:
             # Most annotations are int or str: 0.1 us instead of 1.2 us for msgspec's two calls.
             return value
+        if kind is param.leaf:
+            # A Decimal for a Decimal, an enum member for its enum: one call instead of two.
+            return msgspec.to_builtins(value)
         try:
-            plain = msgspec.to_builtins(value, enc_hook=_enc_hook)
+            kept = msgspec.to_builtins(value, builtin_types=_KEPT, enc_hook=_enc_hook)
         except (TypeError, ValueError, NotImplementedError) as exc:
-            raise self._error(param, f"cannot be encoded: {exc}") from None
+            raise self._error(param, self._unencodable(param, value, exc)) from None
+        if param.arrays and (found := _find_set(param.info, value, "$", param.arrays)) is not None:
+            where, got = found
+            at = "" if where == "$" else f" - at `{where}`"
+            raise self._error(
+                param,
+                f"Expected `array`, got `{type(got).__name__}`{at} (a set has no order: pass a "
+                "list, or annotate set[...] to send a set)",
+            )
         # Checked on what is sent, strictly: a "7" for an int is refused, not coerced.
-        self._check(param, plain, strict=True)
-        return plain
+        self._check(param, kept, strict=True, given=value)
+        return msgspec.to_builtins(kept, enc_hook=_enc_hook) if param.reencode else kept
+
+    def _unencodable(self, param: _Param, value: Any, exc: Exception) -> str:
+        def encodes(part: Any) -> bool:
+            try:
+                msgspec.to_builtins(part, enc_hook=_enc_hook)
+            except (TypeError, ValueError, NotImplementedError):
+                return False
+            return True
+
+        path, how, culprit = find_unencodable(value, encodes, objects=True)
+        if type(culprit).__name__ not in str(exc):
+            return f"cannot be encoded: {exc}"  # not a value of a type msgspec does not know
+        return describe("", param.name, path, how, culprit) + ", which cannot be encoded as JSON"
 
     def _decode_one(self, param: _Param, value: Any) -> Any:
         # Not strict: JSON object keys arrive as strings ({1: "a"} is sent as {"1": "a"}).
         return self._check(param, value, strict=False)
 
-    def _check(self, param: _Param, value: Any, *, strict: bool) -> Any:
+    def _check(self, param: _Param, value: Any, *, strict: bool, given: Any = _MISSING) -> Any:
         try:
             return msgspec.convert(value, param.annotation, strict=strict, dec_hook=_dec_hook)
         except msgspec.ValidationError as exc:
-            raise self._error(param, str(exc)) from None
+            detail = str(exc)
+            if given is not _MISSING:
+                detail = _python_types(detail, given)
+            raise self._error(param, detail) from None
 
     def _error(self, param: _Param, detail: str) -> TypeError:
         return TypeError(f"task {self.task}: argument {param.name!r} ({_name(param.annotation)}): {detail}")
@@ -221,6 +411,97 @@ class TypedArguments:
             else:
                 bound.arguments[name] = one(param, value)
         return tuple(bound.args), dict(bound.kwargs)
+
+
+def _param(name: str, annotation: Any, kind: inspect._ParameterKind) -> _Param:
+    info = msgspec.inspect.type_info(annotation)
+    return _Param(
+        name,
+        annotation,
+        star_args=kind is inspect.Parameter.VAR_POSITIONAL,
+        star_kwargs=kind is inspect.Parameter.VAR_KEYWORD,
+        scalar=annotation if annotation in _SCALARS else None,
+        leaf=_leaf(annotation),
+        info=info,
+        reencode=any(isinstance(t, _KEPT_NODES) for t in _types_in(info)),
+        arrays=_array_nodes(info),
+    )
+
+
+# msgspec's "got `array`" names what the value was encoded to; errors name the value's class.
+_GOT = re.compile(r"got `([^`]+)`(?: - at `key` in `([^`]*)`| - at `([^`]*)`)?$")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
+_JSON_NAMES = {
+    str: "str",
+    int: "int",
+    bool: "bool",
+    float: "float",
+    type(None): "null",
+    list: "array",
+    dict: "object",
+}
+_KEPT_NAMES = {
+    bytes: "bytes",
+    bytearray: "bytes",
+    memoryview: "bytes",
+    datetime.datetime: "datetime",
+    datetime.date: "date",
+    datetime.time: "time",
+    datetime.timedelta: "duration",
+    uuid.UUID: "uuid",
+    decimal.Decimal: "decimal",
+}
+
+
+def _python_types(detail: str, given: Any) -> str:
+    """msgspec's message with the class of the value at fault in place of the JSON type it
+    names, when the path leads to values of one class only (``[...]``, any key or value of a
+    dict, may lead to several)."""
+    match = _GOT.search(detail)
+    if match is None:
+        return detail
+    got, key_at, at = match.groups()
+    found = _resolve(given, key_at or at or "$", keys=key_at is not None)
+    names = {type(v).__name__ for v in found if _msgspec_name(v) == got}
+    if len(names) != 1:
+        return detail
+    return f"{detail[: match.start(1)]}{names.pop()}{detail[match.end(1) :]}"
+
+
+def _msgspec_name(value: Any) -> str | None:
+    """How msgspec names ``value`` once the check's encoding made it plain."""
+    try:
+        plain = msgspec.to_builtins(value, builtin_types=_KEPT, enc_hook=_enc_hook)
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+    kind = type(plain)
+    return _JSON_NAMES.get(kind) or _KEPT_NAMES.get(kind) or kind.__name__
+
+
+def _resolve(value: Any, path: str, *, keys: bool = False) -> list[Any]:
+    """The values of ``value`` at a msgspec path (``$.lines[0].qty``, ``$[...]``); with
+    ``keys``, the keys of the dicts there."""
+    found = [value]
+    for step in _STEP.finditer(path):
+        name, index = step.groups()
+        after: list[Any] = []
+        for item in found:
+            if name is not None:
+                part = (
+                    item.get(name, _MISSING) if isinstance(item, Mapping) else getattr(item, name, _MISSING)
+                )
+                if part is not _MISSING:
+                    after.append(part)
+            elif index is not None:
+                if isinstance(item, list | tuple | set | frozenset) and int(index) < len(item):
+                    after.append(list(item)[int(index)])
+            elif isinstance(item, Mapping):
+                after.extend(item.keys())
+                after.extend(item.values())
+        found = after
+    if keys:
+        return [key for item in found if isinstance(item, Mapping) for key in item]
+    return found
 
 
 def _name(annotation: Any) -> str:

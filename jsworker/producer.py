@@ -14,16 +14,21 @@ import time
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import ConfigurationError, ConnectError, EnqueueError, PermissionDeniedError, TopologyError
+from .errors import (
+    ConfigurationError,
+    ConnectError,
+    EnqueueError,
+    JsworkerError,
+    PermissionDeniedError,
+    TopologyError,
+)
 from .events.emit import EventEmitter
 from .jetstream.connection import Connection
-from .jetstream.limits_stream import LimitsStream
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .job import Job
-from .lifecycle.bucket import Records
+from .lifecycle.state import JobState, JobStatus
 from .scheduling.declare import DELAYED_SINCE
 from .scheduling.delayed import delayed_message
 from .serializers import encode_call
@@ -34,6 +39,8 @@ from .wire import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, EXPIRES_
 # one that will run again (its worker died before the ack) and names it as the duplicate.
 _SETTLE_STEP = 0.005
 _SETTLE_PATIENCE = 1.0
+# The states of a job whose message is in the stream (as against scheduled).
+_IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING})
 
 if TYPE_CHECKING:
     from .app import App
@@ -152,27 +159,30 @@ class Producer:
 
         With ``other_form``, only the form the enqueue itself does not check is looked at: a
         scheduled job for an immediate call, a queued or running one for a delayed call.
-        With ``settling`` below the patience for it, a queued job whose record says it
-        finished is taken for gone: its ack is on the way.
+        With ``settling`` below the patience for it, a job whose record says it finished is
+        taken for gone: its ack is on the way.
+
+        The job's status comes from the app's workers, or from the server when this user may
+        read the job stream; a producer with neither leaves the check to the server's refusal
+        of a second job on the same subject.
         """
-        ns = self._app.namespace
-        stream = LimitsStream(await self.connection(), ns.stream)
-        queued = call.due is not None or not other_form
-        scheduled = call.due is None or not other_form
-        found = await stream.next(ns.job_filter(call.job_id)) if queued else None
-        due: datetime | None = None
-        if found is None and scheduled:
-            found = await stream.next(ns.delayed_filter(job_id=call.job_id))
-            parsed = ns.parse_delayed_subject(found.subject) if found is not None else None
-            due = datetime.fromtimestamp(parsed[1] / 1000, UTC) if parsed is not None else None
-        if found is None:
-            return None
-        if due is None and settling is not None and settling < _SETTLE_PATIENCE:
-            recorded = await Records(await self.connection(), ns).read(call.job_id)
-            if recorded is not None and recorded[1].seq == found.seq and recorded[1].state.finished:
+        try:
+            status = await self._app.astatus(call.job_id)
+        except JsworkerError:
+            if other_form:
                 return None
+            status = JobStatus(call.job_id, JobState.QUEUED)  # the server refused it: one waits
+        state = status.state
+        if other_form:
+            held = state is JobState.SCHEDULED if call.due is None else state in _IN_STREAM
+        else:
+            patient = settling is not None and settling >= _SETTLE_PATIENCE
+            held = state is JobState.SCHEDULED or state in _IN_STREAM or patient
+        if not held:
+            return None
         self._app.metrics.producer(task.queue, task.name)[1].inc()
-        return Job(call.job_id, task.name, task.queue, found.seq, True, due, self._app)
+        due = status.scheduled_for if state is JobState.SCHEDULED else None
+        return Job(call.job_id, task.name, task.queue, status.seq or 0, True, due, self._app)
 
     async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
         """Store many jobs with many acknowledgements outstanding; receipts in order."""

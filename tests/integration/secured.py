@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from jsworker import App
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from .workers import worker_env
@@ -42,6 +43,16 @@ def role_cli(url: str, user: str, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
+async def provision_as_admin(url: str) -> None:
+    """Create app ``perm``'s streams as ``admin`` (what a worker does at start)."""
+    app = App("perm", url, user=ADMIN[0], password=ADMIN[1])
+    conn = await Connection.open(app.connect_options("operator", "test"))
+    try:
+        await app.provision_streams(conn)
+    finally:
+        await conn.close()
+
+
 def role_app(url: str, user: str, name: str = "perm") -> App:
     """App ``name`` as ``user`` sees it, with the tasks of ``apps/perm_app.py`` (bodies left
     out: only workers run them)."""
@@ -57,6 +68,10 @@ def role_app(url: str, user: str, name: str = "perm") -> App:
 
     @app.task(queue="gated", store_result=True)
     async def hold(gate: str) -> str:
+        return gate
+
+    @app.task(queue="gated", unique=True, store_result=True)
+    async def hold_once(gate: str) -> str:
         return gate
 
     return app

@@ -22,7 +22,7 @@ from jsworker.lifecycle.state import JobRecord, JobState
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
-from .secured import ADMIN, as_user, role_app
+from .secured import ADMIN, as_user, provision_as_admin, role_app
 from .workers import records, start_worker, stop
 
 DUE = "Jsw-Scheduled-For"
@@ -270,3 +270,40 @@ def test_a_canceller_cancels_and_does_nothing_more(secured: NatsServer, tmp_path
         assert stop(worker) == 0
     started = {job for job, _, _ in records(record, "started")}
     assert len(started) == 2  # the cancelled running job and the last one; the queued never started
+
+
+def test_a_producer_enqueues_unique_jobs_without_reading_the_job_stream(
+    secured: NatsServer, tmp_path: Path
+) -> None:
+    """A unique task's second job, immediate or delayed, while the first waits or runs: a
+    duplicate naming the first, found by asking the workers. With no worker running the
+    server still refuses a second job of the same form."""
+    url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+
+    async def alone() -> str:
+        async with _role(url, "perm-producer") as producer:
+            once = producer.tasks["hold_once"]
+            first = await once.adelay(str(gate))
+            again = await once.adelay(str(gate))
+            assert not first.duplicate and again.duplicate and again.id == first.id
+            return first.id
+
+    asyncio.run(provision_as_admin(url))
+    job_id = asyncio.run(alone())
+    worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
+
+    async def with_worker() -> None:
+        async with _role(url, "perm-producer") as producer:
+            once = producer.tasks["hold_once"]
+            await _started(record, job_id)
+            running = await once.adelay(str(gate))
+            assert running.duplicate and running.id == job_id and running.seq > 0  # the workers named it
+            delayed = await once.aapply((str(gate),), countdown=60)
+            assert delayed.duplicate and delayed.id == job_id
+            gate.touch()
+            assert await running.aresult(timeout=20) == "real"
+
+    try:
+        asyncio.run(with_worker())
+    finally:
+        assert stop(worker) == 0

@@ -181,6 +181,18 @@ async def test_cancel_queued_running_and_finished_jobs(nats_server: NatsServer) 
     with pytest.raises(JobCancelled):
         await queued.aresult(timeout=5)
     await app.aclose()  # the worker's connection takes over this loop's enqueues
+
+    def starts() -> dict[str, float]:
+        # Counters of a registry other tests of this module share: compared before and after.
+        return {
+            task: app.metrics.registry.get_sample_value(
+                "jsworker_jobs_started_total", {"queue": "default", "task": task}
+            )
+            or 0.0
+            for task in ("hold", "hold_sync", "add")
+        }
+
+    before = starts()
     async with in_process_worker(app, queues=["default"]):
         running = await hold.adelay("running")
         await wait_until_async(lambda: "running" in seen["started"], timeout=10, message="it to start")
@@ -207,13 +219,8 @@ async def test_cancel_queued_running_and_finished_jobs(nats_server: NatsServer) 
     assert seen["started"].count("queued") == 0
     assert await stream_messages_async(nats_server.url, "JSW_LIFE") == 0
     # Every start counts, those a cancel then stopped too.
-    started = {
-        task: app.metrics.registry.get_sample_value(
-            "jsworker_jobs_started_total", {"queue": "default", "task": task}
-        )
-        for task in ("hold", "hold_sync", "add")
-    }
-    assert started == {"hold": 1.0, "hold_sync": 1.0, "add": 1.0}
+    after = starts()
+    assert {task: after[task] - before[task] for task in after} == {"hold": 1.0, "hold_sync": 1.0, "add": 1.0}
     await app.aclose()
 
 

@@ -27,19 +27,11 @@ from jsworker.testing import NatsServer
 from ..support import connections, wait_until, wait_until_async
 from .secured import ADMIN, PASSWORD
 from .secured import as_user as _as
+from .secured import provision_as_admin as _provision_as_admin
 from .secured import role_app as _app
 from .secured import role_cli as _cli
 from .secured import server_with as _server
 from .workers import records, start_worker, stop
-
-
-async def _provision_as_admin(url: str) -> None:
-    app = App("perm", url, user=ADMIN[0], password=ADMIN[1])
-    conn = await Connection.open(app.connect_options("operator", "test"))
-    try:
-        await app.provision_streams(conn)
-    finally:
-        await conn.close()
 
 
 async def _admin_stream_exists(url: str, stream: str) -> bool:

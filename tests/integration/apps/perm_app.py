@@ -36,3 +36,9 @@ async def hold(gate: str) -> str:
         await asyncio.sleep(0.01)
     record("done")
     return "real"
+
+
+@app.task(queue="gated", unique=True, store_result=True)
+async def hold_once(gate: str) -> str:
+    """:func:`hold`, one job at a time per gate."""
+    return await hold(gate)
