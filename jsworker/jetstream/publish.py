@@ -73,8 +73,14 @@ class Publisher:
         self.window = window
         self.retry_no_stream = retry_no_stream
 
-    async def publish(self, msg: OutMessage) -> Stored:
-        """Store one message and wait for the server's acknowledgement."""
+    async def publish(self, msg: OutMessage, *, maybe_stored: bool = False) -> Stored:
+        """Store one message and wait for the server's acknowledgement.
+
+        A try that got no answer may have stored the message: when a later try of this call
+        (``maybe_stored``: or an earlier publish of the same message) is then answered
+        "duplicate", the server holds the message once, and this call stored it. It reads as
+        stored, not as a duplicate of somebody else's.
+        """
         check_size(msg, self.conn.max_payload)
         deadline = time.monotonic() + self.retry_for
         last: BaseException | None = None
@@ -91,10 +97,13 @@ class Publisher:
                     timeout=max(0.001, min(self.timeout, remaining)),
                     headers=headers_of(msg),
                 )
-                return stored_from(parse_reply(answer.data, answer.headers))
+                stored = stored_from(parse_reply(answer.data, answer.headers))
+                return stored._replace(duplicate=False) if maybe_stored and stored.duplicate else stored
             except REQUEST_ERRORS as exc:
                 _raise_final(exc, msg, self.conn.max_payload, self.retry_no_stream)
                 last = exc  # retried with the same Nats-Msg-Id: the server drops a second copy
+                # No answer at all (rather than the server's "no stream leader yet"): stored or not.
+                maybe_stored = maybe_stored or not classify(exc).code
             await asyncio.sleep(min(0.1 * 2**attempts, 1.0, max(0.0, deadline - time.monotonic())))
         raise EnqueueError(
             f"job {msg.headers.get(MSG_ID)} not acknowledged after {attempts} attempts in "
@@ -120,17 +129,20 @@ class Publisher:
                 await pipe.wait()
         except (StalledError, nats.errors.Error, OSError):
             pass  # whatever has no acknowledgement is published again below, one by one
+        refused: set[int] = set()
         for number, answer in pipe.results.items():
             if isinstance(answer, RefusedError):
                 if not answer.no_stream:
                     raise answer
                 if not self.retry_no_stream:
                     raise NoStreamError(str(answer))
-                continue  # the stream exists: its leader is being elected; retried below
+                refused.add(number)  # the stream exists: its leader is being elected; retried below
+                continue
             results[number] = answer
         for i, result in enumerate(results):
             if result is None:
-                results[i] = await self.publish(msgs[i])
+                # Sent once already and not refused, its answer lost: a "duplicate" now is that send.
+                results[i] = await self.publish(msgs[i], maybe_stored=i not in refused)
         return [r for r in results if r is not None]
 
 

@@ -8,9 +8,13 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import nats
+import nats.errors
 import pytest
+from nats.aio.msg import Msg
+from prometheus_client import CollectorRegistry
 
 from jsworker import App, EnqueueError, Task
 from jsworker.testing import NatsServer
@@ -112,3 +116,38 @@ def test_enqueue_gives_up_with_a_clear_error(nats_server: NatsServer) -> None:
         assert time.monotonic() - started < 10
     finally:
         app.close()
+
+
+@pytest.mark.anyio
+async def test_a_job_whose_acknowledgement_was_lost_reads_as_enqueued(nats_server: NatsServer) -> None:
+    """The server stores the first try but its answer never arrives (cut here, at the client);
+    the retry with the same id is answered "duplicate": the receipt says enqueued, and the
+    job is counted as enqueued, once."""
+    app = App("prod", nats_server.url, metrics_registry=CollectorRegistry())
+    job = _task(app)
+    await app.provision()
+    nc = (await app.producer.connection()).nc
+    request = nc.request
+    tries = 0
+
+    async def lossy(subject: str, payload: bytes = b"", timeout: float = 0.5, **kw: Any) -> Msg:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            await nc.publish(subject, payload, headers=kw.get("headers"))  # stored; the answer is lost
+            await nc.flush()
+            raise nats.errors.TimeoutError
+        return await request(subject, payload, timeout=timeout, **kw)
+
+    nc.request = lossy  # type: ignore[method-assign,assignment]
+    try:
+        receipt = await job.adelay(7)
+    finally:
+        nc.request = request  # type: ignore[method-assign]
+    assert tries == 2 and not receipt.duplicate
+    enqueued = app.metrics.registry.get_sample_value(
+        "jsworker_jobs_enqueued_total", {"queue": "default", "task": "job"}
+    )
+    assert enqueued == 1.0
+    assert await asyncio.to_thread(_stored, nats_server.url) == 1
+    await app.aclose()
