@@ -98,7 +98,7 @@ class Publisher:
                     headers=headers_of(msg),
                 )
                 stored = stored_from(parse_reply(answer.data, answer.headers))
-                return stored._replace(duplicate=False) if maybe_stored and stored.duplicate else stored
+                return Stored(stored.seq, False) if maybe_stored and stored.duplicate else stored
             except REQUEST_ERRORS as exc:
                 _raise_final(exc, msg, self.conn.max_payload, self.retry_no_stream)
                 last = exc  # retried with the same Nats-Msg-Id: the server drops a second copy
