@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
@@ -22,7 +22,7 @@ from .lifecycle.state import JobStatus
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
-from .scheduling.declare import Schedule, args_tuple, check_schedule_form
+from .scheduling.declare import Schedule, args_tuple, check_schedule_form, tick_expiry
 from .scheduling.periodic import check_schedule_size
 from .serializers import JSONSerializer, Serializer, encode_call
 from .task import ExceptionTypes, ExecutorKind, Task, TaskArguments, TaskOptions, check_job_id
@@ -238,6 +238,7 @@ class App:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         tz: str | None = None,
+        expires: timedelta | float | Literal["next", "never"] | None = None,
     ) -> Schedule:
         """Declare a periodic schedule: ``task(*args, **kwargs)`` is enqueued on every tick of
         ``cron`` (5 fields, minute first; 6 with seconds first; or ``@hourly``, ``@daily``...)
@@ -247,7 +248,10 @@ class App:
         The server keeps and fires the schedule: workers install it at start (``jsworker run``
         reconciles every declared schedule, see README), so it needs no process of its own
         and each tick makes one job however many workers run. ``name`` (default: the task's
-        name) is unique in the app. A bad expression, zone, interval or argument raises
+        name) is unique in the app. A tick that has not started ``expires`` seconds after it
+        was due is not run (``"next"``: once the next tick is due; ``"never"``); None takes
+        the task's own ``expires``, else ``"next"``, so ticks missed while no worker ran do
+        not all run in a burst when one starts. A bad expression, zone, interval or argument raises
         :class:`ConfigurationError` or ``TypeError`` here, naming the schedule.
         """
         label = validate_name("schedule", name or task.name)
@@ -267,6 +271,7 @@ class App:
             args=call.args,
             kwargs=call.kwargs,
             body=encode_call(self.serializer, call.args, call.kwargs),
+            expires=tick_expiry(label, expires, task.options.expires),
         )
         check_schedule_size(self, declared)
         self.schedules[label] = declared

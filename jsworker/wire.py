@@ -62,5 +62,8 @@ SCHEDULE_SPEC = "Jsw-Schedule-Spec"
 SCHEDULE_ZONE = "Jsw-Schedule-Zone"
 SCHEDULE_DIGEST = "Jsw-Schedule-Digest"
 """Fingerprint of a periodic schedule's declaration: equal means nothing to update."""
+TICK_EXPIRES = "Jsw-Tick-Expires"
+"""On a periodic schedule (and the ticks it fires): seconds after its due time past which a
+tick not started yet is not run, ``next`` (once the next tick is due) or ``never``."""
 PAUSED = "Jsw-Paused"
 """On the message that stands in for a paused schedule (it has no ``Nats-Schedule``)."""

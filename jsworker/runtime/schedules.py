@@ -4,6 +4,7 @@ each fired job before it runs."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..errors import JsworkerError, ServerVersionError
@@ -11,9 +12,9 @@ from ..jetstream.limits_stream import LimitsStream
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN
 from ..scheduling.claims import CANCELLED, claim
-from ..scheduling.declare import PERIODIC_SINCE
+from ..scheduling.declare import NEXT_TICK, PERIODIC_SINCE, tick_limit
 from ..scheduling.periodic import SchedulesRefused, sync_schedules
-from ..wire import JOB_ID, SCHEDULE, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULED_FOR, SCHEDULER
+from ..wire import JOB_ID, SCHEDULE, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULED_FOR, SCHEDULER, TICK_EXPIRES
 from .settlement import Outcome, OutcomeKind
 
 if TYPE_CHECKING:
@@ -89,6 +90,8 @@ class FiredJobs:
             job.job_id = f"seq-{job.delivery.stream_seq}"
             await self._remove_schedule(job, "not one jsworker installs")
             return Outcome(OutcomeKind.BAD_INPUT, foreign)
+        if fired.kind == "periodic" and (late := _expired_tick(job)) is not None:
+            return late
         try:
             held = await claim(
                 self.conn, self.app.namespace, fired.job_id, fired.due_ms, str(job.delivery.stream_seq)
@@ -167,3 +170,21 @@ class FiredJobs:
     def _dropped(self, job: JobRun, task: str, reason: str, held: str) -> None:
         self.app.metrics.fired_dropped.labels(job.queue, task, reason).inc()
         log.info("job.fired_dropped", reason=reason, claimed_by_seq=held, **job.log_fields())
+
+
+def _expired_tick(job: JobRun) -> Outcome | None:
+    """The outcome of a tick not started before its schedule's ``expires`` (by default, before
+    the next tick was due), or None while it may run."""
+    fired = job.fired
+    assert fired is not None
+    headers = job.delivery.headers
+    following = headers.get(SCHEDULE_NEXT)
+    try:
+        next_due = datetime.fromisoformat(following) if following else None
+    except ValueError:
+        next_due = None
+    limit = tick_limit(headers.get(TICK_EXPIRES), fired.due_ms, next_due)
+    if limit is None or time.time() <= limit:
+        return None
+    why = "the next tick was due" if headers.get(TICK_EXPIRES, NEXT_TICK) == NEXT_TICK else "its expiry"
+    return Outcome(OutcomeKind.EXPIRED, f"a tick not started before {why}")

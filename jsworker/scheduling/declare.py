@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..config import LATEST_MS, LATEST_TEXT, check_ahead
+from ..config import LATEST_MS, LATEST_TEXT, check_ahead, check_seconds
 from ..errors import ConfigurationError
 from .cron import Cron, check_zone, every_seconds, go_duration, quoted
 
@@ -69,6 +69,10 @@ def at_expression(due: datetime) -> str:
     return "@at " + due.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+#: A tick expires once the next tick of its schedule is due (the default), or never.
+NEXT_TICK, NEVER = "next", "never"
+
+
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """One periodic schedule of an app: ``task`` is enqueued with ``args``/``kwargs`` on
@@ -84,6 +88,8 @@ class Schedule:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     body: bytes = b""
+    #: When a tick not started yet is no longer run (see :func:`tick_expiry`).
+    expires: str = NEXT_TICK
 
     @property
     def expression(self) -> str:
@@ -98,11 +104,46 @@ class Schedule:
         """A fingerprint of everything that makes the schedule fire differently: equal digests
         mean the one on the server need not be touched."""
         h = hashlib.sha256()
-        for part in (self.task, self.queue, self.expression, self.tz or ""):
+        # The default expiry adds nothing: schedules installed before it existed keep their digest.
+        extra = () if self.expires == NEXT_TICK else (self.expires,)
+        for part in (self.task, self.queue, self.expression, self.tz or "", *extra):
             h.update(part.encode())
             h.update(b"\0")
         h.update(self.body)
         return h.hexdigest()[:32]
+
+
+def tick_expiry(name: str, expires: timedelta | float | str | None, task_expires: float | None) -> str:
+    """How ticks of schedule ``name`` expire, as their header says it: ``expires`` seconds
+    after they were due (a number or timedelta), :data:`NEXT_TICK` or :data:`NEVER`; None
+    takes the task's own ``expires`` if it has one, else :data:`NEXT_TICK`."""
+    if expires is None:
+        expires = task_expires if task_expires is not None else NEXT_TICK
+    if expires in (NEXT_TICK, NEVER):
+        return str(expires)
+    if isinstance(expires, str):
+        raise ConfigurationError(
+            f"schedule {name!r}: expires must be seconds, 'next' or 'never', not {expires!r}"
+        )
+    seconds = expires.total_seconds() if isinstance(expires, timedelta) else expires
+    try:
+        return repr(float(check_seconds("expires", seconds)))
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"schedule {name!r}: {exc}") from None
+
+
+def tick_limit(expires: str | None, due_ms: int, next_due: datetime | None) -> float | None:
+    """When a tick due at ``due_ms`` that has not started expires (unix seconds), from its
+    schedule's ``expires`` header (missing: :data:`NEXT_TICK`) and the time of the schedule's
+    next tick; None for never (or not known)."""
+    if expires is None or expires == NEXT_TICK:
+        return next_due.timestamp() if next_due is not None else None
+    if expires == NEVER:
+        return None
+    try:
+        return due_ms / 1000 + float(expires)
+    except ValueError:
+        return None
 
 
 def check_schedule_form(

@@ -37,9 +37,10 @@ from ..wire import (
     SCHEDULE_TIME_ZONE,
     SCHEDULE_ZONE,
     TASK,
+    TICK_EXPIRES,
 )
 from .cron import Cron, duration_seconds, zone
-from .declare import Schedule
+from .declare import NEXT_TICK, Schedule
 
 if TYPE_CHECKING:
     from ..app import App
@@ -71,6 +72,8 @@ class ScheduleState:
     declared: bool
     body: bytes = field(default=b"", repr=False)
     content_type: str = field(default="", repr=False)
+    #: How its ticks expire (:func:`~.declare.tick_expiry`).
+    expires: str = NEXT_TICK
 
     def next_run(self, now: float | None = None) -> datetime | None:
         """When the schedule fires next (UTC), None when paused. Exact for cron; for
@@ -167,6 +170,8 @@ def _message(app: App, state: ScheduleState, paused: bool) -> OutMessage:
     }
     if state.tz:
         headers[SCHEDULE_ZONE] = state.tz
+    if state.expires != NEXT_TICK:
+        headers[TICK_EXPIRES] = state.expires
     if paused:
         headers[PAUSED] = "1"
         headers[ROLLUP] = "sub"
@@ -192,6 +197,7 @@ def _declared_state(app: App, schedule: Schedule) -> ScheduleState:
         declared=True,
         body=schedule.body,
         content_type=app.serializer.content_type,
+        expires=schedule.expires,
     )
 
 
@@ -213,6 +219,7 @@ def _stored_state(app: App, msg: StoredMessage) -> ScheduleState | None:
         declared=name in app.schedules,
         body=msg.body or b"",
         content_type=h.get(CONTENT_TYPE, ""),
+        expires=h.get(TICK_EXPIRES, NEXT_TICK),
     )
 
 

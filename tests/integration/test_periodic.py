@@ -162,3 +162,39 @@ def test_the_command_line_operates_schedules_and_cancels_delayed_jobs(nats_serve
     assert cancelled.returncode == 0 and cancelled.stdout.strip() == f"{job.id}: cancelled"
     as_json: Any = cli(url, "schedules", "list", "periodic_app", "--json").stdout.splitlines()
     assert len(as_json) == 1 and '"name": "morning_report"' in as_json[0]
+
+
+@pytest.mark.parametrize(("declared", "lasting"), [("task", 2.0), ("default", 1.0)])
+async def test_ticks_that_waited_past_their_expiry_do_not_run(
+    nats_server: NatsServer, declared: str, lasting: float
+) -> None:
+    """Ticks fired every second while no worker runs pile up in the queue; once a worker
+    starts, those not started within their expiry are expired, not run in a burst: ``task``:
+    the task's ``expires=2``; ``default``: a tick expires once the next one is due."""
+    app = App("late", nats_server.url)
+    ran: list[float] = []
+
+    @app.task(expires=2.0 if declared == "task" else None)
+    async def beat() -> None:
+        due = current_job().scheduled_for
+        assert due is not None
+        ran.append(time.time() - due.timestamp())
+
+    app.schedule(beat, every=1)
+    async with Schedules(app) as schedules:
+        await app.provision()
+        await schedules.sync()
+    await wait_until_async(
+        lambda: stream_messages_async(nats_server.url, "JSW_LATE"),
+        until=lambda n: n >= 7,  # the schedule and six ticks waiting
+        timeout=20,
+        message="six ticks waiting",
+    )
+    await app.aclose()
+    async with in_process_worker(app) as worker:
+        await wait_until_async(
+            lambda: worker.counts["expired"], until=lambda n: n >= 4, timeout=20, message="late ticks expired"
+        )
+        await wait_until_async(lambda: ran, timeout=20, message="a tick to run")
+    # Whatever ran had not waited past its expiry when it started.
+    assert ran and all(waited <= lasting + 0.5 for waited in ran), ran
