@@ -52,8 +52,9 @@ class QueueStatus:
     - ``next_due_in``: seconds until the queue's next delayed job is due (server clock; 0 or
       less: due, the server fires it within moments); None when none waits.
     - ``max_running``: the most jobs of the queue the server lets run at once across all
-      workers (its consumer's ``max_ack_pending``: ``app.queue(..., max_running=)`` or the
-      app's ``max_ack_pending``); None without a consumer.
+      workers (its consumer's ``max_ack_pending``, set by ``app.queue(..., max_running=)``);
+      None for a queue that sets none (only the app's ``max_ack_pending`` bounds it) or has
+      no consumer.
     - ``priority``: the queue's priority among those a worker serves (``app.queue``).
     - ``workers``: live worker processes pulling from the queue, from the worker registry;
       None when it was not read (or the server is too old to keep it).
@@ -173,7 +174,10 @@ async def queue_status(
                 redelivered=consumer.num_redelivered,
                 waiting_pulls=consumer.num_waiting,
                 has_consumer=True,
-                max_running=consumer.max_ack_pending or None,
+                # The app's max_ack_pending is every queue's limit unless it sets max_running.
+                max_running=None
+                if consumer.max_ack_pending in (None, 0, -1, app.options.max_ack_pending)
+                else consumer.max_ack_pending,
                 **common,
             )
         )
