@@ -1,8 +1,9 @@
 """``jsworker jobs``: one job's status, result and cancel, by its id.
 
-Exit codes as for every command: 0 ok, 1 crashed, 2 usage error (an unknown job, nothing to
-cancel, a result not ready), 3 cannot connect; ``result`` exits 4 when the job did not
-succeed (failed, cancelled or expired), after printing why.
+Exit codes: 0 ok; 1 crashed; 2 usage error or an unknown job (nothing to cancel); 3 cannot
+connect, or a permission the user lacks; 4 (``result``) the job did not succeed (failed,
+cancelled or expired), after printing why; 5 (``result``) it has not finished within
+``--wait`` seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .errors import EXIT_USAGE, command_errors, fail
 T = TypeVar("T")
 
 EXIT_NOT_SUCCEEDED = 4
+EXIT_NOT_FINISHED = 5
 
 _APP = click.argument("app_spec", metavar="MODULE[:ATTR]")
 _JOB = click.argument("job_id")
@@ -56,7 +58,7 @@ def jobs() -> None:
 @connection_options
 def status(app_spec: str, job_id: str, as_json: bool, **connection: str | None) -> None:
     """Where job JOB_ID is: scheduled, queued, running, retrying, succeeded, failed, cancelled,
-    expired; exit 2 when it is unknown."""
+    expired; exit 2 when it is unknown (never enqueued, or finished without a record)."""
     found = _run(app_spec, connection, lambda app: app.astatus(job_id))
     if as_json:
         click.echo(json.dumps(found.as_dict()))
@@ -70,7 +72,12 @@ def status(app_spec: str, job_id: str, as_json: bool, **connection: str | None) 
         if found.error is not None:
             click.echo(f"error: {found.error.type}: {found.error.message}")
     if found.state is JobState.UNKNOWN:
-        fail(f"no job {job_id!r} is known (never enqueued, or finished and not recorded)", EXIT_USAGE)
+        # Not an error of the command: the server keeps nothing of such a job.
+        click.echo(
+            "nothing is known of it: never enqueued, or finished with no record kept (a task "
+            "without store_result keeps none of a first-attempt success), or its record expired"
+        )
+        raise SystemExit(EXIT_USAGE)
 
 
 @jobs.command()
@@ -86,14 +93,14 @@ def status(app_spec: str, job_id: str, as_json: bool, **connection: str | None) 
 @connection_options
 def result(app_spec: str, job_id: str, wait: float, **connection: str | None) -> None:
     """Print job JOB_ID's return value as JSON. Exit 4 when it failed, was cancelled or
-    expired; 2 when it is unknown or not finished within --wait seconds."""
+    expired; 5 when it has not finished within --wait seconds; 2 when it is unknown."""
 
     async def value(app: App) -> Any:
         try:
             return await app.job(job_id).aresult(timeout=wait or 0.001)
         except TimeoutError:
             state = (await app.astatus(job_id)).state.value
-            fail(f"job {job_id} has not finished ({state})", EXIT_USAGE)
+            fail(f"job {job_id} has not finished ({state})", EXIT_NOT_FINISHED)
         except JobNotFound as exc:
             fail(str(exc), EXIT_USAGE)
         except (JobFailed, JobCancelled) as exc:

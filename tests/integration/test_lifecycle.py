@@ -368,6 +368,8 @@ def test_the_command_line_shows_status_and_results(nats_server: NatsServer, tmp_
     url = nats_server.url
     unknown = cli(url, "jobs", "status", "life_cli_app", "no-such-job")
     assert unknown.returncode == 2 and "unknown" in unknown.stdout, unknown
+    # Said plainly, not as an error of the command.
+    assert "nothing is known of it" in unknown.stdout and "error" not in unknown.stderr, unknown
     app: App = life_cli_app.app
     app.servers = url
     try:
@@ -375,7 +377,7 @@ def test_the_command_line_shows_status_and_results(nats_server: NatsServer, tmp_
         bad = app.tasks["refuse"].delay(1)
         assert cli(url, "jobs", "status", "life_cli_app", good.id).stdout.split()[:2] == [good.id, "queued"]
         not_yet = cli(url, "jobs", "result", "life_cli_app", good.id)
-        assert not_yet.returncode == 2 and "has not finished (queued)" in not_yet.stderr, not_yet
+        assert not_yet.returncode == 5 and "has not finished (queued)" in not_yet.stderr, not_yet
         worker = start_worker(url, tmp_path / "record", tmp_path / "log", module="life_cli_app")
         try:
             done = cli(url, "jobs", "result", "life_cli_app", good.id, "--wait", "20")
