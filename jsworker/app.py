@@ -19,6 +19,7 @@ from .job import Job
 from .layout import consumer_spec, stream_specs
 from .lifecycle.client import JobLifecycle
 from .lifecycle.state import JobStatus
+from .named import named_task
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
@@ -276,6 +277,33 @@ class App:
         check_schedule_size(self, declared)
         self.schedules[label] = declared
         return declared
+
+    async def asend_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        **options: Any,
+    ) -> Job:
+        """Enqueue task ``name`` without its code (Celery's ``send_task``): a declared task as
+        ``aapply`` would, any other name to ``queue`` (default: the app's default queue) with
+        no check of its arguments (see :mod:`jsworker.named`). ``options`` are ``aapply``'s:
+        ``job_id``, ``countdown``, ``eta``, ``expires``, ``headers``."""
+        return await named_task(self, name, queue).aapply(args, kwargs, queue=queue, **options)
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        **options: Any,
+    ) -> Job:
+        """Sync form of :meth:`asend_task`."""
+        return named_task(self, name, queue).apply(args, kwargs, queue=queue, **options)
 
     # -- jobs after their enqueue ---------------------------------------------------------
 

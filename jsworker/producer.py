@@ -32,7 +32,16 @@ from .lifecycle.state import JobState, JobStatus
 from .scheduling.declare import DELAYED_SINCE
 from .scheduling.delayed import delayed_message
 from .serializers import encode_call
-from .wire import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, EXPIRES_AT, JOB_ID, MSG_ID, TASK
+from .wire import (
+    CONTENT_TYPE,
+    ENQUEUED_AT,
+    EXPECTED_LAST_SUBJECT_SEQ,
+    EXPIRES_AT,
+    JOB_ID,
+    MSG_ID,
+    QUEUE,
+    TASK,
+)
 
 # A unique call that finds its key held by a job that has finished, its ack not yet stored,
 # tries again after 5 ms, then twice as long each time; past a second it takes the job for
@@ -109,6 +118,12 @@ class Producer:
             ENQUEUED_AT: str(time.time_ns()),
             CONTENT_TYPE: app.serializer.content_type,
         }
+        queue = task.queue
+        if call.queue is not None:
+            # Routed by the caller: the worker of that queue runs a task of another one.
+            queue = headers[QUEUE] = call.queue
+        if call.headers:
+            headers = {**call.headers, **headers}
         if call.expires_at is not None:
             headers[EXPIRES_AT] = str(call.expires_at)
         if call.unique:
@@ -119,12 +134,12 @@ class Producer:
             headers[JOB_ID] = call.job_id
             headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
         msg = OutMessage(
-            subject=app.namespace.job_subject(task.queue, task.name, call.job_id),
+            subject=app.namespace.job_subject(queue, task.name, call.job_id),
             body=encode_call(app.serializer, call.args, call.kwargs),
             headers=headers,
         )
         if call.due is not None:
-            return delayed_message(app.namespace, task.queue, msg, call.due)
+            return delayed_message(app.namespace, queue, msg, call.due)
         return msg
 
     async def send(self, task: Task[Any, Any], call: Call, settling: float = 0.0) -> Job:
@@ -274,7 +289,7 @@ class Producer:
         return Job(
             id=call.job_id,
             task=task.name,
-            queue=task.queue,
+            queue=call.queue or task.queue,
             seq=stored.seq,
             duplicate=stored.duplicate,
             scheduled_for=call.due,

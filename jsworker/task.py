@@ -20,6 +20,7 @@ from .errors import ConfigurationError
 from .job import Job
 from .naming import validate_name
 from .scheduling.declare import due_time
+from .wire import check_headers
 
 if TYPE_CHECKING:
     from .app import App
@@ -129,7 +130,8 @@ class TaskArguments(TypedDict, total=False):
 
 class Call(NamedTuple):
     """One job to enqueue: its arguments, its id, when it is due (None: now), when it expires
-    (unix milliseconds, None: never) and whether it is unique (its id derived from its key)."""
+    (unix milliseconds, None: never), whether it is unique (its id derived from its key), the
+    queue it goes to when not its task's, and the caller's own headers."""
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
@@ -137,6 +139,8 @@ class Call(NamedTuple):
     due: datetime | None = None
     expires_at: int | None = None
     unique: bool = False
+    queue: str | None = None
+    headers: Mapping[str, str] | None = None
 
 
 _JOB_ID = re.compile(r"[A-Za-z0-9_=-]{1,128}")
@@ -288,10 +292,13 @@ class Task(Generic[P, R]):
         job_id: str | None,
         due: datetime | None = None,
         expires: float | None = None,
+        queue: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Call:
         """The checked :class:`Call` of these arguments (types encoded when the task has
         annotations); ``TypeError`` when they do not fit the function. ``expires`` (seconds
-        from now) overrides the task's."""
+        from now) overrides the task's; ``queue`` routes this one job to another queue;
+        ``headers`` are the caller's own (:func:`~jsworker.wire.check_headers`)."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"task {self.name}: args must be a sequence (a tuple or list), not {args!r:.100}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -313,7 +320,15 @@ class Task(Generic[P, R]):
                 )
         expires = self.options.expires if expires is None else check_ahead("expires", expires)
         expires_at = None if expires is None else int((time.time() + expires) * 1000)
-        return Call(tuple(args), kw, key or job_id or new_job_id(), due, expires_at, key is not None)
+        if queue is not None and validate_name("queue", queue) == self.queue:
+            queue = None
+        if headers is not None:
+            try:
+                headers = check_headers(headers)
+            except ValueError as exc:
+                raise ConfigurationError(f"task {self.name}: {exc}") from None
+        job_id = key or job_id or new_job_id()
+        return Call(tuple(args), kw, job_id, due, expires_at, key is not None, queue, headers or None)
 
     def _calls(self, items: Iterable[CallArgs]) -> list[Call]:
         calls = []
@@ -344,6 +359,8 @@ class Task(Generic[P, R]):
         countdown: float | None = None,
         eta: datetime | None = None,
         expires: float | None = None,
+        queue: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Job:
         """Enqueue with explicit arguments and, optionally, your own job id (dedup key).
 
@@ -352,8 +369,11 @@ class Task(Generic[P, R]):
         through worker and server restarts; an ``eta`` in the past runs at once.
         :meth:`App.cancel <jsworker.App.cancel>` removes it until then. ``expires`` (seconds
         from now; the task's by default) drops the job unrun if no worker starts it in time.
+        ``queue`` sends this one job to another queue (whose workers must know the task);
+        ``headers`` are your own, read in the task as ``current_job().headers`` and kept in
+        its dead letter (names starting ``Nats-`` or ``Jsw-`` are refused).
         """
-        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires)
+        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
         return await self.app.producer.send(self, call)
 
     async def adelay_many(self, items: Iterable[CallArgs]) -> list[Job]:
@@ -376,9 +396,11 @@ class Task(Generic[P, R]):
         countdown: float | None = None,
         eta: datetime | None = None,
         expires: float | None = None,
+        queue: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Job:
         """Sync form of :meth:`aapply`."""
-        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires)
+        call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
         return self.app.producer.run_sync(self.app.producer.send, self, call)
 
     def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:

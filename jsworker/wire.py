@@ -5,6 +5,8 @@ of ``{"args": [...], "kwargs": {...}}``. A dead letter keeps the job's body and 
 adds the ``Jsw-Dlq-*`` headers.
 """
 
+from collections.abc import Mapping
+
 MSG_ID = "Nats-Msg-Id"
 """The server's dedup key; the job id for jobs enqueued once."""
 
@@ -67,3 +69,39 @@ TICK_EXPIRES = "Jsw-Tick-Expires"
 tick not started yet is not run, ``next`` (once the next tick is due) or ``never``."""
 PAUSED = "Jsw-Paused"
 """On the message that stands in for a paused schedule (it has no ``Nats-Schedule``)."""
+
+
+#: Header names a caller may not set on a job: the server's and jsworker's own.
+RESERVED_PREFIXES = ("nats-", "jsw-")
+# A header name is a token (RFC 9110): no spaces, colons or control characters.
+_HEADER_NAME = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+#: The most bytes a caller's own headers may take (names and values): the server holds a
+#: message's whole header block to 64 KiB, and jsworker's own and a dead letter's need room.
+MAX_CALLER_HEADERS = 16 * 1024
+
+
+def check_headers(headers: object) -> dict[str, str]:
+    """A caller's own job headers as a dict; ValueError naming what is wrong: not a mapping of
+    strings, a name that is no header token or is reserved (``Nats-*``, ``Jsw-*``), a value
+    with a line break, or more than :data:`MAX_CALLER_HEADERS` bytes in all."""
+    if not isinstance(headers, Mapping):
+        raise ValueError(f"headers must be a mapping of str to str, not {type(headers).__name__}")
+    out: dict[str, str] = {}
+    size = 0
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ValueError(f"headers must map str to str, not {name!r:.60}: {type(value).__name__}")
+        if not name or not set(name) <= _HEADER_NAME:
+            raise ValueError(f"header name {name!r:.60} is not a header token (letters, digits, '-', ...)")
+        if name.lower().startswith(RESERVED_PREFIXES):
+            raise ValueError(
+                f"header {name!r:.60} is reserved: names starting Nats- or Jsw- are the server's "
+                "and jsworker's"
+            )
+        if "\r" in value or "\n" in value:
+            raise ValueError(f"header {name!r:.60}: a value cannot hold a line break")
+        size += len(name.encode()) + len(value.encode()) + 4
+        out[name] = value
+    if size > MAX_CALLER_HEADERS:
+        raise ValueError(f"headers take {size} bytes, more than the {MAX_CALLER_HEADERS} allowed")
+    return out

@@ -14,7 +14,7 @@ from ..job import JobContext, running_job
 from ..observability.logging import get_logger
 from ..scheduling.firing import Firing, firing
 from ..serializers import decode_call
-from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULE, SCHEDULER, TASK
+from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, QUEUE, SCHEDULE, SCHEDULER, TASK
 from .processes import (
     ProcessExited,
     ProcessRunner,
@@ -173,9 +173,9 @@ class Executor:
                 "a schedule (Nats-Schedule header) on a job subject: jobs are enqueued as messages, "
                 "delayed jobs on the delayed-job subjects",
             )
-        if task.queue != job.queue:
-            # Only a hand-made message gets here; running it would bypass the other queue's
-            # workers, limits and ack_wait.
+        if task.queue != job.queue and job.delivery.headers.get(QUEUE) != job.queue:
+            # Neither its task's queue nor one its producer routed it to (apply(queue=...)):
+            # only a hand-made message gets here.
             return Outcome(
                 OutcomeKind.BAD_INPUT,
                 f"task {task.name!r} belongs to queue {task.queue!r}, not {job.queue!r}",
