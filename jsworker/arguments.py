@@ -131,7 +131,8 @@ _KEPT: tuple[type, ...] = (
     pathlib.PosixPath,
     pathlib.WindowsPath,
 )
-# Where such values may stay after the check (and must then be encoded once more).
+# Where such values may stay after the check (and must then be encoded once more); of custom
+# types, paths only (a pydantic model is encoded by the first call already).
 _KEPT_NODES = (
     msgspec.inspect.AnyType,
     msgspec.inspect.BytesType,
@@ -143,7 +144,6 @@ _KEPT_NODES = (
     msgspec.inspect.TimeDeltaType,
     msgspec.inspect.UUIDType,
     msgspec.inspect.DecimalType,
-    msgspec.inspect.CustomType,
 )
 # Annotations whose values of exactly that class need no check, only msgspec's encoding.
 _LEAVES = (
@@ -172,6 +172,12 @@ _SET_NODES = (
 )
 
 
+def _keeps(node: msgspec.inspect.Type) -> bool:
+    if isinstance(node, msgspec.inspect.CustomType):
+        return _is_path(node.cls)
+    return isinstance(node, _KEPT_NODES)
+
+
 def _leaf(annotation: Any) -> type | None:
     if annotation in _LEAVES or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
         return typing.cast(type, annotation)
@@ -187,9 +193,9 @@ def _array_nodes(info: msgspec.inspect.Type) -> frozenset[int]:
 
 def _find_set(node: Any, value: Any, path: str, arrays: frozenset[int]) -> tuple[str, Any] | None:
     """The msgspec-style path and value of the first set or frozenset in ``value`` where
-    ``node`` wants a list or tuple (msgspec would take it for one), or None."""
-    if id(node) not in arrays:
-        return None
+    ``node`` wants a list or tuple (msgspec would take it for one), or None. Only the parts
+    of ``value`` under nodes in ``arrays`` are looked at: nothing of a ``list[int]`` but the
+    list itself."""
     while isinstance(node, msgspec.inspect.Metadata):
         node = node.type
     if isinstance(node, msgspec.inspect.UnionType):
@@ -205,29 +211,34 @@ def _find_set(node: Any, value: Any, path: str, arrays: frozenset[int]) -> tuple
         return (path, value) if wrong else None
     if isinstance(node, _ARRAYS) and isinstance(value, set | frozenset):
         return path, value
-    for step, kind, item in _typed_parts(node, value):
+    for step, kind, item in _typed_parts(node, value, arrays):
         if (found := _find_set(kind, item, f"{path}{step}", arrays)) is not None:
             return found
     return None
 
 
-def _typed_parts(node: Any, value: Any) -> Iterator[tuple[str, Any, Any]]:
-    """The parts of ``value`` that ``node`` describes: (path step, their node, the part)."""
+def _typed_parts(node: Any, value: Any, arrays: frozenset[int]) -> Iterator[tuple[str, Any, Any]]:
+    """The parts of ``value`` that ``node`` describes and whose nodes are in ``arrays``:
+    (path step, their node, the part)."""
     if isinstance(node, msgspec.inspect.TupleType):
         if isinstance(value, list | tuple):
-            yield from (
-                (f"[{i}]", t, v) for i, (t, v) in enumerate(zip(node.item_types, value, strict=False))
-            )
+            for i, (kind, item) in enumerate(zip(node.item_types, value, strict=False)):
+                if id(kind) in arrays:
+                    yield f"[{i}]", kind, item
     elif isinstance(node, _ITEMS):
-        if isinstance(value, list | tuple | set | frozenset):
-            yield from ((f"[{i}]", node.item_type, v) for i, v in enumerate(value))
+        if id(node.item_type) in arrays and isinstance(value, list | tuple | set | frozenset):
+            yield from ((f"[{i}]", node.item_type, item) for i, item in enumerate(value))
     elif isinstance(node, msgspec.inspect.DictType):
-        if isinstance(value, Mapping):
-            yield from (("[...]", node.value_type, v) for v in value.values())
+        if id(node.value_type) in arrays and isinstance(value, Mapping):
+            yield from (("[...]", node.value_type, item) for item in value.values())
     elif isinstance(node, msgspec.inspect.NamedTupleType) and isinstance(value, tuple):
-        yield from ((f"[{i}]", f.type, v) for i, (f, v) in enumerate(zip(node.fields, value, strict=False)))
+        for i, (field, item) in enumerate(zip(node.fields, value, strict=False)):
+            if id(field.type) in arrays:
+                yield f"[{i}]", field.type, item
     else:
         for field in getattr(node, "fields", ()):
+            if id(field.type) not in arrays:
+                continue
             if isinstance(value, Mapping):
                 item = value.get(field.name, _MISSING)
             else:
@@ -296,7 +307,7 @@ class TypedArguments:
         except Exception:  # unresolvable forward references: nothing can be checked
             return None
         params = {
-            name: _param(name, hints[name], p.kind)
+            name: _param(p, hints[name])
             for name, p in signature.parameters.items()
             if name in hints and _supported(hints[name])
         }
@@ -413,17 +424,18 @@ class TypedArguments:
         return tuple(bound.args), dict(bound.kwargs)
 
 
-def _param(name: str, annotation: Any, kind: inspect._ParameterKind) -> _Param:
+def _param(parameter: inspect.Parameter, annotation: Any) -> _Param:
+    """How the annotated ``parameter`` is checked, encoded and decoded."""
     info = msgspec.inspect.type_info(annotation)
     return _Param(
-        name,
+        parameter.name,
         annotation,
-        star_args=kind is inspect.Parameter.VAR_POSITIONAL,
-        star_kwargs=kind is inspect.Parameter.VAR_KEYWORD,
+        star_args=parameter.kind is inspect.Parameter.VAR_POSITIONAL,
+        star_kwargs=parameter.kind is inspect.Parameter.VAR_KEYWORD,
         scalar=annotation if annotation in _SCALARS else None,
         leaf=_leaf(annotation),
         info=info,
-        reencode=any(isinstance(t, _KEPT_NODES) for t in _types_in(info)),
+        reencode=any(_keeps(t) for t in _types_in(info)),
         arrays=_array_nodes(info),
     )
 
@@ -438,6 +450,7 @@ _JSON_NAMES = {
     float: "float",
     type(None): "null",
     list: "array",
+    tuple: "array",
     dict: "object",
 }
 _KEPT_NAMES = {

@@ -154,9 +154,10 @@ def find_unencodable(value: Any, encodes: Callable[[Any], bool], *, objects: boo
                 continue
             if encodes(part):
                 continue
-            if how or id(part) in enclosing:
-                # A set member or a value that holds itself: no path goes further.
-                return "".join(path), how or "", part
+            if how:
+                return "".join(path), how, part  # a set member: no path goes further
+            if id(part) in enclosing:
+                return "".join([*path, step]), "", part  # a value that holds itself
             path.append(step)
             value = part
             break

@@ -140,7 +140,12 @@ def _typed(value: Any, kind: Any) -> Any:
 
 
 async def live_workers(app: App, conn: Connection | None = None) -> list[WorkerEntry]:
-    """Every live worker process of ``app``, sorted by host, pid and id.
+    """Every live worker process of ``app``, sorted by host, pid and id: what
+    ``jsworker workers`` lists, as :class:`WorkerEntry` values (both importable from
+    ``jsworker``)::
+
+        for worker in await jsworker.live_workers(app):
+            print(worker.host, worker.pid, worker.queues, worker.running)
 
     Reads the last message of every key once (a throwaway consumer; nothing is polled), and
     leaves out delete markers and entries that cannot be read; expired entries are gone from

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import inspect
 import json
+import pathlib
 import uuid
 from decimal import Decimal
 from typing import Any, NamedTuple, TypedDict
@@ -183,3 +185,179 @@ def test_encoded_values_are_plain_json() -> None:
         "args": ["1.10", "2026-01-01T00:00:00Z", {"1": "a"}],
         "kwargs": {},
     }
+
+
+# -- paths, the Python types errors name, what cannot be encoded -------------------------------
+
+
+@dataclasses.dataclass
+class Doc:
+    source: pathlib.Path
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    lines: list[Item] = dataclasses.field(default_factory=list)
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Node:
+    name: str
+    children: list[Node]
+
+
+@dataclasses.dataclass
+class Counts:
+    by_id: dict[int, int]
+
+
+def test_paths_travel_as_their_posix_string_and_come_back_as_the_annotated_class() -> None:
+    app = _app()
+
+    @app.task
+    def index(
+        path: pathlib.Path,
+        pure: pathlib.PurePath,
+        posix: pathlib.PurePosixPath,
+        windows: pathlib.PureWindowsPath,
+        doc: Doc,
+        many: list[pathlib.Path],
+        maybe: pathlib.Path | None = None,
+    ) -> None: ...
+
+    values: dict[str, Any] = dict(
+        path=pathlib.Path("/srv/data/in.csv"),
+        pure=pathlib.PurePosixPath("rel/file.txt"),
+        posix=pathlib.PurePosixPath("/etc/hosts"),
+        windows=pathlib.PureWindowsPath(r"C:\Users\ada\report.pdf"),
+        doc=Doc(pathlib.Path("/srv/doc.md")),
+        many=[pathlib.Path("a"), pathlib.Path("b/c")],
+        maybe=pathlib.Path("/tmp/x"),
+    )
+    call = index.make_call((), values, None)
+    assert json.loads(encode_call(JSONSerializer(), call.args, call.kwargs))["kwargs"] == {
+        "path": "/srv/data/in.csv",
+        "pure": "rel/file.txt",
+        "posix": "/etc/hosts",
+        "windows": "C:/Users/ada/report.pdf",
+        "doc": {"source": "/srv/doc.md", "extra": {}, "lines": [], "tags": []},
+        "many": ["a", "b/c"],
+        "maybe": "/tmp/x",
+    }
+    _, received = _roundtrip(index, **values)
+    assert received == values
+    assert isinstance(received["path"], pathlib.Path) and isinstance(received["doc"].source, pathlib.Path)
+    assert type(received["windows"]) is pathlib.PureWindowsPath
+    # The string form is accepted too, as for every type whose JSON form is a string.
+    assert _roundtrip(index, *["/a", "b", "/c", "d", Doc(pathlib.Path("e")), []])[0][0] == pathlib.Path("/a")
+    with pytest.raises(TypeError, match=r"argument 'path' \(Path\): Expected `Path`, got `int`"):
+        index.make_call((3, "b", "/c", "d", Doc(pathlib.Path("e")), []), {}, None)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "got"),
+    [
+        (list[int], {1, 2}, r"Expected `array`, got `set` \(a set has no order"),
+        (list[int], frozenset({1}), "got `frozenset`"),
+        (tuple[int, ...], {1}, "got `set`"),
+        (dict[str, int], {1, 2}, "Expected `object`, got `set`"),
+        (int, {1}, "got `set`"),
+        (str, b"x", "Expected `str`, got `bytes`"),
+        (str, bytearray(b"x"), "got `bytearray`"),
+        (int, b"x", "got `bytes`"),
+        (str, Decimal("1.5"), "got `Decimal`"),
+        (str, uuid.UUID(int=1), "got `UUID`"),
+        (str, datetime.datetime(2026, 1, 1), "got `datetime`"),
+        (str, pathlib.PurePosixPath("/a"), "got `PurePosixPath`"),
+        (int, Item("a", 1), "Expected `int`, got `Item`"),
+        (int, (1, 2), "got `tuple`"),
+        (dict[str, list[int]], {"a": [1], "b": {2}}, r"got `set` - at `\$\[\.\.\.\]`"),
+        (dict[str, list[int]], {"a": [1, b"2"]}, r"got `bytes` - at `\$\[\.\.\.\]\[1\]`"),
+        (list[Item], [Item(b"a", 1)], r"Expected `str`, got `bytes` - at `\$\[0\]\.sku`"),  # type: ignore[arg-type]
+        (Doc, Doc(pathlib.Path("a"), tags={"x"}), r"got `set` - at `\$\.tags`"),  # type: ignore[arg-type]
+        (Doc, Doc(pathlib.Path("a"), lines=[Item("a", "1")]), r"got `str` - at `\$\.lines\[0\]\.qty`"),  # type: ignore[arg-type]
+        (list[int] | None, {1}, "got `set`"),
+        (Node, Node("r", [Node("c", {1})]), r"got `set` - at `\$\.children\[0\]\.children`"),  # type: ignore[arg-type]
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_type_errors_name_the_python_type_that_was_passed(annotation: Any, value: Any, got: str) -> None:
+    """Not the JSON type it would have been sent as: a set is not reported as an array, nor
+    bytes as a string; and a set or bytes is never taken for the list or string it encodes to."""
+    typed = TypedArguments.of("t", _fn(annotation), inspect.signature(_fn(annotation)))
+    assert typed is not None
+    with pytest.raises(TypeError, match=rf"task t: argument 'value' \(.*\): .*{got}"):
+        typed.encode((value,), {})
+
+
+def _fn(annotation: Any) -> Any:
+    def fn(value: Any) -> None: ...
+
+    fn.__annotations__ = {"value": annotation, "return": None}
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value"),
+    [
+        (set[int], {1, 2}),
+        (frozenset[int], frozenset({1})),
+        (set[int] | None, {1}),
+        (dict[str, Any], {"k": {1, 2}}),  # under Any a value travels as JSON can hold it
+        (list[int], (1, 2)),  # a tuple keeps its order: it is a JSON array like a list
+        (bytes, b"\x00\xff"),
+        (bytes, bytearray(b"x")),
+        (pathlib.Path, pathlib.PurePosixPath("a")),
+    ],
+)
+def test_sets_bytes_and_paths_are_accepted_where_annotated(annotation: Any, value: Any) -> None:
+    typed = TypedArguments.of("t", _fn(annotation), inspect.signature(_fn(annotation)))
+    assert typed is not None
+    args, _ = typed.encode((value,), {})
+    body = encode_call(JSONSerializer(), args, {})
+    sent, _ = decode_call(JSONSerializer(), body)
+    (back,), _ = typed.decode(sent, {})
+    expected = (
+        {"k": [1, 2]} if isinstance(value, dict) else list(value) if isinstance(value, tuple) else value
+    )
+    assert back == expected
+
+
+def test_a_value_that_cannot_be_encoded_is_named_with_its_parameter_path_and_type() -> None:
+    app = _app()
+
+    @app.task
+    def save(doc: Doc, meta: dict[str, Any] | None = None) -> None: ...
+
+    with pytest.raises(
+        TypeError,
+        match=r"task save: argument 'doc' \(Doc\): doc\.extra\['k'\]\[1\] has type Opaque, "
+        "which cannot be encoded as JSON",
+    ):
+        save.make_call((Doc(pathlib.Path("a"), extra={"k": [1, Opaque()]}),), {}, None)
+    with pytest.raises(TypeError, match=r"argument 'meta' .*: meta\['when'\] has type Opaque"):
+        save.make_call((Doc(pathlib.Path("a")),), {"meta": {"when": Opaque()}}, None)
+    with pytest.raises(TypeError, match=r"argument 'meta' .*: an item of meta\['ids'\] has type Opaque"):
+        save.make_call((Doc(pathlib.Path("a")),), {"meta": {"ids": {Opaque()}}}, None)
+    with pytest.raises(TypeError, match=r"argument 'meta' .*: meta has type Opaque"):
+        save.make_call((Doc(pathlib.Path("a")),), {"meta": Opaque()}, None)
+
+
+def test_recursive_dataclasses_are_typed_arguments() -> None:
+    app = _app()
+
+    @app.task
+    def walk(tree: Node) -> None: ...
+
+    tree = Node("root", [Node("a", []), Node("b", [Node("c", [])])])
+    assert _roundtrip(walk, tree)[0] == (tree,)
+
+
+def test_integer_dict_keys_come_back_as_ints_only_where_the_key_type_is_annotated() -> None:
+    """As the README says: JSON keys are strings; an annotated key type converts them back."""
+    app = _app()
+
+    @app.task
+    def tally(plain, loose: dict[Any, str], keyed: dict[int, str], nested: list[Counts]):  # type: ignore[no-untyped-def]
+        ...
+
+    args, _ = _roundtrip(tally, {1: "a"}, {2: "b"}, {3: "c"}, [Counts({4: 5})])
+    assert args == ({"1": "a"}, {"2": "b"}, {3: "c"}, [Counts({4: 5})])

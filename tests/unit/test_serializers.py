@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import pathlib
 from typing import Any
 
 import pytest
@@ -168,3 +171,47 @@ def test_plain_ints_and_none_encode_as_the_encoder_does() -> None:
 
     for value in (0, -7, 10**40, None, True, False, Level.HIGH, 2.5, "x"):
         assert S.dumps(value) == json.dumps(value, separators=(",", ":")).encode(), value
+
+
+@dataclasses.dataclass
+class _Doc:
+    source: pathlib.Path
+
+
+def _task(doc, tags=(), *more, **options):  # type: ignore[no-untyped-def]
+    """A signature to name arguments by."""
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "signature", "where"),
+    [
+        (({"a": [1, {2}]},), {}, None, "args[0]['a'][1] has type set"),
+        ((1,), {"doc": _Doc(pathlib.Path("/a"))}, None, "kwargs['doc'] has type _Doc"),
+        ((1, [1.5, float("nan")]), {}, None, "args[1][1] is nan"),
+        (({(1, 2): "x"},), {}, None, "a key of args[0] has type tuple"),
+        ((_Doc(pathlib.Path("/a")),), {}, inspect.signature(_task), "argument 'doc' has type _Doc"),
+        ((1, [{"k": {1}}]), {}, inspect.signature(_task), "argument 'tags': tags[0]['k'] has type set"),
+        ((1, (), 2, _Thing()), {}, inspect.signature(_task), "argument 'more': more[1] has type _Thing"),
+        (
+            (1,),
+            {"x": {b"k": 1}},
+            inspect.signature(_task),
+            "argument 'options': a key of options['x'] has type bytes",
+        ),
+    ],
+)
+def test_encode_call_says_where_the_culprit_is_and_its_type(
+    args: tuple[Any, ...], kwargs: dict[str, Any], signature: inspect.Signature | None, where: str
+) -> None:
+    """Not only "Object of type X is not JSON serializable": which argument, where inside it,
+    and (given the task's signature) which parameter."""
+    with pytest.raises(SerializationError) as info:
+        encode_call(S, args, kwargs, signature=signature)
+    assert f"cannot encode job arguments with application/json: {where} (" in str(info.value)
+
+
+def test_a_value_holding_itself_is_named_without_looping() -> None:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    with pytest.raises(SerializationError, match=r"args\[0\]\[1\] has type list \(Circular reference"):
+        encode_call(S, (loop,), {})
