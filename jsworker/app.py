@@ -271,7 +271,7 @@ class App:
             tz=tz,
             args=call.args,
             kwargs=call.kwargs,
-            body=encode_call(self.serializer, call.args, call.kwargs),
+            body=encode_call(self.serializer, call.args, call.kwargs, signature=task.signature),
             expires=tick_expiry(label, expires, task.options.expires),
         )
         check_schedule_size(self, declared)

@@ -135,7 +135,7 @@ class Producer:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
         msg = OutMessage(
             subject=app.namespace.job_subject(queue, task.name, call.job_id),
-            body=encode_call(app.serializer, call.args, call.kwargs),
+            body=encode_call(app.serializer, call.args, call.kwargs, signature=task.signature),
             headers=headers,
         )
         if call.due is not None:

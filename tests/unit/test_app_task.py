@@ -9,7 +9,7 @@ import anyio.lowlevel
 import pytest
 
 from jsworker import App, Task, current_job
-from jsworker.errors import ConfigurationError, EnqueueError, JsworkerError
+from jsworker.errors import ConfigurationError, EnqueueError, JsworkerError, SerializationError
 from jsworker.layout import consumer_spec
 
 UNREACHABLE = "nats://127.0.0.1:1"
@@ -414,3 +414,16 @@ def test_retry_on_must_be_exception_classes() -> None:
 
         @app.task(retry_on=("KeyError",))  # type: ignore[arg-type]
         def f() -> None: ...
+
+
+def test_an_argument_that_cannot_be_encoded_is_named_by_its_parameter() -> None:
+    """Without annotations nothing checks the values before encoding: the encoding error
+    still names the parameter, not only its position."""
+    app = App("named")
+
+    @app.task
+    def save(doc, n):  # type: ignore[no-untyped-def]  # unannotated on purpose
+        ...
+
+    with pytest.raises(SerializationError, match="argument 'doc' has type set"):
+        app.producer.message(save, save.make_call(({1, 2}, 3), None, None))
