@@ -133,6 +133,11 @@ class Producer:
             del headers[MSG_ID]
             headers[JOB_ID] = call.job_id
             headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
+        elif call.explicit_id:
+            # An id the caller chose names one job at a time: refused while one with it waits or
+            # runs, past the dedup window too. The dedup key stays, so a retry of this very
+            # publish after a lost answer is recognised (see Publisher.publish).
+            headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
         msg = OutMessage(
             subject=app.namespace.job_subject(queue, task.name, call.job_id),
             body=encode_call(app.serializer, call.args, call.kwargs, signature=task.signature),
@@ -150,12 +155,15 @@ class Producer:
             # Checked before anything is sent: an older server would store the schedule as
             # a plain message on a subject no worker reads.
             (await self.connection()).require_version("delayed jobs", DELAYED_SINCE)
+        # A unique call also looks for its key in the other form (scheduled or queued); an
+        # explicit id is checked in its own form only, as that lookup costs a round trip.
         if call.unique and (held := await self._held(task, call, other_form=True)) is not None:
             return held
         msg = self.message(task, call)
         try:
             stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
         except SubjectTaken:
+            # A unique key or an explicit id held by a job that waits or runs.
             held = await self._held(task, call, settling=settling)
             if held is None:
                 # Finished in the meantime (its key is free again), or finished with its ack

@@ -131,7 +131,8 @@ class TaskArguments(TypedDict, total=False):
 class Call(NamedTuple):
     """One job to enqueue: its arguments, its id, when it is due (None: now), when it expires
     (unix milliseconds, None: never), whether it is unique (its id derived from its key), the
-    queue it goes to when not its task's, and the caller's own headers."""
+    queue it goes to when not its task's, the caller's own headers, and whether the caller
+    chose its id."""
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
@@ -141,6 +142,8 @@ class Call(NamedTuple):
     unique: bool = False
     queue: str | None = None
     headers: Mapping[str, str] | None = None
+    #: The caller chose the job id: no second job with it while one waits or runs.
+    explicit_id: bool = False
 
 
 _JOB_ID = re.compile(r"[A-Za-z0-9_=-]{1,128}")
@@ -327,8 +330,11 @@ class Task(Generic[P, R]):
                 headers = check_headers(headers)
             except ValueError as exc:
                 raise ConfigurationError(f"task {self.name}: {exc}") from None
+        explicit = job_id is not None
         job_id = key or job_id or new_job_id()
-        return Call(tuple(args), kw, job_id, due, expires_at, key is not None, queue, headers or None)
+        return Call(
+            tuple(args), kw, job_id, due, expires_at, key is not None, queue, headers or None, explicit
+        )
 
     def _calls(self, items: Iterable[CallArgs]) -> list[Call]:
         calls = []

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import nats.errors
 
 from ..errors import EnqueueError, JsworkerError
-from ..wire import EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID
+from ..wire import EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, JOB_ID, MSG_ID
 from .api import REQUEST_ERRORS, UNAVAILABLE, classify, parse_reply
 from .connection import Connection
 from .message import (
@@ -90,6 +90,10 @@ class Publisher:
             if attempts and remaining <= 0:
                 break
             attempts += 1
+            if maybe_stored and MSG_ID in msg.headers and EXPECTED_LAST_SUBJECT_SEQ in msg.headers:
+                # The server checks a subject's expectation before the dedup key: this try would
+                # be refused by its own first, stored one. The dedup key alone decides now.
+                msg = _without_expectations(msg)
             try:
                 answer = await self.conn.nc.request(
                     msg.subject,
@@ -144,6 +148,15 @@ class Publisher:
                 # Sent once already and not refused, its answer lost: a "duplicate" now is that send.
                 results[i] = await self.publish(msgs[i], maybe_stored=i not in refused)
         return [r for r in results if r is not None]
+
+
+def _without_expectations(msg: OutMessage) -> OutMessage:
+    headers = {
+        k: v
+        for k, v in msg.headers.items()
+        if k not in (EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT)
+    }
+    return OutMessage(msg.subject, msg.body, headers)
 
 
 def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int, retry_no_stream: bool) -> None:

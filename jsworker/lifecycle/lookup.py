@@ -69,6 +69,7 @@ async def job_status(app: App, conn: Connection, job_id: str) -> JobStatus:
                 queue=queue,
                 task=schedule.headers.get(TASK),
                 scheduled_for=datetime.fromtimestamp(due_ms / 1000, UTC),
+                seq=schedule.seq,
             )
     # It may have finished between the reads.
     found = await records.read(job_id)

@@ -133,7 +133,13 @@ async def test_a_copy_fired_twice_runs_once_and_one_fired_as_it_was_cancelled_ne
     async with connected(nats_server.url) as nc:
         original = await nc.jetstream().get_last_msg("JSW_LATER", f"jsw.later.sched.at.default.{due}.twice")
         headers = dict(original.headers or {})
-        headers.pop("Nats-Msg-Id")
+        # A copy under another subject: not the same enqueue (no dedup key, no expectation).
+        for name in (
+            "Nats-Msg-Id",
+            "Nats-Expected-Last-Subject-Sequence",
+            "Nats-Expected-Last-Subject-Sequence-Subject",
+        ):
+            headers.pop(name, None)
         await nc.jetstream().publish(
             f"jsw.later.sched.at.copy.{due}.twice", original.data or b"", headers=headers
         )

@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 from jsworker import App, EnqueueError, Task
 from jsworker.testing import NatsServer
 
+from ..support import wait_until_async
+
 
 @pytest.fixture
 def app(nats_server: NatsServer) -> Iterator[App]:
@@ -119,10 +121,14 @@ def test_enqueue_gives_up_with_a_clear_error(nats_server: NatsServer) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_job_whose_acknowledgement_was_lost_reads_as_enqueued(nats_server: NatsServer) -> None:
+@pytest.mark.parametrize("job_id", [None, "order-42"])
+async def test_a_job_whose_acknowledgement_was_lost_reads_as_enqueued(
+    nats_server: NatsServer, job_id: str | None
+) -> None:
     """The server stores the first try but its answer never arrives (cut here, at the client);
     the retry with the same id is answered "duplicate": the receipt says enqueued, and the
-    job is counted as enqueued, once."""
+    job is counted as enqueued, once. An explicit id's retry is not refused by the first
+    try's own message on its subject."""
     app = App("prod", nats_server.url, metrics_registry=CollectorRegistry())
     job = _task(app)
     await app.provision()
@@ -141,7 +147,7 @@ async def test_a_job_whose_acknowledgement_was_lost_reads_as_enqueued(nats_serve
 
     nc.request = lossy  # type: ignore[method-assign,assignment]
     try:
-        receipt = await job.adelay(7)
+        receipt = await job.aapply((7,), job_id=job_id)
     finally:
         nc.request = request  # type: ignore[method-assign]
     assert tries == 2 and not receipt.duplicate
@@ -149,5 +155,23 @@ async def test_a_job_whose_acknowledgement_was_lost_reads_as_enqueued(nats_serve
         "jsworker_jobs_enqueued_total", {"queue": "default", "task": "job"}
     )
     assert enqueued == 1.0
+    assert await asyncio.to_thread(_stored, nats_server.url) == 1
+    await app.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_explicit_job_id_names_one_job_while_it_waits(nats_server: NatsServer) -> None:
+    """Past the dedup window (1 s here) a second job with the same explicit id is still
+    refused while the first waits: the server checks the id's subject."""
+    app = App("prod", nats_server.url, duplicate_window=1)
+    job = _task(app)
+    await app.provision()
+    first = await job.aapply((1,), job_id="order-42")
+    window_over = time.monotonic() + 1.5
+    await wait_until_async(
+        lambda: time.monotonic() > window_over, timeout=5, message="the dedup window to pass"
+    )
+    second = await job.aapply((2,), job_id="order-42")
+    assert second.duplicate and second.id == first.id and second.seq == first.seq
     assert await asyncio.to_thread(_stored, nats_server.url) == 1
     await app.aclose()
