@@ -43,9 +43,22 @@ class PermissionDeniedError(JsworkerError):
 class EnqueueError(JsworkerError):
     """A job could not be enqueued: no server, no stream, or no acknowledgement in time.
 
-    When this is raised after a timeout the job may still have been stored; enqueueing again with
-    the same job id inside the dedup window cannot create a second job.
+    ``job_id`` is the id of the job the call tried to store (None for a bulk call). When this
+    is raised after a timeout the job may already be stored, or be stored later: with the
+    connection down its message waits in the client's send buffer and goes out when the
+    server is back. Enqueueing it again with the same job id (``job_id=err.job_id``) cannot
+    make a second job.
     """
+
+    def __init__(self, message: str, *, job_id: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class JobTimeout(JsworkerError, TimeoutError):
+    """A run took longer than its task's ``timeout``. Retried like any exception the task's
+    ``retry_on``/``dont_retry_on`` allow: ``dont_retry_on=(JobTimeout,)`` dead-letters a
+    job at its first timeout."""
 
 
 class TopologyError(JsworkerError):

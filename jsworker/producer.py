@@ -162,6 +162,10 @@ class Producer:
         msg = self.message(task, call)
         try:
             stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
+        except EnqueueError as exc:
+            # Whatever layer said it, the caller needs the id to try again safely.
+            exc.job_id = exc.job_id or call.job_id
+            raise
         except SubjectTaken:
             # A unique key or an explicit id held by a job that waits or runs.
             held = await self._held(task, call, settling=settling)

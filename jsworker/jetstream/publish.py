@@ -109,10 +109,14 @@ class Publisher:
                 # No answer at all (rather than the server's "no stream leader yet"): stored or not.
                 maybe_stored = maybe_stored or not classify(exc).code
             await asyncio.sleep(min(0.1 * 2**attempts, 1.0, max(0.0, deadline - time.monotonic())))
+        job = msg.headers.get(MSG_ID) or msg.headers.get(JOB_ID)
         raise EnqueueError(
-            f"job {msg.headers.get(MSG_ID)} not acknowledged after {attempts} attempts in "
-            f"{self.retry_for:g}s ({type(last).__name__}); it may have been stored, and enqueueing it "
-            "again with the same job id cannot duplicate it"
+            f"job {job} not acknowledged after {attempts} attempts in {self.retry_for:g}s "
+            f"({type(last).__name__}): it may be stored already, or be stored later (with the "
+            "connection down, its message waits in this process's send buffer until the server is "
+            "back); enqueue it again only with the same job id (job_id=err.job_id), which cannot "
+            "make a second job",
+            job_id=job,
         ) from last
 
     async def publish_many(self, msgs: Sequence[OutMessage]) -> list[Stored]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Reject, Retry, SerializationError
+from ..errors import JobTimeout, Reject, Retry, SerializationError
 from ..job import JobContext, running_job
 from ..observability.logging import get_logger
 from ..scheduling.firing import Firing, firing
@@ -236,7 +236,7 @@ class Executor:
             if scope is not None and scope.expired():
                 if thread is not None:
                     await self._outlive(job, thread)
-                return Outcome(OutcomeKind.TIMED_OUT, f"timed out after {timeout}s", error=exc)
+                return _timed_out(task, timeout, exc)
             return _failed(exc, task.options.is_retryable(exc))
         except (Exception, SystemExit) as exc:  # a sync task calling sys.exit() must not end the worker
             return _failed(exc, task.options.is_retryable(exc))
@@ -257,7 +257,7 @@ class Executor:
         except Reject as exc:
             return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
         except TimeoutError as exc:  # the pool's clock: a task's own TimeoutError is a TaskProcessError
-            return Outcome(OutcomeKind.TIMED_OUT, f"timed out after {timeout}s", error=exc)
+            return _timed_out(task, timeout, exc)
         except ResultError as exc:
             return Outcome(OutcomeKind.FAILED, exc.reason, error=exc, retryable=False)
         except TaskProcessError as exc:
@@ -297,6 +297,13 @@ class Executor:
 
 
 _SUCCEEDED = Outcome(OutcomeKind.SUCCEEDED)
+
+
+def _timed_out(task: Task[Any, Any], timeout: float | None, cause: BaseException) -> Outcome:
+    # A timeout is a JobTimeout, retried or not as the task's retry_on/dont_retry_on say.
+    error = JobTimeout(f"timed out after {timeout}s")
+    error.__cause__ = cause
+    return Outcome(OutcomeKind.TIMED_OUT, str(error), error=error, retryable=task.options.is_retryable(error))
 
 
 def _failed(exc: BaseException, retryable: bool) -> Outcome:

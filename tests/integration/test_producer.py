@@ -113,9 +113,12 @@ def test_enqueue_gives_up_with_a_clear_error(nats_server: NatsServer) -> None:
         job.delay(0)
         nats_server.kill()
         started = time.monotonic()
-        with pytest.raises(EnqueueError, match="not acknowledged"):
-            job.delay(1)
+        with pytest.raises(EnqueueError, match="not acknowledged") as gave_up:
+            job.apply((1,), job_id="order-7")
         assert time.monotonic() - started < 10
+        # What the caller needs to try again without making a second job, said plainly.
+        assert gave_up.value.job_id == "order-7"
+        assert "stored later" in str(gave_up.value) and "job_id=err.job_id" in str(gave_up.value)
     finally:
         app.close()
 
