@@ -91,8 +91,10 @@ class JobContext:
     """The job a task is running for, as returned by :func:`current_job`.
 
     ``attempt`` starts at 1 and counts deliveries by the server, so a job whose worker crashed
-    comes back with a higher attempt too. Use ``id`` to make side effects idempotent: it is the
-    same on every attempt. ``enqueued_at`` is when the producer enqueued the job (unix
+    comes back with a higher attempt too. ``seq`` is the stream sequence of the job's message:
+    the same on every attempt, new for each job even where the id comes back (a unique task's
+    next job, an explicit id reused later). Make side effects idempotent with
+    :attr:`idempotency_key`. ``enqueued_at`` is when the producer enqueued the job (unix
     seconds, the producer's clock; the same on every attempt), None when the message does not
     say (a hand-made one). ``headers`` are the message's headers as delivered.
     ``scheduled_for`` is when a delayed job was due or a periodic schedule ticked (UTC), None
@@ -109,7 +111,15 @@ class JobContext:
     enqueued_at: float | None
     headers: Mapping[str, str] = field(default_factory=dict)
     scheduled_for: datetime | None = None
+    seq: int = 0
     is_cancelled: Callable[[], bool] = field(default=lambda: False, repr=False, compare=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        """``<id>-<seq>``: the same on every attempt of this job, and different for every other
+        job, those that reuse its id included. ``id`` alone comes back for each job of a unique
+        task's key."""
+        return f"{self.id}-{self.seq}"
 
     @property
     def cancelled(self) -> bool:

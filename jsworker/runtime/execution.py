@@ -113,6 +113,7 @@ class JobRun:
                 enqueued_at=self.enqueued_at,
                 headers=self.delivery.headers,
                 scheduled_for=None if (due := self.due_at) is None else datetime.fromtimestamp(due, UTC),
+                seq=self.delivery.stream_seq,
                 is_cancelled=self._is_cancelled,
             )
         return ctx

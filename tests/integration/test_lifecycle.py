@@ -13,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from jsworker import App, ConfigurationError, JobCancelled, JobExpired, JobFailed, JobNotFound, current_job
+from jsworker import (
+    App,
+    ConfigurationError,
+    JobCancelled,
+    JobExpired,
+    JobFailed,
+    JobNotFound,
+    Retry,
+    current_job,
+)
 from jsworker.lifecycle.state import JobState
 from jsworker.status import queue_status
 from jsworker.testing import NatsServer
@@ -438,3 +447,28 @@ async def test_records_go_on_a_connection_of_their_own_only_where_results_are_ke
         assert await job.aresult(timeout=10) == 3
         after = _worker_connections(nats_server)
         assert after["jsworker:life:worker:records"] > before["jsworker:life:worker:records"]
+
+
+async def test_the_idempotency_key_is_one_job_s_across_attempts_and_not_the_next_one_s(
+    nats_server: NatsServer,
+) -> None:
+    """A unique task's two jobs share their id but not their idempotency key; the two
+    attempts of one job (a retry) share both."""
+    keys: list[tuple[str, str, int]] = []
+    app = App("keys", nats_server.url, retry_backoff=0.01, retry_backoff_max=0.01)
+
+    @app.task(unique=True)
+    async def once(n: int) -> None:
+        job = current_job()
+        keys.append((job.id, job.idempotency_key, job.attempt))
+        if job.attempt == 1 and len(keys) == 1:
+            raise Retry(delay=0.01)
+
+    async with in_process_worker(app):
+        await once.adelay(1)
+        await wait_until_async(lambda: len(keys) == 2, timeout=10, message="both attempts of the first job")
+        await once.adelay(1)
+        await wait_until_async(lambda: len(keys) == 3, timeout=10, message="the second job")
+    (id1, key1, _), (id2, key2, attempt2), (id3, key3, _) = keys
+    assert id1 == id2 == id3 and attempt2 == 2
+    assert key1 == key2 != key3 and key1.startswith(id1)
