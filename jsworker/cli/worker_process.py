@@ -3,7 +3,8 @@
 A process of a fleet is started by the supervisor with a :class:`WorkerSpec` (the flags
 ``jsworker run`` was given) and a pipe back to it: it says when it is ready or why it could
 not start, sends its metrics about once a second and once more at exit, retires itself when it
-reaches ``max_jobs`` jobs or ``max_memory_mb`` of memory, and stops when the supervisor is gone.
+reaches ``max_jobs`` jobs or ``max_memory_mb`` of memory, says when its worker has ended (the
+process may then only exit), and stops when the supervisor is gone.
 """
 
 from __future__ import annotations
@@ -104,8 +105,13 @@ async def serve(
     side = [asyncio.create_task(_freeze_when_started(worker))]
     if channel is not None:
         side.append(asyncio.create_task(_report(worker, channel, max_memory_mb)))
+    code: int | None = None  # the process's exit code, once the worker has ended
     try:
         await worker.run()
+        code = 0
+    except Exception as exc:
+        code = exit_code(exc)
+        raise
     finally:
         for task in side:
             task.cancel()
@@ -115,6 +121,10 @@ async def serve(
             _send_metrics(worker, channel)
             if worker.retired is not None:
                 channel.send(Kind.RECYCLING, worker.retired)
+            if code is not None:
+                # Its jobs are settled or handed back: the supervisor gives the rest of the
+                # exit (the event loop's and the interpreter's) a few seconds.
+                channel.send(Kind.EXITING, str(code))
 
 
 async def _freeze_when_started(worker: Worker) -> None:

@@ -2,7 +2,9 @@
 
 Messages are a kind byte and a UTF-8 text: ``R`` ready (the worker took up its queues), ``F``
 failed to start (the reason), ``M`` a metrics snapshot (Prometheus text), ``X`` it is
-stopping to be replaced (the reason: ``jobs`` or ``memory``). No pickle crosses it.
+stopping to be replaced (the reason: ``jobs`` or ``memory``), ``E`` its worker has stopped and
+the process is about to exit (the exit code it will exit with): its jobs are all settled or
+handed back, so what is left is the interpreter's exit. No pickle crosses it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class Kind(bytes, enum.Enum):
     FAILED = b"F"
     METRICS = b"M"
     RECYCLING = b"X"
+    EXITING = b"E"
 
 
 def encode(kind: Kind, text: str = "") -> bytes:

@@ -12,11 +12,20 @@ SIGTERM/SIGINT, and serves the fleet's merged metrics.
   for the next change instead.
 * The first SIGTERM or SIGINT is sent on to every process, which drain within ``--grace``; the
   supervisor exits 0 once all have exited cleanly. A second signal is sent on too: "now".
+* A process whose worker has ended (it says so on its channel, after its last job: see
+  :class:`~.channel.Kind`) has :data:`EXIT_DEADLINE` seconds to exit; a process asked to stop
+  has ``--grace`` + 15 s. Past its deadline it is killed with every process it started (its
+  process group, and any descendant that left the group), logged (``fleet.process_killed``)
+  and counted. A retiring process (recycled, or reloaded) is replaced as soon as its worker
+  has ended, not once it has exited; a process that had stopped cleanly before it had to be
+  killed counts as stopped cleanly, for the exit code too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import os
 import signal
 import socket
@@ -43,12 +52,16 @@ _MAX_BACKOFF = 30.0
 _STABLE_AFTER = 60.0
 # After the grace period, the time processes get to hand their jobs back before they are killed.
 _STOP_MARGIN = 15.0
+#: How long a process whose worker has ended (its jobs settled or handed back) gets to exit.
+#: An interpreter's exit takes well under a second; one that waits for something it holds (a
+#: non-daemon thread, a process pool's processes) may never end, and is killed.
+EXIT_DEADLINE = 5.0
 
 #: Starts one worker process: ``target(spec, index, connection)``.
 Target = Callable[[Any, int, Connection], None]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Slot:
     index: int
     process: BaseProcess | None = None
@@ -61,6 +74,10 @@ class _Slot:
     restart_at: float | None = None
     crashes: int = 0
     waiting_for_change: bool = False
+    exiting: int | None = None  # the exit code it said it exits with, once its worker ended
+    exit_by: float | None = None  # when it is killed if it has not exited (it said it exits)
+    stop_by: float | None = None  # when it is killed if it has not stopped (it was asked to)
+    killed: str | None = None  # why it was killed: "exit" or "stop"
 
 
 class Supervisor:
@@ -83,6 +100,7 @@ class Supervisor:
         self._ctx = get_context("spawn")
         self.metrics = FleetMetrics()
         self._restarts: Counter | None = None
+        self._kills: Counter | None = None
         if registry is not None:
             registry.register(self.metrics)
             self._restarts = Counter(
@@ -93,11 +111,23 @@ class Supervisor:
             )
             for reason in ("crash", "jobs", "memory", "reload"):
                 self._restarts.labels(reason)
+            self._kills = Counter(
+                "jsworker_worker_kills",
+                "Worker processes the supervisor killed (reason: exit, still running "
+                f"{EXIT_DEADLINE:g} s after its worker ended; stop, not stopped within grace + "
+                f"{_STOP_MARGIN:g} s).",
+                ("reason",),
+                registry=registry,
+            )
+            for reason in ("exit", "stop"):
+                self._kills.labels(reason)
         self._reload = reload
         self._wake_r, self._wake_w = socket.socketpair()
         self._signals = 0
         self._signals_handled = 0
-        self._stop_deadline: float | None = None
+        self._stopping = False
+        # Processes replaced already, their worker ended: each has until its exit_by to exit.
+        self._leaving: list[_Slot] = []
         self._ever_ready = False
         self._code = 0
         #: Why the fleet gave up (the app cannot start), for the command to print.
@@ -117,7 +147,7 @@ class Supervisor:
             log.info("fleet.started", processes=len(self._slots), pid=os.getpid())
             for slot in self._slots:
                 self._start(slot)
-            while self._live() or not self._stopping:
+            while self._watched() or not self._stopping:
                 self._step()
         finally:
             if self._reload is not None:
@@ -130,21 +160,20 @@ class Supervisor:
         log.info("fleet.stopped", exit_code=self._code)
         return self._code
 
-    @property
-    def _stopping(self) -> bool:
-        return self._stop_deadline is not None
-
     def _live(self) -> list[_Slot]:
         return [s for s in self._slots if s.process is not None]
+
+    def _watched(self) -> list[_Slot]:
+        """Every process not reaped yet: the slots' and those replaced already."""
+        return self._live() + self._leaving
 
     def _step(self) -> None:
         now = time.monotonic()
         waits = [s.restart_at - now for s in self._slots if s.restart_at is not None and not self._stopping]
-        if self._stop_deadline is not None and self._stop_deadline != float("inf"):
-            waits.append(self._stop_deadline - now)
+        waits += [deadline - now for deadline in map(_deadline, self._watched()) if deadline is not None]
         timeout = max(0.0, min(waits)) if waits else None
         handles: list[Any] = [self._wake_r]
-        for slot in self._live():
+        for slot in self._watched():
             assert slot.process is not None
             handles.append(slot.process.sentinel)
             if slot.conn is not None:
@@ -152,17 +181,18 @@ class Supervisor:
         ready = wait(handles, timeout)
         if self._wake_r in ready:
             self._drain_wakeups()
-        for slot in self._live():
+        for slot in self._watched():
             if slot.conn is not None and slot.conn in ready:
                 self._read(slot)
-        for slot in self._live():
+        for slot in self._watched():
             assert slot.process is not None
             if slot.process.sentinel in ready:
                 self._exited(slot)
         self._handle_signals()
         self._handle_reload()
         self._restart_due()
-        self._enforce_deadline()
+        self._hand_over()
+        self._enforce_deadlines()
 
     # -- processes ------------------------------------------------------------------------
 
@@ -177,6 +207,8 @@ class Supervisor:
         slot.started_at = time.monotonic()
         slot.ready = slot.replacing = slot.waiting_for_change = False
         slot.failure = slot.retiring = slot.restart_at = None
+        slot.exiting = slot.exit_by = slot.stop_by = None
+        slot.killed = None
         log.info("fleet.process_started", process=slot.index, pid=process.pid)
 
     def _read(self, slot: _Slot) -> None:
@@ -186,7 +218,9 @@ class Supervisor:
             while conn.poll():
                 kind, text = decode(conn.recv_bytes())
                 if kind is Kind.METRICS:
-                    self.metrics.update(slot.process.pid or 0, text)
+                    # None comes after EXITING; were one to, it must not count a second time.
+                    if slot.exiting is None:
+                        self.metrics.update(slot.process.pid or 0, text)
                 elif kind is Kind.READY:
                     slot.ready = self._ever_ready = True
                     log.info("fleet.process_ready", process=slot.index, pid=slot.process.pid)
@@ -194,6 +228,9 @@ class Supervisor:
                     slot.failure = text
                 elif kind is Kind.RECYCLING:
                     slot.retiring = text
+                elif kind is Kind.EXITING and slot.exiting is None:
+                    slot.exiting = int(text) if text.lstrip("-").isdigit() else 1
+                    slot.exit_by = time.monotonic() + EXIT_DEADLINE
         except (EOFError, OSError):
             conn.close()
             slot.conn = None
@@ -209,8 +246,15 @@ class Supervisor:
                 slot.conn.close()
         process.join()
         code = process.exitcode
+        if slot.killed is not None and slot.exiting is not None:
+            # Its worker had ended before the process had to be killed: that is how it ended.
+            code = slot.exiting
         self.metrics.retire(process.pid or 0)
         slot.process, slot.conn = None, None
+        if slot in self._leaving:
+            self._leaving.remove(slot)
+            log.debug("fleet.process_exited", process=slot.index, pid=process.pid, exit_code=code)
+            return
         uptime = time.monotonic() - slot.started_at
         if self._stopping:
             log.info("fleet.process_stopped", process=slot.index, exit_code=code)
@@ -219,14 +263,8 @@ class Supervisor:
             if code not in (0, -signal.SIGTERM, -signal.SIGINT):
                 self._code = 1
             return
-        if slot.retiring is not None:
-            log.info("fleet.process_recycled", process=slot.index, reason=slot.retiring)
-            self._count(slot.retiring)
-            self._start(slot)
-            return
-        if slot.replacing:
-            self._count("reload")
-            self._start(slot)
+        if slot.retiring is not None or slot.replacing:
+            self._replace(slot, process.pid)
             return
         cause = slot.failure or _describe(code)
         if not slot.ready and self._reload is not None:
@@ -245,6 +283,29 @@ class Supervisor:
         log.error("fleet.process_died", process=slot.index, cause=cause, restart_in=delay)
         slot.restart_at = time.monotonic() + delay
 
+    def _replace(self, slot: _Slot, pid: int | None) -> None:
+        """Start the process that replaces the retiring process ``pid`` of ``slot``."""
+        if slot.retiring is not None:
+            log.info("fleet.process_recycled", process=slot.index, pid=pid, reason=slot.retiring)
+            self._count(slot.retiring)
+        else:
+            self._count("reload")
+        self._start(slot)
+
+    def _hand_over(self) -> None:
+        """Replace each retiring process whose worker has ended at once: it holds no job any
+        more, and what is left of it (its exit) has until its exit_by, or is killed."""
+        if self._stopping:
+            return
+        for slot in self._slots:
+            if slot.process is None or slot.exiting is None or not (slot.retiring or slot.replacing):
+                continue
+            leaving = dataclasses.replace(slot)
+            self._leaving.append(leaving)
+            # Its last snapshot came before it said it exits: its totals are final.
+            self.metrics.retire(slot.process.pid or 0)
+            self._replace(slot, slot.process.pid)
+
     def _restart_due(self) -> None:
         if self._stopping:
             return
@@ -257,6 +318,43 @@ class Supervisor:
     def _count(self, reason: str) -> None:
         if self._restarts is not None:
             self._restarts.labels(reason).inc()
+
+    def _enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        for slot in self._watched():
+            deadline = _deadline(slot)
+            if deadline is not None and now >= deadline:
+                self._kill(slot)
+
+    def _kill(self, slot: _Slot) -> None:
+        """Kill the process of ``slot`` and every process it started; its exit is handled
+        when the supervisor sees it."""
+        assert slot.process is not None and slot.process.pid is not None
+        pid = slot.process.pid
+        children = kill_tree(pid)
+        slot.killed = reason = "exit" if slot.exiting is not None else "stop"
+        if reason == "exit":
+            cause = f"still running {EXIT_DEADLINE:g} s after its worker ended"
+            log.warning(
+                "fleet.process_killed",
+                process=slot.index,
+                pid=pid,
+                reason=reason,
+                cause=cause,
+                children=children,
+            )
+        else:
+            cause = f"not stopped {self._grace:g} + {_STOP_MARGIN:g} s after it was asked to"
+            log.error(
+                "fleet.process_killed",
+                process=slot.index,
+                pid=pid,
+                reason=reason,
+                cause=cause,
+                children=children,
+            )
+        if self._kills is not None:
+            self._kills.labels(reason).inc()
 
     # -- signals, reload, stopping --------------------------------------------------------
 
@@ -285,25 +383,21 @@ class Supervisor:
             log.warning("fleet.stopping_now")
             for slot in self._live():
                 assert slot.process is not None and slot.process.pid is not None
-                os.kill(slot.process.pid, signal.SIGINT)
+                if slot.killed is None and slot.exiting is None:
+                    os.kill(slot.process.pid, signal.SIGINT)
 
     def _stop_all(self, sig: signal.Signals) -> None:
-        if self._stop_deadline is None:
-            self._stop_deadline = time.monotonic() + self._grace + _STOP_MARGIN
+        self._stopping = True
         for slot in self._slots:
             slot.restart_at = None
-            if slot.process is not None and slot.process.pid is not None:
-                os.kill(slot.process.pid, sig)
+            if slot.process is not None and slot.process.pid is not None and slot.killed is None:
+                self._ask_to_stop(slot, sig)
 
-    def _enforce_deadline(self) -> None:
-        if self._stop_deadline is None or time.monotonic() < self._stop_deadline:
-            return
-        for slot in self._live():
-            assert slot.process is not None
-            log.error("fleet.process_killed", process=slot.index, pid=slot.process.pid)
-            slot.process.kill()
-            self._code = 1
-        self._stop_deadline = float("inf")  # killed once; wait for them to go
+    def _ask_to_stop(self, slot: _Slot, sig: signal.Signals) -> None:
+        assert slot.process is not None and slot.process.pid is not None
+        os.kill(slot.process.pid, sig)
+        if slot.stop_by is None:
+            slot.stop_by = time.monotonic() + self._grace + _STOP_MARGIN
 
     def _handle_reload(self) -> None:
         if self._reload is None or self._stopping:
@@ -315,9 +409,118 @@ class Supervisor:
         for slot in self._slots:
             if slot.process is not None and slot.process.pid is not None:
                 slot.replacing = True
-                os.kill(slot.process.pid, signal.SIGTERM)
+                if slot.killed is None:
+                    self._ask_to_stop(slot, signal.SIGTERM)
             elif slot.waiting_for_change or slot.restart_at is not None:
                 self._start(slot)
+
+
+def _deadline(slot: _Slot) -> float | None:
+    """When the process of ``slot`` is killed if it is still there (None: never)."""
+    if slot.killed is not None:
+        return None  # killed once: it goes
+    # A process whose worker has ended gets its own deadline, whatever it was asked before.
+    return slot.exit_by if slot.exiting is not None else slot.stop_by
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL the process ``pid`` and every process it started; the pids of those others.
+
+    ``pid`` must be a child of this process not reaped yet, so that neither its pid nor its
+    process group can be anybody else's meanwhile. A worker process leads a process group of
+    its own, which the processes it starts (a process pool's, a subprocess's) stay in unless
+    they leave it: the whole group is killed. Those that left (a new session or group) are
+    found in /proc by their parent pids, before the kill (once their parent is gone they are
+    another's children), and each is held by a pidfd, taken while it is still a child of the
+    tree, so that the signal reaches that process and never a later owner of its pid.
+    """
+    table = _process_table()
+    tree = _descendants(table, pid)
+    try:
+        leader = os.getpgid(pid) == pid
+    except OSError:  # already gone (a zombie still has its group; a reaped one: nothing to do)
+        leader = False
+    family = {pid, *tree}
+    held = [_hold(other, family) for other in tree if not leader or table[other][1] != pid]
+    if leader:
+        _suppressed(os.killpg, pid, signal.SIGKILL)
+    _suppressed(os.kill, pid, signal.SIGKILL)
+    for send in held:
+        if send is not None:
+            send()
+    return sorted(tree)
+
+
+def _hold(pid: int, family: set[int]) -> Callable[[], None] | None:
+    """How to SIGKILL ``pid`` later, if it is (still) a child of one of ``family``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError) as exc:
+        if isinstance(exc, OSError) and exc.errno != errno.ENOSYS:
+            return None  # gone already
+        # No pidfds (Linux before 5.3, or another system with a /proc): the pid as just read.
+        return lambda: _suppressed(os.kill, pid, signal.SIGKILL)
+    stat = _stat(pid)
+    if stat is None or stat[0] not in family:
+        os.close(fd)
+        return None
+
+    def send() -> None:
+        try:
+            _suppressed(signal.pidfd_send_signal, fd, signal.SIGKILL)
+        finally:
+            os.close(fd)
+
+    return send
+
+
+def _suppressed(call: Callable[[int, int], object], target: int, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        call(target, sig)
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process /proc shows (none without /proc)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    table = {}
+    for name in names:
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat is not None:
+                table[int(name)] = stat
+    return table
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, process group) of ``pid`` from /proc, or None when it is not there."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return None
+    # The command name, in parentheses, may hold anything: the fields follow its last ")".
+    fields = data.rpartition(b")")[2].split()
+    try:
+        return int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _descendants(table: dict[int, tuple[int, int]], root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
 
 
 def _describe(code: int | None) -> str:

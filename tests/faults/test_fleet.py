@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,14 @@ def _said_since_start(log: Path, pid: int) -> str:
     said = log.read_text(errors="replace")
     start = re.search(rf"fleet\.process_started\s+pid={pid}\b", said)
     return said[start.start() :] if start else ""
+
+
+def _running(record: Path, n: int) -> bool:
+    return len(records(record, "start")) >= n
+
+
+def _retiring(log: Path, pid: int) -> bool:
+    return "worker.retiring" in _said_since_start(log, pid)
 
 
 def _release(gate: Path, record: Path, n: int) -> bool:
@@ -94,15 +103,15 @@ def test_a_leaking_process_is_recycled_and_the_fleet_goes_on(
         # One job at a time: it has taken its memory and waits at the gate. A process over the
         # limit must have seen it (worker.retiring) before its job may end; any other goes on.
         for n in range(1, 13):
-            wait_until(lambda n=n: len(records(record, "start")) >= n, timeout=60, message=f"job {n} running")
+            wait_until(partial(_running, record, n), timeout=60, message=f"job {n} running")
             pid = records(record, "start")[-1][2]
             if _resident_mb(pid) >= 200:
                 wait_until(
-                    lambda pid=pid: "worker.retiring" in _said_since_start(log, pid),
+                    partial(_retiring, log, pid),
                     timeout=10,
                     message=f"process {pid}, over its limit, retiring",
                 )
-            wait_until(lambda n=n: _release(gate, record, n), timeout=30, message=f"job {n} done")
+            wait_until(partial(_release, gate, record, n), timeout=30, message=f"job {n} done")
         wait_consumer_settled(nats_server.url, "JSW_FLEET", "leaky")
         assert sum(counts(record).values()) == 12  # none ran twice
         # The last recycle may come after the last job: a retiring process runs the job it
@@ -110,7 +119,8 @@ def test_a_leaking_process_is_recycled_and_the_fleet_goes_on(
         wait_until(
             lambda: len(
                 re.findall(
-                    r"fleet\.process_recycled\s+process=0 reason=memory", log.read_text(errors="replace")
+                    r"fleet\.process_recycled\s+pid=\d+ process=0 reason=memory",
+                    log.read_text(errors="replace"),
                 )
             ),
             until=lambda recycled: recycled >= 2,
