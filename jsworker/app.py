@@ -273,6 +273,7 @@ class App:
             kwargs=call.kwargs,
             body=encode_call(self.serializer, call.args, call.kwargs, signature=task.signature),
             expires=tick_expiry(label, expires, task.options.expires),
+            job_id=call.job_id if call.unique else None,
         )
         check_schedule_size(self, declared)
         self.schedules[label] = declared

@@ -135,7 +135,11 @@ def identify(app: App, queue: str, delivery: Delivery) -> JobRun:
         # Every fired job goes through the worker's checks of its schedule, even one whose
         # headers do not say who it is.
         fired = firing(headers) or Firing(job_id, 0, "unbound")
-        return JobRun(delivery, fired.job_id, name, queue, app.tasks.get(name), fired=fired)
+        # A unique task's tick is known by its key's id, which its subject ends in (its
+        # firing keeps the tick's own id, which makes it run once).
+        keyed = delivery.subject.rsplit(".", 1)[-1] if delivery.subject.count(".") == 5 else None
+        run_id = keyed if keyed is not None and fired.kind == "periodic" else fired.job_id
+        return JobRun(delivery, run_id, name, queue, app.tasks.get(name), fired=fired)
     return JobRun(delivery, job_id, name, queue, app.tasks.get(name))
 
 

@@ -92,6 +92,11 @@ class FiredJobs:
             return Outcome(OutcomeKind.BAD_INPUT, foreign)
         if fired.kind == "periodic" and (late := _expired_tick(job)) is not None:
             return late
+        if fired.kind == "periodic" and job.job_id != fired.job_id:
+            holder = await self._key_holder(job)
+            if holder is not None:
+                self._dropped(job, task, "held", str(holder))
+                return Outcome(OutcomeKind.SKIPPED, f"a unique task's tick while job {holder} holds its key")
         try:
             held = await claim(
                 self.conn, self.app.namespace, fired.job_id, fired.due_ms, str(job.delivery.stream_seq)
@@ -166,6 +171,19 @@ class FiredJobs:
                 log.warning("schedule.removed", schedule=scheduler, reason=reason)
         except JsworkerError as exc:
             log.warning("schedule.remove_failed", schedule=scheduler, error=str(exc))
+
+    async def _key_holder(self, job: JobRun) -> int | None:
+        """The stream sequence of an earlier job on a unique tick's subject (its key's id),
+        which then holds the key; None when the tick is the first. The server refuses a
+        second job of a key to producers, but fires ticks whatever waits."""
+        try:
+            first = await LimitsStream(self.conn, self.app.namespace.stream).next(job.delivery.subject)
+        except JsworkerError as exc:
+            log.warning("job.key_unchecked", error=str(exc), **job.log_fields())
+            return None
+        if first is not None and first.seq < job.delivery.stream_seq:
+            return first.seq
+        return None
 
     def _dropped(self, job: JobRun, task: str, reason: str, held: str) -> None:
         self.app.metrics.fired_dropped.labels(job.queue, task, reason).inc()

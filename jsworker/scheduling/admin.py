@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..jetstream.publish import OutMessage, Publisher
+from ..jetstream.publish import OutMessage, Publisher, SubjectTaken
 from ..jetstream.session import OperatorSession
 from ..job import Job
 from ..task import new_job_id
-from ..wire import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, SCHEDULE_NAME, TASK
+from ..wire import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID, SCHEDULE_NAME, TASK
 from .declare import PERIODIC_SINCE
 from .periodic import (
     ScheduleNotFound,
@@ -70,22 +70,28 @@ class Schedules(OperatorSession):
 
     async def trigger(self, name: str) -> Job:
         """Enqueue one job of schedule ``name`` now, with its task and arguments, outside its
-        cadence (its next tick is unchanged). Its job id is ``<name>-manual-<random>``."""
+        cadence (its next tick is unchanged). Its job id is ``<name>-manual-<random>``; for a
+        unique task, its key's id, and while a job of that key waits or runs the receipt says
+        ``duplicate=True`` instead."""
         conn = await self.connection()
         state = await read_schedule(self.app, conn, name)
         if state is None:
             raise ScheduleNotFound(f"no schedule named {name!r} on the server (app {self.app.name})")
-        job_id = f"{name}-manual-{new_job_id()[:12]}"
-        msg = OutMessage(
-            self.app.namespace.job_subject(state.queue, state.task, job_id),
-            state.body,
-            {
-                MSG_ID: job_id,
-                TASK: state.task,
-                ENQUEUED_AT: str(time.time_ns()),
-                CONTENT_TYPE: state.content_type,
-                SCHEDULE_NAME: name,
-            },
-        )
-        stored = await Publisher(conn, retry_for=self.app.options.publish_timeout).publish(msg)
+        headers = {
+            TASK: state.task,
+            ENQUEUED_AT: str(time.time_ns()),
+            CONTENT_TYPE: state.content_type,
+            SCHEDULE_NAME: name,
+        }
+        if state.job_id is not None:
+            # A unique task's: its key's id, refused by the server while a job of it waits or runs.
+            job_id = headers[JOB_ID] = state.job_id
+            headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
+        else:
+            job_id = headers[MSG_ID] = f"{name}-manual-{new_job_id()[:12]}"
+        msg = OutMessage(self.app.namespace.job_subject(state.queue, state.task, job_id), state.body, headers)
+        try:
+            stored = await Publisher(conn, retry_for=self.app.options.publish_timeout).publish(msg)
+        except SubjectTaken:
+            return Job(id=job_id, task=state.task, queue=state.queue, seq=0, duplicate=True)
         return Job(id=job_id, task=state.task, queue=state.queue, seq=stored.seq, duplicate=stored.duplicate)

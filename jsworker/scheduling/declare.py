@@ -90,6 +90,9 @@ class Schedule:
     body: bytes = b""
     #: When a tick not started yet is no longer run (see :func:`tick_expiry`).
     expires: str = NEXT_TICK
+    #: For a unique task: the job id its ticks' key gives, which their subject ends in, so
+    #: that the server refuses another job of that key while a tick waits or runs.
+    job_id: str | None = None
 
     @property
     def expression(self) -> str:
@@ -105,7 +108,9 @@ class Schedule:
         mean the one on the server need not be touched."""
         h = hashlib.sha256()
         # The default expiry adds nothing: schedules installed before it existed keep their digest.
-        extra = () if self.expires == NEXT_TICK else (self.expires,)
+        extra = (() if self.expires == NEXT_TICK else (self.expires,)) + (
+            () if self.job_id is None else (self.job_id,)
+        )
         for part in (self.task, self.queue, self.expression, self.tz or "", *extra):
             h.update(part.encode())
             h.update(b"\0")

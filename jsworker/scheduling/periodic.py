@@ -74,6 +74,8 @@ class ScheduleState:
     content_type: str = field(default="", repr=False)
     #: How its ticks expire (:func:`~.declare.tick_expiry`).
     expires: str = NEXT_TICK
+    #: The job id its ticks' subject ends in (a unique task's), None for none.
+    job_id: str | None = None
 
     def next_run(self, now: float | None = None) -> datetime | None:
         """When the schedule fires next (UTC), None when paused. Exact for cron; for
@@ -177,7 +179,7 @@ def _message(app: App, state: ScheduleState, paused: bool) -> OutMessage:
         headers[ROLLUP] = "sub"
     else:
         headers[SCHEDULE] = state.expression
-        headers[SCHEDULE_TARGET] = ns.job_subject(state.queue, state.task)
+        headers[SCHEDULE_TARGET] = ns.job_subject(state.queue, state.task, state.job_id)
         if state.tz:
             headers[SCHEDULE_TIME_ZONE] = state.tz
     return OutMessage(ns.periodic_subject(state.name), state.body, headers)
@@ -198,6 +200,7 @@ def _declared_state(app: App, schedule: Schedule) -> ScheduleState:
         body=schedule.body,
         content_type=app.serializer.content_type,
         expires=schedule.expires,
+        job_id=schedule.job_id,
     )
 
 
@@ -220,7 +223,14 @@ def _stored_state(app: App, msg: StoredMessage) -> ScheduleState | None:
         body=msg.body or b"",
         content_type=h.get(CONTENT_TYPE, ""),
         expires=h.get(TICK_EXPIRES, NEXT_TICK),
+        job_id=_target_id(h.get(SCHEDULE_TARGET, "")),
     )
+
+
+def _target_id(target: str) -> str | None:
+    """The job id a schedule's target subject ends in, None when it has none."""
+    parts = target.split(".")
+    return parts[5] if len(parts) == 6 else None
 
 
 async def read_schedules(app: App, conn: Connection) -> dict[str, ScheduleState]:

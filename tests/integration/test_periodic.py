@@ -198,3 +198,39 @@ async def test_ticks_that_waited_past_their_expiry_do_not_run(
         await wait_until_async(lambda: ran, timeout=20, message="a tick to run")
     # Whatever ran had not waited past its expiry when it started.
     assert ran and all(waited <= lasting + 0.5 for waited in ran), ran
+
+
+async def test_a_unique_task_s_ticks_and_triggers_respect_its_key(nats_server: NatsServer) -> None:
+    """While a tick of a unique task runs, an enqueue of the same key and a trigger of its
+    schedule are duplicates naming it, and the ticks that fire meanwhile are dropped, not run
+    alongside; once it is done the next tick runs."""
+    app = App("solo", nats_server.url)
+    gate = asyncio.Event()
+    runs: list[str] = []
+
+    @app.task(unique=True)
+    async def sweep(region: str) -> None:
+        runs.append(current_job().id)
+        await gate.wait()
+
+    app.schedule(sweep, every=1, args=("eu",), expires="never")
+    async with in_process_worker(app) as worker:
+        await wait_until_async(lambda: runs, timeout=15, message="a tick to run")
+        key = runs[0]
+        assert key.startswith("sweep-u")  # the key's id, not the tick's
+        again = await sweep.adelay("eu")
+        assert again.duplicate and again.id == key
+        async with Schedules(app) as schedules:
+            triggered = await schedules.trigger("sweep")
+        assert triggered.duplicate and triggered.id == key
+
+        def dropped() -> float:
+            sample = app.metrics.registry.get_sample_value(
+                "jsworker_fired_dropped_total", {"queue": "default", "task": "sweep", "reason": "held"}
+            )
+            return sample or 0.0
+
+        await wait_until_async(dropped, until=lambda n: n >= 2, timeout=15, message="two ticks dropped")
+        assert runs == [key] and worker.counts["skipped"] >= 2
+        gate.set()
+        await wait_until_async(lambda: len(runs) >= 2, timeout=15, message="the next tick to run")
