@@ -23,9 +23,9 @@ from .named import named_task
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
-from .scheduling.declare import Schedule, args_tuple, check_schedule_form, tick_expiry
+from .scheduling.declare import Schedule, build_schedule
 from .scheduling.periodic import check_schedule_size
-from .serializers import JSONSerializer, Serializer, encode_call
+from .serializers import JSONSerializer, Serializer
 from .task import ExceptionTypes, ExecutorKind, Task, TaskArguments, TaskOptions, check_job_id
 
 P = ParamSpec("P")
@@ -240,6 +240,8 @@ class App:
         kwargs: Mapping[str, Any] | None = None,
         tz: str | None = None,
         expires: timedelta | float | Literal["next", "never"] | None = None,
+        headers: Mapping[str, str] | None = None,
+        enabled: bool = True,
     ) -> Schedule:
         """Declare a periodic schedule: ``task(*args, **kwargs)`` is enqueued on every tick of
         ``cron`` (5 fields, minute first; 6 with seconds first; or ``@hourly``, ``@daily``...)
@@ -252,7 +254,10 @@ class App:
         name) is unique in the app. A tick that has not started ``expires`` seconds after it
         was due is not run (``"next"``: once the next tick is due; ``"never"``); None takes
         the task's own ``expires``, else ``"next"``, so ticks missed while no worker ran do
-        not all run in a burst when one starts. A bad expression, zone, interval or argument raises
+        not all run in a burst when one starts. ``headers`` ride on every tick
+        (``current_job().headers``). ``enabled=False`` switches it off: a worker starting with
+        this code pauses it, and workers of older code keep it paused (README: "Switching a
+        schedule off"). A bad expression, zone, interval or argument raises
         :class:`ConfigurationError` or ``TypeError`` here, naming the schedule.
         """
         label = validate_name("schedule", name or task.name)
@@ -260,21 +265,10 @@ class App:
             raise ConfigurationError(f"app {self.name} already has a schedule named {label!r}; pass name=...")
         if task.app is not self:
             raise ConfigurationError(f"schedule {label!r}: task {task.name} belongs to another app")
-        cron_text, seconds = check_schedule_form(label, cron, every, tz)
-        call = task.make_call(args_tuple(label, args), kwargs, None)
-        declared = Schedule(
-            name=label,
-            task=task.name,
-            queue=task.queue,
-            cron=cron_text,
-            every=seconds,
-            tz=tz,
-            args=call.args,
-            kwargs=call.kwargs,
-            body=encode_call(self.serializer, call.args, call.kwargs, signature=task.signature),
-            expires=tick_expiry(label, expires, task.options.expires),
-            job_id=call.job_id if call.unique else None,
-        )
+        declared = build_schedule(
+            self, task, label, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs,
+            expires=expires, headers=headers, enabled=enabled,
+        )  # fmt: skip
         check_schedule_size(self, declared)
         self.schedules[label] = declared
         return declared

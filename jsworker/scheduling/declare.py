@@ -8,11 +8,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import LATEST_MS, LATEST_TEXT, check_ahead, check_seconds
 from ..errors import ConfigurationError
+from ..serializers import encode_call
+from ..wire import check_headers
 from .cron import Cron, check_zone, every_seconds, go_duration, quoted
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..task import Task
 
 #: nats-server versions that store and fire schedules: ``@at`` (delayed jobs) and the
 #: repeating forms with time zones (periodic schedules).
@@ -93,6 +99,10 @@ class Schedule:
     #: For a unique task: the job id its ticks' key gives, which their subject ends in, so
     #: that the server refuses another job of that key while a tick waits or runs.
     job_id: str | None = None
+    #: The caller's own headers, carried by every tick.
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: False: switched off in code; workers starting with it pause it (see sync_schedules).
+    enabled: bool = True
 
     @property
     def expression(self) -> str:
@@ -111,6 +121,8 @@ class Schedule:
         extra = (() if self.expires == NEXT_TICK else (self.expires,)) + (
             () if self.job_id is None else (self.job_id,)
         )
+        extra += tuple(f"{k}: {v}" for k, v in sorted(self.headers.items()))
+        extra += () if self.enabled else ("off",)
         for part in (self.task, self.queue, self.expression, self.tz or "", *extra):
             h.update(part.encode())
             h.update(b"\0")
@@ -184,3 +196,43 @@ def args_tuple(name: str, args: Sequence[Any]) -> tuple[Any, ...]:
     if isinstance(args, str | bytes) or not isinstance(args, Sequence):
         raise TypeError(f"schedule {name!r}: args must be a sequence (a tuple or list), not {args!r:.100}")
     return tuple(args)
+
+
+def build_schedule(
+    app: App,
+    task: Task[Any, Any],
+    name: str,
+    *,
+    cron: str | None,
+    every: timedelta | float | None,
+    tz: str | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    expires: timedelta | float | str | None,
+    headers: Mapping[str, str] | None,
+    enabled: bool,
+) -> Schedule:
+    """The checked :class:`Schedule` named ``name`` of ``task`` (see ``App.schedule``);
+    ConfigurationError or TypeError naming it for anything wrong (nothing is sent)."""
+    cron_text, seconds = check_schedule_form(name, cron, every, tz)
+    call = task.make_call(args_tuple(name, args), kwargs, None)
+    try:
+        own = check_headers(headers or {})
+    except ValueError as exc:
+        raise ConfigurationError(f"schedule {name!r}: {exc}") from None
+    return Schedule(
+        name=name,
+        task=task.name,
+        queue=task.queue,
+        cron=cron_text,
+        every=seconds,
+        tz=tz,
+        args=call.args,
+        kwargs=call.kwargs,
+        body=encode_call(app.serializer, call.args, call.kwargs, signature=task.signature),
+        expires=tick_expiry(name, expires, task.options.expires),
+        # A unique task's ticks all have its key: fixed, since the arguments are.
+        job_id=call.job_id if call.unique else None,
+        headers=own,
+        enabled=bool(enabled),
+    )

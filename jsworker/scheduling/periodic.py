@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from ..wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
     PAUSED,
     QUEUE,
+    RESERVED_PREFIXES,
     ROLLUP,
     SCHEDULE,
     SCHEDULE_DIGEST,
@@ -76,6 +78,8 @@ class ScheduleState:
     expires: str = NEXT_TICK
     #: The job id its ticks' subject ends in (a unique task's), None for none.
     job_id: str | None = None
+    #: The caller's own headers its ticks carry.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def next_run(self, now: float | None = None) -> datetime | None:
         """When the schedule fires next (UTC), None when paused. Exact for cron; for
@@ -163,6 +167,7 @@ def check_schedule_size(app: App, schedule: Schedule) -> None:
 def _message(app: App, state: ScheduleState, paused: bool) -> OutMessage:
     ns = app.namespace
     headers = {
+        **state.headers,
         TASK: state.task,
         QUEUE: state.queue,
         SCHEDULE_NAME: state.name,
@@ -201,6 +206,7 @@ def _declared_state(app: App, schedule: Schedule) -> ScheduleState:
         content_type=app.serializer.content_type,
         expires=schedule.expires,
         job_id=schedule.job_id,
+        headers=schedule.headers,
     )
 
 
@@ -224,6 +230,9 @@ def _stored_state(app: App, msg: StoredMessage) -> ScheduleState | None:
         content_type=h.get(CONTENT_TYPE, ""),
         expires=h.get(TICK_EXPIRES, NEXT_TICK),
         job_id=_target_id(h.get(SCHEDULE_TARGET, "")),
+        headers={
+            k: v for k, v in h.items() if not k.lower().startswith(RESERVED_PREFIXES) and k != CONTENT_TYPE
+        },
     )
 
 
@@ -254,14 +263,19 @@ async def read_schedule(app: App, conn: Connection, name: str) -> ScheduleState 
     return _stored_state(app, msg) if msg is not None else None
 
 
-async def _install(app: App, conn: Connection, wanted: ScheduleState, current: ScheduleState | None) -> str:
-    """Bring one schedule to ``wanted`` (keeping its paused state); ``created``, ``updated``
-    or ``unchanged``. :class:`ScheduleRefused` when the server refuses it or it cannot be
-    sent; a failure that may pass (no answer, no leader) raises :class:`WriteRefused`."""
+async def _install(
+    app: App, conn: Connection, wanted: ScheduleState, current: ScheduleState | None, *, off: bool = False
+) -> str:
+    """Bring one schedule to ``wanted`` (keeping its paused state; paused when ``off``: code
+    switched it off); ``created``, ``updated`` or ``unchanged``. :class:`ScheduleRefused`
+    when the server refuses it or it cannot be sent; a failure that may pass (no answer, no
+    leader) raises :class:`WriteRefused`."""
     for _ in range(_ROUNDS):
         if current is not None and current.digest == wanted.digest:
             return "unchanged"
-        paused = current is not None and current.paused
+        # Paused stays paused: a worker of code older than the code that switched the schedule
+        # off (its digest differs, so it writes) never switches it back on.
+        paused = off or (current is not None and current.paused)
         msg = _message(app, wanted, paused)
         expect_last = current.seq if current else 0
         if (size := written_header_block(msg, expect_last)) > MAX_HEADER_BLOCK:
@@ -305,7 +319,7 @@ async def sync_schedules(app: App, conn: Connection, *, prune: bool = False) -> 
             # A Schedule built by hand skipped the declaration's checks: its expression may
             # not even parse.
             wanted = _declared_state(app, schedule)
-            done = await _install(app, conn, wanted, current.get(name))
+            done = await _install(app, conn, wanted, current.get(name), off=not schedule.enabled)
         except ConfigurationError as exc:  # ScheduleRefused, or an expression that does not parse
             report.refused[name] = str(exc)
             continue

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jsworker import App, current_job
+from jsworker import App, ConfigurationError, current_job
 from jsworker.jetstream.connection import Connection
 from jsworker.scheduling.admin import Schedules
 from jsworker.scheduling.periodic import ScheduleNotFound, read_schedules, sync_schedules
@@ -234,3 +234,37 @@ async def test_a_unique_task_s_ticks_and_triggers_respect_its_key(nats_server: N
         assert runs == [key] and worker.counts["skipped"] >= 2
         gate.set()
         await wait_until_async(lambda: len(runs) >= 2, timeout=15, message="the next tick to run")
+
+
+async def test_a_schedule_switched_off_in_code_is_paused_and_older_code_keeps_it_paused(
+    nats_server: NatsServer,
+) -> None:
+    """Rolling deploy: the old code runs schedule ``a``; the new code declares it
+    ``enabled=False`` and a worker starting with it pauses it; an old worker starting after
+    that (a restart during the deploy) leaves it paused. Headers declared on a schedule ride
+    on its ticks."""
+    old, _ = _app(nats_server.url, every=60, names=("a",))
+    async with Schedules(old) as schedules:
+        assert (await schedules.sync()).created == ["a"]
+
+    new = App("beat", nats_server.url)
+    seen: list[dict[str, str]] = []
+
+    @new.task
+    async def tick(label: str) -> None:
+        seen.append(dict(current_job().headers))
+
+    new.schedule(tick, every=60, name="a", args=("a",), enabled=False)
+    new.schedule(tick, every=1, name="tagged", args=("t",), headers={"X-Team": "ops"})
+    async with Schedules(new) as schedules:
+        await schedules.sync()
+        listed = {s.name: s.paused for s in await schedules.list()}
+    assert listed == {"a": True, "tagged": False}
+    async with Schedules(old) as schedules:
+        await schedules.sync()  # the old code starts again: "a" differs from it, but stays paused
+        assert {s.name: s.paused for s in await schedules.list()}["a"] is True
+    async with in_process_worker(new, schedules=False):
+        await wait_until_async(lambda: seen, timeout=15, message="a tagged tick")
+    assert seen[0]["X-Team"] == "ops"
+    with pytest.raises(ConfigurationError, match="reserved"):
+        new.schedule(tick, every=60, name="bad", args=("b",), headers={"Jsw-Task": "x"})
