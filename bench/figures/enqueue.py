@@ -82,6 +82,16 @@ async def _raw_publish_sliding(js, n: int) -> None:  # type: ignore[no-untyped-d
     await js.publish_async_completed()
 
 
+async def _raw_publish_per_job(js, n: int) -> None:  # type: ignore[no-untyped-def]
+    # What jsworker sends: each job on a subject of its own (ending in its id), nats-py's own
+    # pending limit and no windows of ours, then one wait for every acknowledgement.
+    prefix = jsh.subject_of(TASK) + "."
+    for i in range(n):
+        headers = jsh.raw_headers(TASK.name)
+        await js.publish_async(prefix + headers["Nats-Msg-Id"], jsh.raw_body(i), headers=headers)
+    await js.publish_async_completed()
+
+
 async def _timed_jsworker(ctx: Context, form, n: int, task=TASK, extra: tuple[object, ...] = ()) -> float:  # type: ignore[no-untyped-def]
     bench_app.app.servers = [ctx.url]
     try:
@@ -173,6 +183,11 @@ def run(ctx: Context) -> list[Measurement]:
             "enqueue.raw_publish_async_sliding",
             f"raw js.publish_async, {WINDOW} in flight (sliding)",
             lambda: asyncio.run(_timed_raw(ctx, _raw_publish_sliding, n)),
+        ),
+        (
+            "enqueue.raw_publish_async_per_job",
+            f"raw js.publish_async on per-job subjects, {WINDOW} in flight (sliding)",
+            lambda: asyncio.run(_timed_raw(ctx, _raw_publish_per_job, n)),
         ),
         (
             "enqueue.adelay",

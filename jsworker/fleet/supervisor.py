@@ -333,26 +333,16 @@ class Supervisor:
         pid = slot.process.pid
         children = kill_tree(pid)
         slot.killed = reason = "exit" if slot.exiting is not None else "stop"
+        # A process whose worker had ended cleanly lost nothing by the kill: a warning; one
+        # that never ended its worker, an error.
         if reason == "exit":
-            cause = f"still running {EXIT_DEADLINE:g} s after its worker ended"
-            log.warning(
-                "fleet.process_killed",
-                process=slot.index,
-                pid=pid,
-                reason=reason,
-                cause=cause,
-                children=children,
-            )
+            say, cause = log.warning, f"still running {EXIT_DEADLINE:g} s after its worker ended"
         else:
             cause = f"not stopped {self._grace:g} + {_STOP_MARGIN:g} s after it was asked to"
-            log.error(
-                "fleet.process_killed",
-                process=slot.index,
-                pid=pid,
-                reason=reason,
-                cause=cause,
-                children=children,
-            )
+            say = log.error
+        say(
+            "fleet.process_killed", process=slot.index, pid=pid, reason=reason, cause=cause, children=children
+        )
         if self._kills is not None:
             self._kills.labels(reason).inc()
 

@@ -45,7 +45,10 @@ def check_size(msg: OutMessage, max_payload: int) -> None:
     """
     # A character is at most 4 bytes in UTF-8 (plus 4 bytes of ": " and CRLF per header, 14 of
     # framing): a bound without encoding anything, enough for all but messages near the limit.
-    bound = len(msg.body) + 14 + sum(4 * (len(k) + len(v)) + 4 for k, v in msg.headers.items())
+    # A plain loop: a generator under sum() took twice as long, once per job of a bulk enqueue.
+    bound = len(msg.body) + 14
+    for k, v in msg.headers.items():
+        bound += 4 * (len(k) + len(v)) + 4
     if bound > max_payload and msg.size > max_payload:
         raise PayloadTooLargeError(
             f"the message for {msg.headers.get(MSG_ID) or msg.subject} is {msg.size} bytes with its headers; "

@@ -99,12 +99,14 @@ class AckPipeline:
         """Messages published and not acknowledged yet."""
         return len(self._pending)
 
-    async def publish(self, msg: OutMessage) -> int:
-        """Send ``msg`` once the window has room; its number."""
+    async def publish(self, msg: OutMessage, *, checked: bool = False) -> int:
+        """Send ``msg`` once the window has room; its number. ``checked``: its size was
+        checked against ``max_payload`` already."""
         if len(self._pending) >= self.window:
             await self._wait_until(self.window // 2)
         self._raise_refusal()
-        check_size(msg, self.conn.max_payload)
+        if not checked:
+            check_size(msg, self.conn.max_payload)
         number = self._next
         self._next += 1
         token = str(number)

@@ -133,7 +133,7 @@ class Publisher:
         try:
             async with pipe:
                 for msg in msgs:
-                    await pipe.publish(msg)
+                    await pipe.publish(msg, checked=True)  # all checked above, before any was sent
                 await pipe.wait()
         except (StalledError, nats.errors.Error, OSError):
             pass  # whatever has no acknowledgement is published again below, one by one

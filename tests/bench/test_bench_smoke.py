@@ -21,6 +21,7 @@ EXPECTED = [
     "enqueue.raw_publish",
     "enqueue.raw_publish_async",
     "enqueue.raw_publish_async_sliding",
+    "enqueue.raw_publish_async_per_job",
     "enqueue.adelay",
     "enqueue.delay_sync",
     "enqueue.adelay_many",

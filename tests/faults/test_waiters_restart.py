@@ -95,6 +95,7 @@ class BucketReads:
     leader yet (nats-py raises the same for a 503)."""
 
     def __init__(self, conn: Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.conn = conn
         self.counts: Counter[str] = Counter()
         self.refuse = 0
         request = conn.nc.request
@@ -173,6 +174,26 @@ class Waiters:
 # -- tests --------------------------------------------------------------------------------
 
 
+async def start_waiting(
+    life_app: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    jobs: dict[str, Job],
+    tags: list[str],
+    patience: float,
+) -> tuple[BucketReads, Waiters]:
+    """Waiters for the jobs of ``tags``, once each has read the bucket a first time, and the
+    count of the producer's bucket reads."""
+    conn = await life_app.app.producer.connection()
+    reads = BucketReads(conn, monkeypatch)
+    waiters = Waiters(jobs, patience=patience)
+    waiters.start(tags)
+    await wait_until_async(
+        lambda: reads.counts["answered"], until=lambda n: n >= len(tags), timeout=30,
+        message="the first reads of the waiters",
+    )  # fmt: skip
+    return reads, waiters
+
+
 @pytest.mark.timeout(180)
 async def test_waiters_ride_out_a_server_sigkill_and_restart(
     nats_server: NatsServer,
@@ -195,14 +216,8 @@ async def test_waiters_ride_out_a_server_sigkill_and_restart(
     await open_gates(url, workers, stored)
     await wait_stored(url, [jobs[tag].id for tag in stored])
 
-    conn = await life_app.app.producer.connection()
-    reads = BucketReads(conn, monkeypatch)
-    waiters = Waiters(jobs, patience=60.0)
-    waiters.start(before)
-    await wait_until_async(
-        lambda: reads.counts["answered"], until=lambda n: n >= len(before), timeout=30,
-        message="the first reads of the waiters",
-    )  # fmt: skip
+    reads, waiters = await start_waiting(life_app, monkeypatch, jobs, before, patience=60.0)
+    conn = reads.conn
     assert not any(task.done() for task in waiters.tasks.values())
 
     nats_server.kill()
@@ -243,14 +258,8 @@ async def test_a_failed_read_on_reconnect_is_made_again(
     url = nats_server.url
     tags = [f"rr{i}" for i in range(50)]
     worker, jobs = await start_held(url, life_app, workers, records, tags)
-    conn = await life_app.app.producer.connection()
-    reads = BucketReads(conn, monkeypatch)
-    waiters = Waiters(jobs, patience=30.0)
-    waiters.start(tags)
-    await wait_until_async(
-        lambda: reads.counts["answered"], until=lambda n: n >= len(tags), timeout=30,
-        message="the first reads of the waiters",
-    )  # fmt: skip
+    reads, waiters = await start_waiting(life_app, monkeypatch, jobs, tags, patience=30.0)
+    conn = reads.conn
 
     nats_server.kill()
     await wait_until_async(
