@@ -28,6 +28,7 @@ from .events.emit import EventEmitter
 from .jetstream.connection import Connection
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .job import Job
+from .lifecycle.lookup import Form
 from .lifecycle.state import JobState, JobStatus
 from .scheduling.declare import DELAYED_SINCE
 from .scheduling.delayed import delayed_message
@@ -193,8 +194,11 @@ class Producer:
         read the job stream; a producer with neither leaves the check to the server's refusal
         of a second job on the same subject.
         """
+        form: Form | None = None
+        if other_form:
+            form = "scheduled" if call.due is None else "waiting"
         try:
-            status = await self._app.astatus(call.job_id)
+            status = await self._app.lifecycle.status(call.job_id, form)
         except JsworkerError:
             if other_form:
                 return None

@@ -19,7 +19,7 @@ from ..jetstream.connection import Connection
 from ..jetstream.service import NobodyAnswered, ask
 from .bucket import RECORDS_SINCE
 from .cancel import cancel_job
-from .lookup import job_status
+from .lookup import Form, job_status
 from .state import JobRecord, JobState, JobStatus
 from .waiter import ResultWaiter
 
@@ -82,27 +82,28 @@ class JobLifecycle:
             error.traceback if error else None,
         )
 
-    async def status(self, job_id: str) -> JobStatus:
-        """The status of ``job_id`` (see :meth:`App.astatus <jsworker.App.astatus>`)."""
+    async def status(self, job_id: str, form: Form | None = None) -> JobStatus:
+        """The status of ``job_id`` (see :meth:`App.astatus <jsworker.App.astatus>`), limited
+        to ``form`` when given (see :data:`~.lookup.Form`)."""
         conn = await self._connection("job status")
-        answer = await self._ask(conn, "status", job_id)
+        answer = await self._ask(conn, "status", job_id, (form or "").encode())
         if answer is not None:
             return JobStatus.from_dict(answer)
-        return await self._itself("read the status of", job_id, job_status(self.app, conn, job_id))
+        return await self._itself("read the status of", job_id, job_status(self.app, conn, job_id, form))
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel ``job_id`` (see :meth:`App.acancel <jsworker.App.acancel>`)."""
         conn = await self.app.producer.connection()
-        answer = await self._ask(conn, "cancel", job_id)
+        answer = await self._ask(conn, "cancel", job_id, b"")
         if answer is not None:
             return bool(answer)
         return await self._itself("cancel", job_id, cancel_job(self.app, conn, job_id))
 
-    async def _ask(self, conn: Connection, question: str, job_id: str) -> Any:
+    async def _ask(self, conn: Connection, question: str, job_id: str, body: bytes) -> Any:
         """The workers' answer to ``question`` about ``job_id``; None when no worker runs."""
         subject = self.app.namespace.ask_subject(question, job_id)
         try:
-            raw = await ask(conn, subject, b"", self.app.options.publish_timeout)
+            raw = await ask(conn, subject, body, self.app.options.publish_timeout)
         except NobodyAnswered:
             return None
         except TimeoutError as exc:

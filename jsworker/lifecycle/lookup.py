@@ -24,7 +24,7 @@ import contextlib
 import json
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import nats.errors
 import nats.js.errors
@@ -45,9 +45,23 @@ if TYPE_CHECKING:
 _HELD_WAIT = 0.5
 
 
-async def job_status(app: App, conn: Connection, job_id: str) -> JobStatus:
-    """The status of job ``job_id`` (``unknown`` when nothing is known of it)."""
+#: What a status may be limited to: ``scheduled`` (only a delayed job's schedule is looked
+#: for) or ``waiting`` (only a message waiting or running); the rest reads as ``unknown``. A
+#: unique enqueue asks only for the form it does not check itself: one read instead of four.
+Form = Literal["scheduled", "waiting"]
+
+
+async def job_status(app: App, conn: Connection, job_id: str, form: Form | None = None) -> JobStatus:
+    """The status of job ``job_id`` (``unknown`` when nothing is known of it); with ``form``,
+    only whether it is in that form (see :data:`Form`)."""
     ns = app.namespace
+    if form == "scheduled":
+        return await _scheduled(app, conn, job_id) or JobStatus(job_id, JobState.UNKNOWN)
+    if form == "waiting":
+        message = await current_message(app, conn, job_id)
+        if message is None:
+            return JobStatus(job_id, JobState.UNKNOWN)
+        return await _in_stream(conn, app, job_id, message, None, ask_holder=False)
     records = Records(conn, ns)
     found = await records.read(job_id)
     record = found[1] if found is not None else None
@@ -57,25 +71,32 @@ async def job_status(app: App, conn: Connection, job_id: str) -> JobStatus:
     if message is not None:
         # A finished record of another message is a previous run of a unique job.
         return await _in_stream(conn, app, job_id, message, record)
-    jobs = LimitsStream(conn, ns.stream)
-    schedule = await jobs.next(ns.delayed_filter(job_id=job_id))
-    if schedule is not None:
-        parsed = ns.parse_delayed_subject(schedule.subject)
-        if parsed is not None:
-            queue, due_ms, _ = parsed
-            return JobStatus(
-                job_id,
-                JobState.SCHEDULED,
-                queue=queue,
-                task=schedule.headers.get(TASK),
-                scheduled_for=datetime.fromtimestamp(due_ms / 1000, UTC),
-                seq=schedule.seq,
-            )
+    scheduled = await _scheduled(app, conn, job_id)
+    if scheduled is not None:
+        return scheduled
     # It may have finished between the reads.
     found = await records.read(job_id)
     if found is not None:
         return found[1].status(job_id)
     return JobStatus(job_id, JobState.UNKNOWN)
+
+
+async def _scheduled(app: App, conn: Connection, job_id: str) -> JobStatus | None:
+    """The status of ``job_id`` as a delayed job waiting for its time, None when it is not."""
+    ns = app.namespace
+    schedule = await LimitsStream(conn, ns.stream).next(ns.delayed_filter(job_id=job_id))
+    parsed = ns.parse_delayed_subject(schedule.subject) if schedule is not None else None
+    if schedule is None or parsed is None:
+        return None
+    queue, due_ms, _ = parsed
+    return JobStatus(
+        job_id,
+        JobState.SCHEDULED,
+        queue=queue,
+        task=schedule.headers.get(TASK),
+        scheduled_for=datetime.fromtimestamp(due_ms / 1000, UTC),
+        seq=schedule.seq,
+    )
 
 
 async def current_message(app: App, conn: Connection, job_id: str) -> StoredMessage | None:
@@ -84,7 +105,13 @@ async def current_message(app: App, conn: Connection, job_id: str) -> StoredMess
 
 
 async def _in_stream(
-    conn: Connection, app: App, job_id: str, message: StoredMessage, record: JobRecord | None
+    conn: Connection,
+    app: App,
+    job_id: str,
+    message: StoredMessage,
+    record: JobRecord | None,
+    *,
+    ask_holder: bool = True,
 ) -> JobStatus:
     ns = app.namespace
     queue, task = ns.parse_job_subject(message.subject) or ("", "")
@@ -93,8 +120,9 @@ async def _in_stream(
         return record.status(job_id)
     delivered = await delivered_seq(conn, ns.stream, queue)
     attempts = record.attempts if record is not None and record.seq == message.seq else None
-    if message.seq > delivered:
-        return JobStatus(job_id, JobState.QUEUED, queue=queue, task=task, attempts=attempts, seq=message.seq)
+    if message.seq > delivered or not ask_holder:
+        state = JobState.QUEUED if message.seq > delivered else JobState.RUNNING
+        return JobStatus(job_id, state, queue=queue, task=task, attempts=attempts, seq=message.seq)
     # Handed out: the worker running it says who it is, when it started and which attempt
     # this is (no answer: it waits in a worker's buffer, or its worker is gone).
     held = await gather(conn, ns.held_subject(job_id), str(message.seq).encode(), wait=_HELD_WAIT, linger=0.0)

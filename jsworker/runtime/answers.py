@@ -9,12 +9,12 @@ the server's to decide, by the permissions on ``jsw.<app>.ask.<question>.*``.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from ..errors import JsworkerError
 from ..jetstream.service import Serving, serve
 from ..lifecycle.cancel import cancel_job
-from ..lifecycle.lookup import job_status
+from ..lifecycle.lookup import Form, job_status
 from ..observability.logging import get_logger
 from ..task import check_job_id
 
@@ -31,13 +31,16 @@ async def answer_questions(app: App, conn: Connection) -> Serving:
     """Start answering the status and cancel questions about ``app``'s jobs on ``conn``; close
     the returned service before the connection."""
 
-    async def answer(subject: str, _body: bytes) -> bytes:
+    async def answer(subject: str, body: bytes) -> bytes:
         question, job_id = subject.rsplit(".", 2)[-2:]
         value: Any
         try:
             check_job_id(job_id)
             if question == "status":
-                value = (await job_status(app, conn, job_id)).as_dict()
+                form = body.decode(errors="replace") or None
+                if form not in (None, *get_args(Form)):
+                    return json.dumps({"error": f"unknown status form {form!r:.40}"}).encode()
+                value = (await job_status(app, conn, job_id, cast(Form | None, form))).as_dict()
             elif question == "cancel":
                 value = await cancel_job(app, conn, job_id)
                 log.info("job.cancel_asked", job_id=job_id, cancelled=value)
