@@ -105,3 +105,11 @@ def check_headers(headers: object) -> dict[str, str]:
     if size > MAX_CALLER_HEADERS:
         raise ValueError(f"headers take {size} bytes, more than the {MAX_CALLER_HEADERS} allowed")
     return out
+
+
+def caller_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a message that its caller set (``apply(headers=...)``): all but the
+    server's, jsworker's own and ``Content-Type``."""
+    return {
+        k: v for k, v in headers.items() if k != CONTENT_TYPE and not k.lower().startswith(RESERVED_PREFIXES)
+    }

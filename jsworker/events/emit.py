@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULED_FOR, TASK
+from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULED_FOR, TASK, caller_headers
 from .schema import MAX_REASON, EventKind, JobEvent, encode_event
 
 if TYPE_CHECKING:
@@ -72,10 +72,13 @@ class EventEmitter:
         # A unique job carries its id in Jsw-Job-Id: the server's check of its subject, not a
         # dedup key, keeps it one.
         job_id = headers.get(MSG_ID) or headers[JOB_ID]
+        # The caller's own headers travel with the job's first event: a tenant or a trace id
+        # to group events by.
+        own = caller_headers(headers) or None
         if due is None:
-            await self.emit("enqueued", queue, headers[TASK], job_id, ts=at, enqueued_at=at)
+            await self.emit("enqueued", queue, headers[TASK], job_id, ts=at, enqueued_at=at, headers=own)
         else:
             await self.emit(
                 "scheduled", queue, headers[TASK], job_id, ts=at, enqueued_at=at,
-                delay=max(0.0, int(due) / 1000 - at),
+                delay=max(0.0, int(due) / 1000 - at), headers=own,
             )  # fmt: skip

@@ -52,6 +52,8 @@ class JobEvent:
     outcome: str | None = None
     reason: str | None = None
     delay: float | None = None
+    #: On ``enqueued`` and ``scheduled``: the caller's own headers (``apply(headers=...)``).
+    headers: dict[str, str] | None = None
 
 
 _FIELDS = tuple(JobEvent.__dataclass_fields__)

@@ -126,6 +126,13 @@ class ConnectOptions:
                 self, what, config.parse_number(what, getattr(self, what), float, ConnectError)
             )
 
+    @property
+    def authenticated(self) -> bool:
+        """Whether the connection presents credentials (options or a URL's user part): only
+        then can the server hold it to permissions narrower than everything."""
+        given = (self.user, self.token, self.credentials, self.nkey_seed)
+        return any(v is not None for v in given) or any("@" in url.split("//", 1)[-1] for url in self.servers)
+
     @classmethod
     def from_environment(cls, **given: Any) -> ConnectOptions:
         """Options from ``given``, each one left out (or None) taken from its ``JSWORKER_*``

@@ -29,7 +29,6 @@ from ..wire import (
     EXPECTED_LAST_SUBJECT_SEQ,
     PAUSED,
     QUEUE,
-    RESERVED_PREFIXES,
     ROLLUP,
     SCHEDULE,
     SCHEDULE_DIGEST,
@@ -40,6 +39,7 @@ from ..wire import (
     SCHEDULE_ZONE,
     TASK,
     TICK_EXPIRES,
+    caller_headers,
 )
 from .cron import Cron, duration_seconds, zone
 from .declare import NEXT_TICK, Schedule
@@ -230,9 +230,7 @@ def _stored_state(app: App, msg: StoredMessage) -> ScheduleState | None:
         content_type=h.get(CONTENT_TYPE, ""),
         expires=h.get(TICK_EXPIRES, NEXT_TICK),
         job_id=_target_id(h.get(SCHEDULE_TARGET, "")),
-        headers={
-            k: v for k, v in h.items() if not k.lower().startswith(RESERVED_PREFIXES) and k != CONTENT_TYPE
-        },
+        headers=caller_headers(h),
     )
 
 

@@ -142,3 +142,11 @@ async def test_unique_jobs_enqueue_with_events_on(nats_server: NatsServer) -> No
         [("enqueued", first.id), ("scheduled", later.id)]
     )
     await app.aclose()
+
+
+async def test_the_callers_own_headers_travel_with_the_enqueued_event(nats_server: NatsServer) -> None:
+    app = _app(nats_server.url)
+    job = await app.tasks["ok"].aapply((1,), headers={"X-Tenant": "acme"})
+    (event,) = await _events(nats_server.url, "JSW_EVT_EVENTS", 1)
+    assert (event.event, event.job_id, event.headers) == ("enqueued", job.id, {"X-Tenant": "acme"})
+    await app.aclose()
