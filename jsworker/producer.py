@@ -28,8 +28,7 @@ from .events.emit import EventEmitter
 from .jetstream.connection import Connection
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .job import Job
-from .lifecycle.lookup import Form
-from .lifecycle.state import JobState, JobStatus
+from .lifecycle.state import Form, JobState, JobStatus
 from .scheduling.declare import DELAYED_SINCE
 from .scheduling.delayed import delayed_message
 from .serializers import encode_call

@@ -20,8 +20,8 @@ from ..jetstream.connection import Connection
 from ..jetstream.service import NobodyAnswered, ask
 from .bucket import RECORDS_SINCE
 from .cancel import cancel_job
-from .lookup import Form, job_status
-from .state import JobRecord, JobState, JobStatus
+from .lookup import job_status
+from .state import Form, JobRecord, JobState, JobStatus
 from .waiter import ResultWaiter
 
 if TYPE_CHECKING:

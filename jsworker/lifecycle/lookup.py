@@ -24,7 +24,7 @@ import contextlib
 import json
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import nats.errors
 import nats.js.errors
@@ -35,7 +35,7 @@ from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.service import gather
 from ..wire import TASK
 from .bucket import Records
-from .state import JobRecord, JobState, JobStatus
+from .state import Form, JobRecord, JobState, JobStatus
 
 if TYPE_CHECKING:
     from ..app import App
@@ -43,12 +43,6 @@ if TYPE_CHECKING:
 # How long a status waits for the worker running a job to say so: a live one answers within
 # milliseconds.
 _HELD_WAIT = 0.5
-
-
-#: What a status may be limited to: ``scheduled`` (only a delayed job's schedule is looked
-#: for) or ``waiting`` (only a message waiting or running); the rest reads as ``unknown``. A
-#: unique enqueue asks only for the form it does not check itself: one read instead of four.
-Form = Literal["scheduled", "waiting"]
 
 
 async def job_status(app: App, conn: Connection, job_id: str, form: Form | None = None) -> JobStatus:

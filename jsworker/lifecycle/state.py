@@ -18,7 +18,7 @@ import enum
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import SerializationError
 from ..serializers import Serializer
@@ -44,6 +44,11 @@ class JobState(enum.StrEnum):
 
 
 _FINISHED = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED})
+
+#: What a status may be limited to: ``scheduled`` (only a delayed job's schedule is looked
+#: for) or ``waiting`` (only a message waiting or running); the rest reads as ``unknown``. A
+#: unique enqueue asks only for the form it does not check itself: one read instead of four.
+Form = Literal["scheduled", "waiting"]
 
 
 @dataclass(frozen=True, slots=True)

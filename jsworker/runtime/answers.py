@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 from ..errors import JsworkerError
 from ..jetstream.service import Serving, serve
 from ..lifecycle.cancel import cancel_job
-from ..lifecycle.lookup import Form, job_status
+from ..lifecycle.lookup import job_status
+from ..lifecycle.state import Form
 from ..observability.logging import get_logger
 from ..task import check_job_id
 
