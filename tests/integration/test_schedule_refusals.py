@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -70,6 +71,17 @@ async def test_a_refused_schedule_is_logged_and_skipped_and_the_others_are_insta
     nats_server: NatsServer,
 ) -> None:
     app = _app(nats_server.url)
+    # Every level: a test before this one in the process may have configured logging at
+    # "warning", which would drop schedules.installed (info) before it is captured.
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        await _refused_and_installed(app)
+    finally:
+        structlog.configure(**saved)
+
+
+async def _refused_and_installed(app: App) -> None:
     with structlog.testing.capture_logs() as logs:
         async with in_process_worker(app) as worker:
 

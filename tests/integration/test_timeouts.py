@@ -29,6 +29,7 @@ async def test_retry_on_and_dont_retry_on_name_timeouts(nats_server: NatsServer)
     app.task(timeout=0.1, max_retries=2, retry_on=(ConnectionError,), name="only_connections")(stall)
     app.task(timeout=0.1, max_retries=2, retry_on=(TimeoutError,), name="timeouts_too")(stall)
     jobs = {name: await app.tasks[name].adelay() for name in app.tasks}
+    await app.aclose()  # the worker's connection takes over this loop's enqueues
     async with in_process_worker(app):
         failures = {}
         for name, job in jobs.items():
