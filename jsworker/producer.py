@@ -158,7 +158,7 @@ class Producer:
         # A unique call also looks for its key in the other form (scheduled or queued); an
         # explicit id is checked in its own form only, as that lookup costs a round trip.
         if call.unique and (held := await self._held(task, call, other_form=True)) is not None:
-            return held
+            return self._duplicate(task, held, started)
         msg = self.message(task, call)
         try:
             stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
@@ -174,7 +174,7 @@ class Producer:
                 # on the way: a result can be read before the ack that frees the key lands.
                 await asyncio.sleep(settling)
                 return await self.send(task, call, max(2 * settling, _SETTLE_STEP))
-            return held
+            return self._duplicate(task, held, started)
         self._count(task, stored, started, delayed=call.due is not None)
         await self._emit_enqueued(task, [msg], stored)
         return self._receipt(task, call, stored[0])
@@ -210,7 +210,6 @@ class Producer:
             held = state is JobState.SCHEDULED or state in _IN_STREAM or patient
         if not held:
             return None
-        self._app.metrics.producer(task.queue, task.name)[1].inc()
         due = status.scheduled_for if state is JobState.SCHEDULED else None
         return Job(call.job_id, task.name, task.queue, status.seq or 0, True, due, self._app)
 
@@ -224,6 +223,13 @@ class Producer:
         self._count(task, stored, started)
         await self._emit_enqueued(task, msgs, stored)
         return [self._receipt(task, call, s) for call, s in zip(calls, stored, strict=True)]
+
+    def _duplicate(self, task: Task[Any, Any], held: Job, started: float) -> Job:
+        """Count a call refused for the job that holds its id, as the server's dedup would be."""
+        _, duplicates, duration = self._app.metrics.producer(task.queue, task.name)
+        duplicates.inc()
+        duration.observe(time.perf_counter() - started)
+        return held
 
     def _count(
         self, task: Task[Any, Any], stored: list[Stored], started: float, delayed: bool = False
