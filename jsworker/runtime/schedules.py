@@ -3,7 +3,6 @@ each fired job before it runs."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -15,7 +14,7 @@ from ..observability.metrics import UNKNOWN
 from ..scheduling.claims import CANCELLED, claim
 from ..scheduling.declare import NEXT_TICK, PERIODIC_SINCE, tick_limit
 from ..scheduling.periodic import SchedulesRefused, sync_schedules
-from ..wire import JOB_ID, SCHEDULE, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULED_FOR, SCHEDULER, TICK_EXPIRES
+from ..wire import SCHEDULE, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULER, TICK_EXPIRES
 from .settlement import Outcome, OutcomeKind
 
 if TYPE_CHECKING:
@@ -76,8 +75,6 @@ class FiredJobs:
     def __init__(self, app: App, conn: Connection) -> None:
         self.app = app
         self.conn = conn
-        # Removals of leftover schedules under way, kept referenced until done.
-        self._cleanups: set[asyncio.Future[None]] = set()
 
     async def admit(self, job: JobRun) -> Outcome | None:
         """None when ``job`` may run; an outcome that skips it when it is a second copy of
@@ -91,7 +88,7 @@ class FiredJobs:
             # job): its dead letter and record go under its message instead, never touching
             # the status or the waiters of the job it names.
             job.job_id = f"seq-{job.delivery.stream_seq}"
-            await self._remove_schedule(job, "not one jsworker installs")
+            await self._remove_schedule(job)
             return Outcome(OutcomeKind.BAD_INPUT, foreign)
         if fired.kind == "periodic" and (late := _expired_tick(job)) is not None:
             return late
@@ -111,16 +108,6 @@ class FiredJobs:
         if held is None:
             if job.attempt == 1:
                 self.app.metrics.fired.labels(job.queue, task, fired.kind).inc()
-                if fired.kind == "delayed":
-                    # A server killed as it fired can keep the one-shot schedule after storing
-                    # the job; left there, it would count as a delayed job forever. Looked for
-                    # beside the run, not before it: awaited, the read halved the rate of a
-                    # burst of fired jobs (bench schedules.processing.fired).
-                    cleanup = asyncio.ensure_future(
-                        self._remove_schedule(job, "left behind after it fired", same=True)
-                    )
-                    self._cleanups.add(cleanup)
-                    cleanup.add_done_callback(self._cleanups.discard)
             return None
         reason = "cancelled" if held == CANCELLED else "duplicate"
         self._dropped(job, task, reason, held)
@@ -159,25 +146,14 @@ class FiredJobs:
             return None
         return f"fired by {scheduler or 'an unnamed schedule'}, which is no schedule of this app's"
 
-    async def _remove_schedule(self, job: JobRun, reason: str, *, same: bool = False) -> None:
-        """Delete the schedule that fired ``job`` if it is still there, so it fires no more;
-        with ``same``, only when it is the very schedule of this firing (same job and due
-        time), not a new one stored on the subject since."""
-        fired = job.fired
-        assert fired is not None
+    async def _remove_schedule(self, job: JobRun) -> None:
+        """Delete the schedule that fired ``job`` if it is still there, so it fires no more."""
         scheduler = job.delivery.headers.get(SCHEDULER, "")
         stream = LimitsStream(self.conn, self.app.namespace.stream)
         try:
             found = await stream.last(scheduler) if scheduler else None
-            if found is None or SCHEDULE not in found.headers:
-                return
-            if same and (found.headers.get(JOB_ID), found.headers.get(SCHEDULED_FOR)) != (
-                fired.job_id,
-                str(fired.due_ms),
-            ):
-                return
-            if await stream.delete(found.seq):
-                log.warning("schedule.removed", schedule=scheduler, reason=reason)
+            if found is not None and SCHEDULE in found.headers and await stream.delete(found.seq):
+                log.warning("schedule.removed", schedule=scheduler, reason="not one jsworker installs")
         except JsworkerError as exc:
             log.warning("schedule.remove_failed", schedule=scheduler, error=str(exc))
 
