@@ -10,6 +10,7 @@ test opens, so whether a job can finish is decided by the test, never by a durat
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -470,7 +471,7 @@ def test_cancel_reaches_whichever_of_three_workers_runs_the_job(
             began = time.monotonic()
             assert app.cancel(job_id)
             cancelled.add(job_id)
-            stopped = wait_until(lambda job_id=job_id: runs(records, "stopped", job_id), timeout=10,
+            stopped = wait_until(functools.partial(runs, records, "stopped", job_id), timeout=10,
                                  message=f"{job_id} to stop")[0]  # fmt: skip
             assert stopped.pid == pid
             latencies[pid].append(round(stopped.at - began, 4))

@@ -53,6 +53,7 @@ async def test_delayed_jobs_wait_on_the_server_and_start_no_earlier_than_due(nat
         )  # fmt: skip
     by_n = {r["n"]: r for r in runs}
     for n, job in zip((1, 2, 3), jobs, strict=True):
+        assert job.scheduled_for is not None
         run = by_n[n]
         assert run["id"] == job.id  # the producer's job id, though the server re-published the job
         assert run["at"] >= job.scheduled_for.timestamp(), f"job {n} started before it was due"

@@ -66,7 +66,7 @@ def test_a_change_restarts_the_worker_with_the_new_code(nats_server: NatsServer,
         wait_until(lambda: _ready(log) == 1, timeout=30, message="the worker ready")
         sys.path.insert(0, str(tmp_path / "src"))
         try:
-            from reloading import tasks
+            from reloading import tasks  # type: ignore[import-not-found]  # written by the test
         finally:
             sys.path.remove(str(tmp_path / "src"))
         tasks.app.configure_connection([nats_server.url])

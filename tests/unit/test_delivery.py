@@ -22,6 +22,9 @@ class FakeNC:
     async def publish(self, subject: str, data: bytes) -> None:
         self.sent.append((subject, data))
 
+    def put(self, subject: str, data: bytes) -> None:
+        self.sent.append((subject, data))
+
 
 def _delivery(reply: str = REPLY, headers: dict[str, str] | None = None) -> tuple[Delivery, FakeNC]:
     nc = FakeNC()

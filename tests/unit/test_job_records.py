@@ -70,7 +70,7 @@ async def test_a_record_seen_before_its_waiter_came_answers_it() -> None:
     async def stored_nowhere(job_id: str) -> None:
         return None
 
-    waiter.records.read = stored_nowhere  # type: ignore[assignment,method-assign]
+    waiter.records.read = stored_nowhere  # type: ignore[method-assign]
     record = JobRecord(JobState.SUCCEEDED, "q", "t", seq=5)
     await waiter._on_record(SimpleNamespace(subject="$KV.jsw_a_jobs.j1", data=record.encode()))  # type: ignore[arg-type]
     assert (await waiter.wait("j1", 5, timeout=1)).seq == 5

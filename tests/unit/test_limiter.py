@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import anyio
 import anyio.lowlevel
@@ -121,8 +122,12 @@ async def test_freed_slots_go_to_the_highest_priority_then_the_first_come() -> N
         for count, (name, priority) in enumerate(arrivals, 1):
             tg.start_soon(waiter, name, priority)
             # Each in line before the next comes, so that arrival order is known.
-            await wait_until_async(lambda c=count: len(limiter._waiters) == c, timeout=2, message="in line")
+            await wait_until_async(
+                functools.partial(lambda c: len(limiter._waiters) == c, count), timeout=2, message="in line"
+            )
         for expected in range(1, 6):
             limiter.release()
-            await wait_until_async(lambda e=expected: len(served) == e, timeout=2, message="a waiter served")
+            await wait_until_async(
+                functools.partial(lambda e: len(served) == e, expected), timeout=2, message="a waiter served"
+            )
     assert served == ["high-1", "high-2", "mid", "low-1", "low-2"]

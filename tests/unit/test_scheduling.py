@@ -25,8 +25,10 @@ from jsworker.wire import (
 )
 
 
-def _utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+def _utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, micro: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
 
 
 def test_five_fields_gain_a_zero_seconds_field_and_names_are_read() -> None:
@@ -172,4 +174,7 @@ def test_a_catch_up_tick_is_dated_no_later_than_the_server_stored_it() -> None:
 
 class _NoVerbs:
     async def publish(self, subject: str, data: bytes) -> None:
+        raise AssertionError("identifying a job sends nothing")
+
+    def put(self, subject: str, data: bytes) -> None:
         raise AssertionError("identifying a job sends nothing")
