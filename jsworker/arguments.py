@@ -30,7 +30,7 @@ import pathlib
 import re
 import typing
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,9 +222,7 @@ def _typed_parts(node: Any, value: Any, arrays: frozenset[int]) -> Iterator[tupl
     (path step, their node, the part)."""
     if isinstance(node, msgspec.inspect.TupleType):
         if isinstance(value, list | tuple):
-            for i, (kind, item) in enumerate(zip(node.item_types, value, strict=False)):
-                if id(kind) in arrays:
-                    yield f"[{i}]", kind, item
+            yield from _positional_parts(node.item_types, value, arrays)
     elif isinstance(node, _ITEMS):
         if id(node.item_type) in arrays and isinstance(value, list | tuple | set | frozenset):
             yield from ((f"[{i}]", node.item_type, item) for i, item in enumerate(value))
@@ -232,19 +230,32 @@ def _typed_parts(node: Any, value: Any, arrays: frozenset[int]) -> Iterator[tupl
         if id(node.value_type) in arrays and isinstance(value, Mapping):
             yield from (("[...]", node.value_type, item) for item in value.values())
     elif isinstance(node, msgspec.inspect.NamedTupleType) and isinstance(value, tuple):
-        for i, (field, item) in enumerate(zip(node.fields, value, strict=False)):
-            if id(field.type) in arrays:
-                yield f"[{i}]", field.type, item
+        yield from _positional_parts([field.type for field in node.fields], value, arrays)
     else:
-        for field in getattr(node, "fields", ()):
-            if id(field.type) not in arrays:
-                continue
-            if isinstance(value, Mapping):
-                item = value.get(field.name, _MISSING)
-            else:
-                item = getattr(value, field.name, _MISSING)
-            if item is not _MISSING:
-                yield f".{field.encode_name}", field.type, item
+        yield from _field_parts(getattr(node, "fields", ()), value, arrays)
+
+
+def _positional_parts(
+    kinds: Iterable[Any], value: Iterable[Any], arrays: frozenset[int]
+) -> Iterator[tuple[str, Any, Any]]:
+    """:func:`_typed_parts` of a tuple or named tuple, whose items have a node each."""
+    for i, (kind, item) in enumerate(zip(kinds, value, strict=False)):
+        if id(kind) in arrays:
+            yield f"[{i}]", kind, item
+
+
+def _field_parts(fields: Iterable[Any], value: Any, arrays: frozenset[int]) -> Iterator[tuple[str, Any, Any]]:
+    """:func:`_typed_parts` of a struct, dataclass or typed dict: its fields, read as keys of a
+    mapping or as attributes of anything else; a field the value lacks has no part."""
+    for field in fields:
+        if id(field.type) not in arrays:
+            continue
+        if isinstance(value, Mapping):
+            item = value.get(field.name, _MISSING)
+        else:
+            item = getattr(value, field.name, _MISSING)
+        if item is not _MISSING:
+            yield f".{field.encode_name}", field.type, item
 
 
 _MISSING = object()

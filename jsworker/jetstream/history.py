@@ -114,49 +114,31 @@ async def read_history(
     """
     if start_seq is not None and start_seq > stop_seq:
         return
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
-    if start_seq is not None:
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
-    elif start_time is not None:
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=datetime.fromtimestamp(start_time, UTC)
-        )
-    batches: asyncio.Queue[list[HistoryMessage] | None] = asyncio.Queue(maxsize=2)
-    state = _ReadState()
-
-    async def deliver(msg: Msg) -> None:
-        if state.done:
-            return
-        meta = msg.metadata
-        seq = int(meta.sequence.stream)
-        stored_at = meta.timestamp.timestamp()
-        state.last_activity = time.monotonic()
-        if start_time is not None and stored_at < start_time:
-            return  # only when the server could not seek that far ahead (past year 2262)
-        if seq > stop_seq or (stop_time is not None and stored_at > stop_time):
-            await state.finish(batches)
-            return
-        state.buffer.append(HistoryMessage(seq, msg.data, stored_at))
-        if seq >= stop_seq or meta.num_pending == 0:
-            await state.finish(batches)
-        elif len(state.buffer) >= batch:
-            full, state.buffer = state.buffer, []
-            await batches.put(full)
-
+    state = _ReadState(
+        start_time=start_time,
+        stop_seq=stop_seq,
+        stop_time=stop_time,
+        batch=batch,
+        batches=asyncio.Queue(maxsize=2),
+    )
     with _errors(f"cannot read {stream}"):
         try:
             sub = await conn.js.subscribe(
-                subject, stream=stream, cb=deliver, ordered_consumer=True, config=config
+                subject,
+                stream=stream,
+                cb=state.deliver,
+                ordered_consumer=True,
+                config=_start_at(start_seq, start_time),
             )
         except nats.js.errors.NotFoundError:
             return
     try:
         while True:
             try:
-                chunk = await asyncio.wait_for(batches.get(), _IDLE)
+                chunk = await asyncio.wait_for(state.batches.get(), _IDLE)
             except TimeoutError:
                 if await _nothing_left(sub, state):
-                    await state.finish(batches)
+                    await state.finish()
                 continue
             if chunk is None:
                 return
@@ -168,21 +150,67 @@ async def read_history(
             await sub.unsubscribe()
 
 
-class _ReadState:
-    """What the delivery callback and the reading loop of one read share."""
+def _start_at(start_seq: int | None, start_time: float | None) -> ConsumerConfig:
+    """Where the read's consumer starts: ``start_seq``, else ``start_time``, else the first message."""
+    if start_seq is not None:
+        return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
+    if start_time is not None:
+        return ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=datetime.fromtimestamp(start_time, UTC)
+        )
+    return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
 
-    def __init__(self) -> None:
+
+class _ReadState:
+    """What the delivery callback and the reading loop of one read share.
+
+    The callback fills ``batches`` with lists of up to ``batch`` messages, then None once the
+    read is over; the loop empties it.
+    """
+
+    def __init__(
+        self,
+        *,
+        start_time: float | None,
+        stop_seq: int,
+        stop_time: float | None,
+        batch: int,
+        batches: asyncio.Queue[list[HistoryMessage] | None],
+    ) -> None:
+        self.start_time, self.stop_seq, self.stop_time = start_time, stop_seq, stop_time
+        self.batch = batch
+        self.batches = batches
         self.buffer: list[HistoryMessage] = []
         self.done = False
         self.last_activity = time.monotonic()
 
-    async def finish(self, batches: asyncio.Queue[list[HistoryMessage] | None]) -> None:
+    async def deliver(self, msg: Msg) -> None:
+        """The subscription's callback: one message delivered."""
+        if self.done:
+            return
+        meta = msg.metadata
+        seq = int(meta.sequence.stream)
+        stored_at = meta.timestamp.timestamp()
+        self.last_activity = time.monotonic()
+        if self.start_time is not None and stored_at < self.start_time:
+            return  # only when the server could not seek that far ahead (past year 2262)
+        if seq > self.stop_seq or (self.stop_time is not None and stored_at > self.stop_time):
+            await self.finish()
+            return
+        self.buffer.append(HistoryMessage(seq, msg.data, stored_at))
+        if seq >= self.stop_seq or meta.num_pending == 0:
+            await self.finish()
+        elif len(self.buffer) >= self.batch:
+            full, self.buffer = self.buffer, []
+            await self.batches.put(full)
+
+    async def finish(self) -> None:
         if self.done:
             return
         self.done = True
         rest, self.buffer = self.buffer, []
-        await batches.put(rest)
-        await batches.put(None)
+        await self.batches.put(rest)
+        await self.batches.put(None)
 
 
 async def _nothing_left(sub: JetStreamContext.PushSubscription, state: _ReadState) -> bool:

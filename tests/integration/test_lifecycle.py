@@ -41,6 +41,13 @@ def _app(url: str, seen: dict[str, Any], **options: Any) -> App:
     seen["gate"] = asyncio.Event()  # read at each run: a test may put a new one in
     seen["started"] = []
     seen["flag"] = threading.Event()
+    _outcome_tasks(app)
+    _holding_tasks(app, seen)
+    return app
+
+
+def _outcome_tasks(app: App) -> None:
+    """Tasks that end at once, each in its own way."""
 
     @app.task(store_result=True)
     async def add(a: int, b: int) -> int:
@@ -60,6 +67,14 @@ def _app(url: str, seen: dict[str, Any], **options: Any) -> App:
     async def unstorable() -> object:
         return object()
 
+    @app.task
+    async def plain(n: int) -> int:
+        return n
+
+
+def _holding_tasks(app: App, seen: dict[str, Any]) -> None:
+    """Tasks that wait for the test (``seen``'s gate or flag) and note in ``seen`` that they started."""
+
     @app.task(store_result=True)
     async def hold(tag: str) -> str:
         seen["started"].append(tag)
@@ -75,10 +90,6 @@ def _app(url: str, seen: dict[str, Any], **options: Any) -> App:
         seen["saw_cancel"] = tag
         return "stopped"
 
-    @app.task
-    async def plain(n: int) -> int:
-        return n
-
     @app.task(unique=True, store_result=True)
     async def report(user: int) -> int:
         seen["started"].append(f"report-{user}")
@@ -92,8 +103,6 @@ def _app(url: str, seen: dict[str, Any], **options: Any) -> App:
     @app.task(queue="later", expires=0.3)
     async def stale() -> None:
         seen["started"].append("stale")
-
-    return app
 
 
 async def test_results_wait_by_watching_and_keep_errors(nats_server: NatsServer) -> None:
