@@ -101,12 +101,13 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         ),
         Grant(
             f"{_API}.STREAM.MSG.GET.{jobs}",
-            "read waiting jobs and schedules (status, cancel, the oldest job of a queue)",
+            "read waiting jobs and schedules (status, cancel, the oldest job of a queue, leftover schedules)",
             _TRUSTED,
         ),
         Grant(
             f"{_API}.STREAM.MSG.DELETE.{jobs}",
-            "delete a cancelled job or schedule, or a schedule a producer may not install",
+            "delete a cancelled job or schedule, a schedule a producer may not install, or one left "
+            "behind after its job fired",
             _TRUSTED,
         ),
         Grant(ns.record_subject(), "write job records (results, failures, cancels)", _TRUSTED),

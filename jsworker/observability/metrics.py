@@ -130,6 +130,12 @@ class Metrics:
             (*_QT, "reason"),
             registry=r,
         )
+        self.leftover_schedules_removed = Counter(
+            "jsworker_leftover_schedules_removed",
+            "Delayed jobs' schedules the server kept after their job fired (a server killed as "
+            "it fired), removed by a worker's sweep.",
+            registry=r,
+        )
 
     def count_in_flight(self, worker: RunsJobs) -> None:
         """Report ``worker.in_flight`` in ``jsworker_jobs_in_flight`` for as long as the worker

@@ -1,9 +1,11 @@
 """The services a worker runs beside its pull loops: heartbeats for the jobs it holds, a
-watch on its event loop, and the server's queue figures for its metrics."""
+watch on its event loop, the server's queue figures for its metrics, and a sweep of the
+delayed-job schedules a killed server left behind."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -13,6 +15,8 @@ from ..errors import JsworkerError
 from ..jetstream.connection import Connection
 from ..jetstream.consume import PullConsumer
 from ..observability.logging import get_logger
+from ..scheduling.declare import DELAYED_SINCE
+from ..scheduling.leftovers import sweep_leftovers
 from ..status import queue_status
 from .execution import JobRun
 
@@ -23,6 +27,8 @@ log = get_logger("jsworker.worker")
 
 # Seconds between two looks at the event loop's lag.
 _TICK = 0.25
+#: Seconds between two sweeps of leftover schedules (:func:`leftover_schedules`).
+LEFTOVER_INTERVAL = 60.0
 
 
 async def heartbeats(
@@ -72,4 +78,26 @@ async def server_stats(app: App, conn: Connection, queues: list[str], interval: 
             figures.unreachable(queues)
         else:
             figures.read(queues, statuses)
+        await asyncio.sleep(interval)
+
+
+async def leftover_schedules(app: App, conn: Connection, interval: float | None = None) -> None:
+    """Every ``interval`` seconds (default :data:`LEFTOVER_INTERVAL`), remove the delayed-job
+    schedules the server kept after their job fired (see :mod:`jsworker.scheduling.leftovers`)."""
+    interval = LEFTOVER_INTERVAL if interval is None else interval
+    # The first sweep at a random point of the first interval: a fleet started (or restarted)
+    # at once does not list the delayed jobs all in the same instant, every interval after.
+    await asyncio.sleep(random.uniform(0, interval))
+    while True:
+        # Checked each time: a reconnect may land on another server of the cluster.
+        if conn.server_version >= DELAYED_SINCE:
+            try:
+                removed = await sweep_leftovers(conn, app.namespace)
+            except JsworkerError as exc:
+                # Next interval tries again; a leftover only inflates a count meanwhile.
+                log.debug("worker.leftover_schedules_failed", error=str(exc))
+            else:
+                if removed:
+                    app.metrics.leftover_schedules_removed.inc(removed)
+                    log.info("worker.leftover_schedules_removed", count=removed)
         await asyncio.sleep(interval)

@@ -39,7 +39,7 @@ from .schedules import FiredJobs, install_schedules
 from .settings import WorkerSettings
 from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
 from .settler import Settler
-from .upkeep import heartbeats, server_stats, watch_event_loop
+from .upkeep import heartbeats, leftover_schedules, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
     from ..app import App
@@ -142,6 +142,7 @@ class Worker:
                     (heartbeats, interval, jobs, consumers),
                     (watch_event_loop, app, settings.blocked_loop_warning, self.counts, jobs),
                     (server_stats, app, conn, self.queues, settings.stats_interval),
+                    (leftover_schedules, app, conn),
                 ):
                     name = f"jsworker-{service.__name__.replace('_', '-')}"
                     services.start_soon(self._supervised, service, *args, name=name)
