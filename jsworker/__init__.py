@@ -29,6 +29,7 @@ from .errors import (
     Retry,
     SerializationError,
     ServerVersionError,
+    StartupError,
     TaskControl,
     TopologyError,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "ServerStartError",
     "ServerVersionError",
     "StalledError",
+    "StartupError",
     "StreamNotFoundError",
     "StreamRequestError",
     "SubjectTaken",

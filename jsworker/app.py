@@ -13,12 +13,14 @@ from prometheus_client import CollectorRegistry
 from .app_options import AppOptions, QueueOptions
 from .config import from_environment, option_fields
 from .errors import ConfigurationError
+from .hooks import H, Hooks, State
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ReplicasDiffer, ensure_consumer, ensure_stream
 from .job import Job
 from .layout import consumer_spec, stream_specs
 from .lifecycle.client import JobLifecycle
 from .lifecycle.state import JobStatus
+from .middleware import Middleware, MiddlewareChain
 from .named import named_task
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
@@ -98,6 +100,7 @@ class App:
 
     ``task_defaults``, ``options`` and ``connection`` may also be passed whole; keywords win
     over them. Metrics go to ``metrics_registry`` (prometheus-client's default registry if None).
+    ``middleware`` wraps every enqueue and run (see :class:`~jsworker.Middleware`).
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class App:
         task_defaults: TaskOptions | None = None,
         options: AppOptions | None = None,
         connection: ConnectOptions | None = None,
+        middleware: Sequence[Middleware] = (),
         **arguments: Unpack[AppArguments],
     ) -> None:
         self.name = validate_app_name(name)
@@ -133,6 +137,12 @@ class App:
         self.schedules: dict[str, Schedule] = {}
         #: Queues declared with :meth:`queue`, by name (others take the defaults).
         self.queue_options: dict[str, QueueOptions] = {}
+        #: The app's middleware, in order (see :class:`~jsworker.Middleware`).
+        self.middleware = MiddlewareChain(middleware)
+        #: Start and stop hooks of worker processes (:meth:`on_startup`, :meth:`on_shutdown`).
+        self.hooks = Hooks()
+        #: What start hooks keep for tasks, per worker process (see :class:`~jsworker.hooks.State`).
+        self.state = State()
         self.producer = Producer(self)
         #: Results, status and cancels of this app's jobs (what ``Job`` and ``App`` delegate to).
         self.lifecycle = JobLifecycle(self)
@@ -148,6 +158,20 @@ class App:
 
     def __repr__(self) -> str:
         return f"<App {self.name} tasks={len(self.tasks)}>"
+
+    def on_startup(self, fn: H) -> H:
+        """Run ``fn`` (sync or async, no arguments) once in each worker process before its
+        first job, after the connection is up; keep what it opens on :attr:`state`. One that
+        raises stops the worker (exit code 1) and the hooks after it do not run."""
+        self.hooks.startup.append(fn)
+        return fn
+
+    def on_shutdown(self, fn: H) -> H:
+        """Run ``fn`` (sync or async, no arguments) once in each worker process after its
+        last job settled, when its start hooks all ran; one that raises is logged and the
+        others still run."""
+        self.hooks.shutdown.append(fn)
+        return fn
 
     # -- declaring tasks ------------------------------------------------------------------
 

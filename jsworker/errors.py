@@ -143,3 +143,7 @@ class Reject(TaskControl):
     def __init__(self, reason: str = "rejected") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class StartupError(JsworkerError):
+    """An ``@app.on_startup`` hook raised: the worker stops before its first job (exit code 1)."""

@@ -297,11 +297,13 @@ class Task(Generic[P, R]):
         expires: float | None = None,
         queue: str | None = None,
         headers: Mapping[str, str] | None = None,
+        schedule: str | None = None,
     ) -> Call:
         """The checked :class:`Call` of these arguments (types encoded when the task has
         annotations); ``TypeError`` when they do not fit the function. ``expires`` (seconds
         from now) overrides the task's; ``queue`` routes this one job to another queue;
-        ``headers`` are the caller's own (:func:`~jsworker.wire.check_headers`)."""
+        ``headers`` are the caller's own (:func:`~jsworker.wire.check_headers`), then what the
+        app's middleware adds (``schedule``: the periodic schedule being declared)."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"task {self.name}: args must be a sequence (a tuple or list), not {args!r:.100}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -332,6 +334,11 @@ class Task(Generic[P, R]):
                 raise ConfigurationError(f"task {self.name}: {exc}") from None
         explicit = job_id is not None
         job_id = key or job_id or new_job_id()
+        middleware = self.app.middleware
+        if middleware.stamps:
+            headers = middleware.stamp(
+                self.name, queue or self.queue, job_id, tuple(args), kw, headers, due, schedule
+            )
         return Call(
             tuple(args), kw, job_id, due, expires_at, key is not None, queue, headers or None, explicit
         )

@@ -60,6 +60,9 @@ class JobRun:
     #: The task's own failures in earlier runs, once read from the job's record (None: not
     #: read; a first delivery has none): what ``max_retries`` counts.
     failures: int | None = None
+    #: Resolved once a kept result is stored and the job acked, for steps that must come
+    #: after the ack (``on_settled`` middleware); None when nothing waits for it.
+    acked: asyncio.Future[None] | None = None
     _context: JobContext | None = None
 
     @property
@@ -103,13 +106,13 @@ class JobRun:
         """What :func:`~jsworker.current_job` returns for this job, built on first use."""
         ctx = self._context
         if ctx is None:
-            assert self.task is not None, "only a job whose task is known gets to run"
+            # A job of an unknown task never runs, but middleware hears how it ended.
             ctx = self._context = JobContext(
                 id=self.job_id,
                 task=self.task_name,
                 queue=self.queue,
                 attempt=self.attempt,
-                max_retries=self.task.options.max_retries,
+                max_retries=self.task.options.max_retries if self.task is not None else 0,
                 enqueued_at=self.enqueued_at,
                 headers=self.delivery.headers,
                 scheduled_for=None if (due := self.due_at) is None else datetime.fromtimestamp(due, UTC),
@@ -242,9 +245,9 @@ class Executor:
                 if thread is not None:
                     await self._outlive(job, thread)
                 return _timed_out(task, timeout, exc)
-            return _failed(exc, task.options.is_retryable(exc))
+            return failed(exc, task.options.is_retryable(exc))
         except (Exception, SystemExit) as exc:  # a sync task calling sys.exit() must not end the worker
-            return _failed(exc, task.options.is_retryable(exc))
+            return failed(exc, task.options.is_retryable(exc))
         finally:
             running_job.reset(token)
         return _SUCCEEDED if value is None else Outcome(OutcomeKind.SUCCEEDED, value=value)
@@ -266,10 +269,10 @@ class Executor:
         except ResultError as exc:
             return Outcome(OutcomeKind.FAILED, exc.reason, error=exc, retryable=False)
         except TaskProcessError as exc:
-            return _failed(exc, exc.retryable)
+            return failed(exc, exc.retryable)
         except ProcessExited as exc:
             # As for a worker that dies under a job: tried again while attempts are left.
-            return _failed(exc, True)
+            return failed(exc, True)
         return _SUCCEEDED if value is None else Outcome(OutcomeKind.SUCCEEDED, value=value)
 
     async def _outlive(self, job: JobRun, thread: asyncio.Future[Any]) -> None:
@@ -311,5 +314,6 @@ def _timed_out(task: Task[Any, Any], timeout: float | None, cause: BaseException
     return Outcome(OutcomeKind.TIMED_OUT, str(error), error=error, retryable=task.options.is_retryable(error))
 
 
-def _failed(exc: BaseException, retryable: bool) -> Outcome:
+def failed(exc: BaseException, retryable: bool) -> Outcome:
+    """The outcome of a run that raised ``exc`` (retried while attempts are left if ``retryable``)."""
     return Outcome(OutcomeKind.FAILED, f"{type(exc).__name__}: {exc}", error=exc, retryable=retryable)

@@ -176,6 +176,13 @@ class JobBook:
         job.failures = failures
         return failures
 
+    def gate(self, job: JobRun) -> Outcome | None:
+        """The worker's gate (see :mod:`.seams`): a look at the cancels this worker heard of
+        and at the job's expiry, for jobs that may have either."""
+        if self.cancelled or EXPIRES_AT in job.delivery.headers:
+            return self.admit(job)
+        return None
+
     def admit(self, job: JobRun) -> Outcome | None:
         """Why ``job`` must not start (expired, or cancelled while it waited in this worker's
         buffer), or None."""
@@ -203,7 +210,7 @@ class JobBook:
                 f"return value of {len(value)} bytes does not fit a message (max_payload {limit})", None
             )
         if not self._records:
-            job.delivery.ack_soon()
+            _stored(job, None)
             return outcome
         task = job.task
         ttl = (task.options if task is not None else self.app.defaults).result_ttl
@@ -285,6 +292,8 @@ def _stored(job: JobRun, error: BaseException | None) -> None:
     if error is not None:
         log.error("job.record_failed", error=str(error), **job.log_fields())
     job.delivery.ack_soon()
+    if job.acked is not None:
+        job.acked.set_result(None)
 
 
 def _unstorable(reason: str, exc: BaseException | None) -> Outcome:

@@ -4,6 +4,7 @@ each fired job before it runs."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,10 @@ async def install_schedules(app: App, conn: Connection) -> None:
         )
 
 
+#: The reason of a fired job skipped because a cancel removed its schedule as it fired.
+CANCELLED_AS_FIRED = "cancelled as it fired"
+
+
 class FiredJobs:
     """Lets one copy of each firing run (see :mod:`jsworker.scheduling.claims`).
 
@@ -75,6 +80,10 @@ class FiredJobs:
     def __init__(self, app: App, conn: Connection) -> None:
         self.app = app
         self.conn = conn
+
+    def gate(self, job: JobRun) -> Awaitable[Outcome | None] | None:
+        """The worker's gate (see :mod:`.seams`): nothing for a job no schedule fired."""
+        return None if job.fired is None else self.admit(job)
 
     async def admit(self, job: JobRun) -> Outcome | None:
         """None when ``job`` may run; an outcome that skips it when it is a second copy of
@@ -112,7 +121,7 @@ class FiredJobs:
         reason = "cancelled" if held == CANCELLED else "duplicate"
         self._dropped(job, task, reason, held)
         if reason == "cancelled":
-            return Outcome(OutcomeKind.SKIPPED, "cancelled as it fired")
+            return Outcome(OutcomeKind.SKIPPED, CANCELLED_AS_FIRED)
         return Outcome(OutcomeKind.SKIPPED, f"a second copy of a firing (message {held} runs it)")
 
     def _foreign(self, job: JobRun) -> str | None:

@@ -27,7 +27,6 @@ from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
-from ..wire import EXPIRES_AT
 from .answers import answer_questions
 from .execution import Executor, JobRun, identify
 from .handbacks import HandBacks
@@ -36,6 +35,7 @@ from .limiter import Limiter
 from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, warn_replicas_differ
 from .registry import WorkerAnnouncer
 from .schedules import FiredJobs, install_schedules
+from .seams import RunSeams, run_shutdown, run_startup, settled_step, wrapped_call
 from .settings import WorkerSettings
 from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
 from .settler import Settler
@@ -108,22 +108,25 @@ class Worker:
         # subjects built from validated names, so the client need not check each one.
         options = dataclasses.replace(app.connect_options("worker"), check_subjects=False)
         self.conn = conn = records_conn = await Connection.open(options)
+        hooked = False
         try:
             app.producer.bind(conn)
             self._announce(conn)
             await self._provision()
             if settings.schedules:
                 await install_schedules(app, conn)
+            # Before the first job, as jobs may need what they open (app.state).
+            await run_startup(app)
+            hooked = True
             self._limiter = Limiter(settings.concurrency)
             # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
             self._create_task = asyncio.get_running_loop().create_task
             self._executor = Executor(app, settings.threads, settings.task_processes)
-            self._events = EventEmitter(conn, app.namespace, app.metrics) if app.options.events else None
             self._report = JobReporter(app.metrics, self.counts)
-            self._fired = FiredJobs(app, conn)
             records_conn = await self._records_connection(options)
             self._book = JobBook(app, conn, self._jobs, records_conn, self._buffered)
             await self._book.start()
+            self._seams = self._build_seams(conn)
             answers = await answer_questions(app, conn)
             self._handbacks = HandBacks(app, conn)
             self._settler = Settler(app, conn, self._book, self._handbacks)
@@ -175,12 +178,28 @@ class Worker:
             self._executor.close()
             await conn.flush()
         finally:
+            if hooked:
+                # After the last job settled; on a crash too, so that pools get closed.
+                await run_shutdown(app)
             if records_conn is not conn:
                 await records_conn.close()
             await conn.close()
         if self._crash is not None:
             raise self._crash
         log.info("worker.stopped", **dict(self.counts))
+
+    def _build_seams(self, conn: Connection) -> RunSeams:
+        """Each feature that is on adds its steps to a run (see :mod:`.seams`)."""
+        app = self.app
+        seams = RunSeams(wrapped_call(self._executor, app.middleware))
+        seams.gates += [FiredJobs(app, conn).gate, self._book.gate]
+        if app.options.events:
+            events = EventEmitter(conn, app.namespace, app.metrics)
+            seams.starts.append(functools.partial(emit_job_start, events))
+            seams.ends.append(functools.partial(emit_job_end, events))
+        if app.middleware.settles:
+            seams.ends.append(settled_step(app.middleware))
+        return seams
 
     async def _records_connection(self, options: ConnectOptions) -> Connection:
         """The connection job records are written on: one of their own when a task this worker
@@ -333,6 +352,7 @@ class Worker:
     async def _run_job(self, job: JobRun) -> None:
         # One coroutine per job, its clean-up included (no done callback): each layer and each
         # event-loop turn shows in a short job's cost.
+        ends = self._seams.ends
         try:
             started = job.started = time.monotonic()
             self._report.started(job)
@@ -344,15 +364,17 @@ class Worker:
                     await self._handbacks.read(job)
                     await self._book.read_failures(job)
                     outcome = self._executor.check(job)
-                if outcome is None and job.fired is not None:
-                    outcome = await self._fired.admit(job)
-                book = self._book
-                if outcome is None and (book.cancelled or EXPIRES_AT in job.delivery.headers):
-                    outcome = book.admit(job)
                 if outcome is None:
-                    if self._events is not None:
-                        await emit_job_start(self._events, job)
-                    outcome = await self._executor.call(job)
+                    for gate in self._seams.gates:
+                        verdict = gate(job)
+                        if verdict is not None:
+                            outcome = verdict if isinstance(verdict, Outcome) else await verdict
+                            if outcome is not None:
+                                break
+                if outcome is None:
+                    for start in self._seams.starts:
+                        await start(job)
+                    outcome = await self._seams.call(job)
             except asyncio.CancelledError:
                 if not (self._cancelling or job.cancel_requested):
                     raise
@@ -366,6 +388,8 @@ class Worker:
             task = job.task
             kept = outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result
             if kept:
+                if ends:
+                    job.acked = asyncio.get_running_loop().create_future()
                 # The record, then the ack once it is stored, outside this run; a value that
                 # cannot be kept makes the run a failure.
                 outcome = self._book.keep_result(job, outcome, started)
@@ -382,8 +406,11 @@ class Worker:
                 outcome, decision = await self._settler.conclude(job, outcome, started)
             duration = time.monotonic() - started
             self._report.finished(job, outcome, decision, duration)
-            if self._events is not None:
-                await emit_job_end(self._events, job, outcome, decision, duration)
+            if ends:
+                if job.acked is not None and outcome.kind is OutcomeKind.SUCCEEDED:
+                    await job.acked  # end steps come after the server was told
+                for end in ends:
+                    await end(job, outcome, decision, duration)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

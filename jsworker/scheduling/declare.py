@@ -215,11 +215,12 @@ def build_schedule(
     """The checked :class:`Schedule` named ``name`` of ``task`` (see ``App.schedule``);
     ConfigurationError or TypeError naming it for anything wrong (nothing is sent)."""
     cron_text, seconds = check_schedule_form(name, cron, every, tz)
-    call = task.make_call(args_tuple(name, args), kwargs, None)
     try:
         own = check_headers(headers or {})
     except ValueError as exc:
         raise ConfigurationError(f"schedule {name!r}: {exc}") from None
+    # The app's middleware sees the schedule once, here: what it adds rides with every tick.
+    call = task.make_call(args_tuple(name, args), kwargs, None, headers=own or None, schedule=name)
     return Schedule(
         name=name,
         task=task.name,
@@ -233,6 +234,6 @@ def build_schedule(
         expires=tick_expiry(name, expires, task.options.expires),
         # A unique task's ticks all have its key: fixed, since the arguments are.
         job_id=call.job_id if call.unique else None,
-        headers=own,
+        headers=dict(call.headers or {}),
         enabled=bool(enabled),
     )

@@ -19,11 +19,21 @@ skipping them. This package itself does not import pytest.
 
 :func:`record_execution`, called inside tasks, appends one line per run to a file shared by
 all worker processes, so a test can count how often each job ran (see :mod:`.recording`).
+:func:`job_context` makes ``current_job()`` work in a plain unit test of a task's code.
 """
 
 from __future__ import annotations
 
 from ..server import NatsCluster, NatsServer
+from .context import job_context
 from .recording import Execution, append_record, parse_execution, record_execution
 
-__all__ = ["Execution", "NatsCluster", "NatsServer", "append_record", "parse_execution", "record_execution"]
+__all__ = [
+    "Execution",
+    "NatsCluster",
+    "NatsServer",
+    "append_record",
+    "job_context",
+    "parse_execution",
+    "record_execution",
+]

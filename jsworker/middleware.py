@@ -1,0 +1,180 @@
+"""Middleware: an app's own code around each enqueue and each run of its jobs.
+
+A :class:`Middleware` overrides any of three hooks. ``on_enqueue`` runs in the caller's
+thread (or task) before the job is sent, so what it reads from context variables (a trace,
+a request id) is the caller's. ``around_run`` wraps the call of the task function in the
+worker, async, sync (its thread) and ``executor="process"`` tasks alike. ``on_settled`` sees
+how each delivery ended, after the server was told.
+
+Only the hooks a middleware overrides are called: an app without middleware, or with none
+that overrides a hook, pays nothing for it on the hot path.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from .errors import ConfigurationError
+from .job import JobContext
+from .observability.logging import get_logger
+from .wire import check_headers
+
+log = get_logger("jsworker.middleware")
+
+#: What an enqueue sends: a job to run now, a delayed job, or a periodic schedule (once, when
+#: it is declared: the headers added then ride with every tick it fires).
+EnqueueKind = Literal["job", "delayed", "schedule"]
+#: How a delivery of a job ended.
+SettledState = Literal["succeeded", "retrying", "failed", "cancelled", "expired", "handed_back"]
+
+
+@dataclass(slots=True)
+class OutgoingJob:
+    """A job about to be enqueued, as :meth:`Middleware.on_enqueue` sees it.
+
+    ``headers`` start as the caller's own and may be added to or changed (names starting
+    ``Nats-`` or ``Jsw-`` are refused, as for a caller's). ``args`` and ``kwargs`` are the
+    arguments as they will be sent. ``due`` is when a delayed job runs (unix seconds), None
+    for a job that runs now; ``schedule`` names the periodic schedule being declared.
+    """
+
+    id: str
+    task: str
+    queue: str
+    kind: EnqueueKind
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    due: float | None = None
+    schedule: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """How one delivery of a job ended, as :meth:`Middleware.on_settled` sees it.
+
+    ``state`` is ``succeeded``; ``retrying`` (it runs again in ``retry_in`` seconds);
+    ``failed`` (dead-lettered: ``reason`` says why); ``cancelled`` (on request, before or
+    while it ran); ``expired`` (not started in time); or ``handed_back`` (the worker stopped
+    while it ran: another worker runs it again, and this run counts as no attempt).
+    ``value`` is what the task returned, ``error`` what it raised (None when it raised
+    nothing), ``duration`` the seconds this delivery took in the worker.
+    """
+
+    state: SettledState
+    reason: str = ""
+    error: BaseException | None = None
+    value: Any = None
+    retry_in: float | None = None
+    duration: float = 0.0
+
+
+class Middleware:
+    """Base class of middleware: override the hooks you need (each does nothing here).
+
+    Listed in ``App(middleware=[...])``; the first is the outermost around a run and the first
+    to see an enqueue.
+    """
+
+    def on_enqueue(self, job: OutgoingJob) -> None:
+        """Called before ``job`` is sent, in the caller's thread; may change its headers.
+        What it raises fails the enqueue with that error, and nothing is sent."""
+
+    async def around_run(self, job: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        """Wrap the run of ``job``: ``await call_next()`` runs the task (and the middleware
+        inside this one) and returns its value, or raises its error. What this returns is the
+        job's value; an exception it raises counts as the job's own."""
+        return await call_next()
+
+    async def on_settled(self, job: JobContext, settled: Settled) -> None:
+        """Called once the server was told how this delivery ended (see :class:`Settled`).
+        What it raises is logged; the job is neither lost nor run again for it."""
+
+
+def _overrides(middleware: Middleware, hook: str) -> bool:
+    return getattr(type(middleware), hook) is not getattr(Middleware, hook)
+
+
+class MiddlewareChain(Sequence[Middleware]):
+    """An app's middleware in order, with the hooks each one overrides gathered up front."""
+
+    def __init__(self, middleware: Sequence[Middleware] = ()) -> None:
+        items = tuple(middleware)
+        for m in items:
+            if not isinstance(m, Middleware):
+                raise ConfigurationError(f"middleware must be Middleware instances, not {type(m).__name__}")
+        self._items = items
+        self._enqueue = [m.on_enqueue for m in items if _overrides(m, "on_enqueue")]
+        self._around = [m.around_run for m in items if _overrides(m, "around_run")]
+        self._settled = [m.on_settled for m in items if _overrides(m, "on_settled")]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Middleware]:
+        return iter(self._items)
+
+    @property
+    def stamps(self) -> bool:
+        """True when a middleware has an ``on_enqueue`` hook."""
+        return bool(self._enqueue)
+
+    @property
+    def wraps(self) -> bool:
+        """True when a middleware has an ``around_run`` hook."""
+        return bool(self._around)
+
+    @property
+    def settles(self) -> bool:
+        """True when a middleware has an ``on_settled`` hook."""
+        return bool(self._settled)
+
+    def stamp(
+        self,
+        task: str,
+        queue: str,
+        job_id: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        headers: Mapping[str, str] | None,
+        due: datetime | None,
+        schedule: str | None = None,
+    ) -> dict[str, str]:
+        """Run every ``on_enqueue`` on the job these describe; its headers after them,
+        checked as a caller's are."""
+        kind: EnqueueKind = "schedule" if schedule is not None else "job" if due is None else "delayed"
+        job = OutgoingJob(
+            job_id, task, queue, kind, args, kwargs, dict(headers or {}),
+            None if due is None else due.timestamp(), schedule,
+        )  # fmt: skip
+        for hook in self._enqueue:
+            hook(job)
+        try:
+            return check_headers(job.headers)
+        except ValueError as exc:
+            raise ConfigurationError(f"task {task}: a middleware set bad headers: {exc}") from None
+
+    async def run(self, job: JobContext, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``call`` wrapped in every ``around_run``, the first middleware outermost."""
+        for around in reversed(self._around):
+            call = functools.partial(around, job, call)
+        return await call()
+
+    async def settled(self, job: JobContext, settled: Settled) -> None:
+        """Run every ``on_settled``; one that raises is logged and the others still run."""
+        for hook in self._settled:
+            try:
+                await hook(job, settled)
+            except Exception as exc:
+                # Settled already: the job cannot fail for it any more.
+                log.error(
+                    "middleware.on_settled_failed",
+                    job_id=job.id, task=job.task, state=settled.state, error=repr(exc), exc_info=exc,
+                )  # fmt: skip

@@ -1,0 +1,156 @@
+"""The seams of a job's run in the worker, filled by the features that are on.
+
+A run goes: the job's own checks (task, body, arguments, crashes), then each **gate** (may
+it start: a fired job's claim, a cancel or an expiry), then each **start step** (the
+``started`` event), then the **call** (the task, inside the app's ``around_run``
+middleware), then the settlement, then each **end step** (events, ``on_settled``
+middleware). A feature that is off contributes nothing, so its cost is not paid per job.
+
+The start and stop hooks of the app (``@app.on_startup``, ``@app.on_shutdown``) run here too.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JsworkerError, Reject, Retry, StartupError
+from ..job import running_job
+from ..middleware import MiddlewareChain, Settled, SettledState
+from ..observability.logging import get_logger
+from .execution import Executor, JobRun, failed
+from .schedules import CANCELLED_AS_FIRED
+from .settlement import Decision, Outcome, OutcomeKind, Verb
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = get_logger("jsworker.worker")
+
+#: Why a job may not start (an outcome that settles it), or None; an awaitable of either
+#: when finding out takes the server.
+Gate = Callable[[JobRun], "Outcome | Awaitable[Outcome | None] | None"]
+StartStep = Callable[[JobRun], Awaitable[None]]
+EndStep = Callable[[JobRun, Outcome, Decision, float], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class RunSeams:
+    """What the worker does around each job, besides the job's own checks and settlement."""
+
+    call: Callable[[JobRun], Awaitable[Outcome]]
+    gates: list[Gate] = field(default_factory=list)
+    starts: list[StartStep] = field(default_factory=list)
+    ends: list[EndStep] = field(default_factory=list)
+
+
+async def _call_hook(hook: Callable[[], Any]) -> None:
+    result = hook()
+    if inspect.isawaitable(result):
+        await result
+
+
+async def run_startup(app: App) -> None:
+    """Run the app's start hooks in the order they were declared; the first that raises
+    stops the worker with :class:`StartupError` (the later ones do not run)."""
+    for hook in app.hooks.startup:
+        try:
+            await _call_hook(hook)
+        except Exception as exc:
+            name = getattr(hook, "__qualname__", repr(hook))
+            raise StartupError(f"start hook {name} failed: {type(exc).__name__}: {exc}") from exc
+
+
+async def run_shutdown(app: App) -> None:
+    """Run the app's stop hooks in the order they were declared; one that raises is logged
+    and the others still run."""
+    for hook in app.hooks.shutdown:
+        try:
+            await _call_hook(hook)
+        except Exception as exc:
+            log.error(
+                "worker.shutdown_hook_failed", hook=getattr(hook, "__qualname__", repr(hook)), error=repr(exc)
+            )
+
+
+def wrapped_call(executor: Executor, middleware: MiddlewareChain) -> Callable[[JobRun], Awaitable[Outcome]]:
+    """The executor's call inside the app's ``around_run`` middleware (the plain call when
+    no middleware has one)."""
+    if not middleware.wraps:
+        return executor.call
+
+    async def call(job: JobRun) -> Outcome:
+        ran: Outcome | None = None
+
+        async def innermost() -> Any:
+            nonlocal ran
+            ran = await executor.call(job)
+            if ran.kind is OutcomeKind.SUCCEEDED:
+                return ran.value
+            # The middleware sees what the task raised; below, its outcome stays as it was
+            # classified unless a middleware raised something else.
+            raise ran.error if ran.error is not None else JsworkerError(ran.reason)
+
+        token = running_job.set(job.context)
+        try:
+            value = await middleware.run(job.context(), innermost)
+        except (Exception, SystemExit) as exc:
+            if ran is not None and exc is ran.error:
+                return ran
+            return _raised(job, exc)
+        finally:
+            running_job.reset(token)
+        if ran is not None and ran.kind is OutcomeKind.SUCCEEDED and value is ran.value:
+            return ran
+        return Outcome(OutcomeKind.SUCCEEDED, value=value)
+
+    return call
+
+
+def _raised(job: JobRun, exc: BaseException) -> Outcome:
+    """The outcome of what a middleware raised, classified as the task's own would be."""
+    if isinstance(exc, Retry):
+        return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
+    if isinstance(exc, Reject):
+        return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
+    task = job.task
+    return failed(exc, task.options.is_retryable(exc) if task is not None else True)
+
+
+def settled_of(outcome: Outcome, decision: Decision, duration: float) -> Settled | None:
+    """What ``on_settled`` is told of a delivery, or None for one that was not this job's to
+    end (a second copy of a firing, a unique task's tick while its key is held)."""
+    kind = outcome.kind
+    state: SettledState
+    if kind is OutcomeKind.SUCCEEDED:
+        return Settled("succeeded", value=outcome.value, duration=duration)
+    if kind is OutcomeKind.SKIPPED:
+        if outcome.reason != CANCELLED_AS_FIRED:
+            return None
+        state = "cancelled"
+    elif kind is OutcomeKind.ABORTED:
+        state = "cancelled"
+    elif kind is OutcomeKind.EXPIRED:
+        state = "expired"
+    elif kind is OutcomeKind.CANCELLED:
+        state = "handed_back"
+    elif decision.verb is Verb.NAK:
+        return Settled(
+            "retrying", decision.reason or outcome.reason, outcome.error, None, decision.delay, duration
+        )
+    else:
+        state = "failed"
+    return Settled(state, decision.reason or outcome.reason, outcome.error, None, None, duration)
+
+
+def settled_step(middleware: MiddlewareChain) -> EndStep:
+    """The end step that tells the app's ``on_settled`` middleware how a delivery ended."""
+
+    async def step(job: JobRun, outcome: Outcome, decision: Decision, duration: float) -> None:
+        settled = settled_of(outcome, decision, duration)
+        if settled is not None:
+            await middleware.settled(job.context(), settled)
+
+    return step

@@ -1,0 +1,206 @@
+"""Middleware composition, enqueue stamping, hooks' state and ``job_context``, without a
+server (what the server does with them is in tests/integration/test_middleware.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from jsworker import App, ConfigurationError, Reject, current_job
+from jsworker.jetstream.delivery import Delivery
+from jsworker.job import JobContext
+from jsworker.middleware import Middleware, MiddlewareChain, OutgoingJob, Settled
+from jsworker.runtime.execution import Executor, JobRun
+from jsworker.runtime.seams import wrapped_call
+from jsworker.runtime.settlement import Outcome, OutcomeKind
+from jsworker.testing import job_context
+
+pytestmark = pytest.mark.anyio
+
+
+class Boom(Exception):
+    pass
+
+
+class Named(Middleware):
+    def __init__(self, name: str, trail: list[str]) -> None:
+        self.name, self.trail = name, trail
+
+    async def around_run(self, job: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        self.trail.append(f"enter {self.name}")
+        value = await call_next()
+        self.trail.append(f"leave {self.name}")
+        return value
+
+
+async def test_the_first_middleware_is_outermost() -> None:
+    trail: list[str] = []
+    chain = MiddlewareChain([Named("a", trail), Named("b", trail), Middleware()])
+
+    async def task() -> int:
+        trail.append("task")
+        return 7
+
+    with job_context() as ctx:
+        assert await chain.run(ctx, task) == 7
+    assert trail == ["enter a", "enter b", "task", "leave b", "leave a"]
+
+
+def test_only_overridden_hooks_are_called() -> None:
+    chain = MiddlewareChain([Middleware(), Middleware()])
+    assert len(chain) == 2
+    assert not (chain.stamps or chain.wraps or chain.settles)
+    with pytest.raises(ConfigurationError, match="Middleware instances"):
+        MiddlewareChain([object()])  # type: ignore[list-item]
+
+
+class Stamper(Middleware):
+    def __init__(self, headers: dict[str, str] | None = None, fail: bool = False) -> None:
+        self.headers, self.fail = headers or {}, fail
+        self.seen: list[OutgoingJob] = []
+
+    def on_enqueue(self, job: OutgoingJob) -> None:
+        self.seen.append(job)
+        if self.fail:
+            raise Boom("refused by policy")
+        job.headers.update(self.headers)
+
+
+def test_on_enqueue_sees_the_job_and_adds_headers_after_the_callers() -> None:
+    stamper = Stamper({"X-Tenant": "acme"})
+    app = App("mwunit", middleware=[stamper])
+
+    @app.task
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    call = add.make_call((1,), {"y": 2}, "job-1", headers={"X-Caller": "1"})
+    assert call.headers == {"X-Caller": "1", "X-Tenant": "acme"}
+    seen = stamper.seen[0]
+    assert (seen.id, seen.task, seen.queue, seen.kind, seen.args, dict(seen.kwargs)) == (
+        "job-1", "add", "default", "job", (1,), {"y": 2},
+    )  # fmt: skip
+
+
+def test_a_failing_on_enqueue_fails_the_enqueue_before_anything_is_sent() -> None:
+    # No server at this address: the error comes before any connection is tried.
+    app = App("mwunit", "nats://127.0.0.1:1", middleware=[Stamper(fail=True)])
+
+    @app.task
+    def noop() -> None: ...
+
+    with pytest.raises(Boom, match="refused by policy"):
+        noop.delay()
+
+
+def test_headers_a_middleware_sets_are_checked_like_a_callers() -> None:
+    app = App("mwunit", middleware=[Stamper({"Nats-Msg-Id": "forged"})])
+
+    @app.task
+    def noop() -> None: ...
+
+    with pytest.raises(ConfigurationError, match=r"middleware set bad headers.*reserved"):
+        noop.make_call((), None, None)
+
+
+class Failing(Middleware):
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    async def on_settled(self, job: JobContext, settled: Settled) -> None:
+        self.seen.append(settled.state)
+        raise Boom("audit table down")
+
+
+async def test_a_failing_on_settled_is_logged_and_the_next_still_runs() -> None:
+    seen: list[str] = []
+    chain = MiddlewareChain([Failing(seen), Failing(seen)])
+    with job_context() as ctx:
+        await chain.settled(ctx, Settled("succeeded"))
+    assert seen == ["succeeded", "succeeded"]
+
+
+def test_job_context_makes_current_job_work_and_nests() -> None:
+    with job_context("outer", attempt=2, headers={"x": "1"}):
+        assert (current_job().id, current_job().attempt, current_job().headers) == ("outer", 2, {"x": "1"})
+        with job_context("inner", cancelled=True):
+            assert current_job().id == "inner" and current_job().cancelled
+        assert current_job().id == "outer" and not current_job().cancelled
+    with pytest.raises(Exception, match="outside a job"):
+        current_job()
+
+
+def test_app_state_says_what_is_missing_and_checks_types() -> None:
+    app = App("mwunit")
+    with pytest.raises(AttributeError, match="on_startup"):
+        _ = app.state.pool
+    app.state.pool = "a pool"
+    assert app.state.get("pool", str) == "a pool"
+    with pytest.raises(TypeError, match="not a int"):
+        app.state.get("pool", int)
+
+
+def test_hooks_are_kept_in_order() -> None:
+    app = App("mwunit")
+
+    @app.on_startup
+    async def first() -> None: ...
+
+    @app.on_startup
+    def second() -> None: ...
+
+    @app.on_shutdown
+    def last() -> None: ...
+
+    assert app.hooks.startup == [first, second] and app.hooks.shutdown == [last]
+
+
+class Raising(Middleware):
+    def __init__(self, error: BaseException | None = None, value: Any = None) -> None:
+        self.error, self.value = error, value
+
+    async def around_run(self, job: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            got = await call_next()
+        except ValueError:
+            return "recovered"
+        if self.error is not None:
+            raise self.error
+        return self.value if self.value is not None else got
+
+
+class _Runs:
+    """Stands in for the executor: the outcome its call classified."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    async def call(self, job: JobRun) -> Outcome:
+        return self.outcome
+
+
+def _job() -> JobRun:
+    delivery = SimpleNamespace(attempt=1, headers={}, stream_seq=1, stored_at=None)
+    return JobRun(cast(Delivery, delivery), "j1", "t", "default")
+
+
+async def test_what_around_run_raises_or_returns_is_the_jobs() -> None:
+    ok = Outcome(OutcomeKind.SUCCEEDED, value=1)
+    call = wrapped_call(cast(Executor, _Runs(ok)), MiddlewareChain([Raising(Reject("policy"))]))
+    assert (await call(_job())).kind is OutcomeKind.REJECTED
+    call = wrapped_call(cast(Executor, _Runs(ok)), MiddlewareChain([Raising(Boom("x"))]))
+    raised = await call(_job())
+    assert raised.kind is OutcomeKind.FAILED and isinstance(raised.error, Boom)
+    call = wrapped_call(cast(Executor, _Runs(ok)), MiddlewareChain([Raising(value=2)]))
+    assert (await call(_job())).value == 2
+    # The task's own failure keeps its classification when a middleware lets it through...
+    timed_out = Outcome(OutcomeKind.TIMED_OUT, "slow", error=TimeoutError("slow"), retryable=False)
+    call = wrapped_call(cast(Executor, _Runs(timed_out)), MiddlewareChain([Raising()]))
+    assert await call(_job()) is timed_out
+    # ...and a middleware that handles it makes the run a success.
+    failed_run = Outcome(OutcomeKind.FAILED, "bad", error=ValueError("bad"))
+    call = wrapped_call(cast(Executor, _Runs(failed_run)), MiddlewareChain([Raising()]))
+    assert (await call(_job())).value == "recovered"
