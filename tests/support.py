@@ -1,9 +1,13 @@
-"""Waiting for conditions and reading a server's stream and consumer state, for every suite.
+"""Waiting for conditions, reading a server's stream and consumer state, and the tools a test
+needs, for every suite.
 
 A test waits for what it needs to be true, never for a length of time: :func:`wait_until`
 (and :func:`wait_until_async` on an event loop) polls a condition and fails the test with the
 last value it saw. The server readers open a connection of their own per call, so they work
 whatever the code under test did to its connections, and never depend on that code.
+
+A test that needs something outside the project (a tool, a binary, an optional package) asks
+for it with :func:`need`: skipped without it locally, failed under CI.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import os
 import socket
 import time
 import urllib.request
@@ -18,10 +23,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, NoReturn, TypeVar, overload
 
 import nats
 import nats.errors
+import pytest
 from nats.aio.client import Client
 
 T = TypeVar("T")
@@ -31,6 +37,43 @@ Servers = str | Sequence[str]
 #: What a server answers (or what connecting to it raises) while it restarts or while its
 #: cluster elects a leader: worth asking again.
 UNSETTLED: tuple[type[Exception], ...] = (nats.errors.Error, TimeoutError, OSError)
+
+
+# -- what a test needs ---------------------------------------------------------------------
+
+# Values of CI that mean "not on CI" (unset is one of them).
+_FALSY = {"", "0", "false", "no", "off", "n", "f"}
+
+
+def in_ci() -> bool:
+    """Whether the tests run on CI (``CI`` set to anything but a false value, as CI services do)."""
+    return os.environ.get("CI", "").strip().lower() not in _FALSY
+
+
+@overload
+def need(condition: Literal[False], why: str) -> NoReturn: ...
+
+
+@overload
+def need(condition: bool, why: str) -> None: ...
+
+
+def need(condition: bool, why: str) -> None:
+    """Go on when ``condition`` holds; otherwise skip the test (or module, when called at its top
+    level), saying ``why`` it cannot run, except on CI (:func:`in_ci`), where the test fails:
+    there a skip would hide that it never ran.
+
+    ``need(False, why)`` in an ``except`` clause ends the test whatever happens, which the
+    type checker knows.
+    """
+    if condition:
+        return
+    if in_ci():
+        pytest.fail(f"{why} (failing instead of skipping because CI is set)", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
+
+
+# -- waiting -------------------------------------------------------------------------------
 
 
 class _Polling:

@@ -16,6 +16,7 @@ import pytest
 from jsworker import App
 from jsworker.testing import NatsServer
 
+from ..support import need
 from .workers import worker_env
 
 SECRET = "s3cr3t-Pa55"
@@ -109,8 +110,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 @pytest.fixture
 def pki(tmp_path: Path) -> Path:
     """A throwaway CA with a server certificate for 127.0.0.1 and a client certificate."""
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make test certificates")
+    need(shutil.which("openssl") is not None, "openssl is needed to make test certificates")
     d = tmp_path / "pki"
     d.mkdir()
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",

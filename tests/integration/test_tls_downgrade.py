@@ -17,6 +17,7 @@ import pytest
 from jsworker import ConnectError
 from jsworker.jetstream.connection import Connection, ConnectOptions
 
+from ..support import need
 from .workers import worker_env
 
 SECRET = "Pl41nT3xtPassw0rd"
@@ -73,8 +74,7 @@ def fake_server() -> Iterator[FakeServer]:
 @pytest.fixture
 def ca_file(tmp_path: Path) -> str:
     """A self-signed certificate to name as CA: the fake server never gets to a handshake."""
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed to make a test certificate")
+    need(shutil.which("openssl") is not None, "openssl is needed to make a test certificate")
     key, cert = tmp_path / "ca.key", tmp_path / "ca.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),

@@ -36,7 +36,7 @@ import pytest
 from jsworker.server import NatsServer, PortInUseError
 
 from ..integration.workers import wait_serving
-from ..support import exited, free_port, on_a_free_port, wait_until
+from ..support import exited, free_port, need, on_a_free_port, wait_until
 from .opsfiles import (
     AUTH_CONF,
     COMPOSE,
@@ -50,7 +50,6 @@ from .opsfiles import (
     load_yaml,
     made_up_passwords,
     password_variables,
-    skip_or_fail,
 )
 
 APP = "quickstart"  # the only app the users of deploy/nats/auth.conf may use
@@ -295,11 +294,11 @@ def stream_info(secured: Secured, stream: str, nodes: list[str] | None = None) -
 
 def binary(path: str) -> str:
     """A Prometheus tool at ``path``; skip (fail on CI) without it."""
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        skip_or_fail(
-            f"{path} not found: install Debian's prometheus package "
-            "(apt-get install prometheus; .ci/run does it on CI)"
-        )
+    need(
+        os.path.isfile(path) and os.access(path, os.X_OK),
+        f"{path} not found: install Debian's prometheus package "
+        "(apt-get install prometheus; .ci/run does it on CI)",
+    )
     return path
 
 

@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from jsworker.observability.metrics import Metrics
 
+from ..support import need
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 DASHBOARD = ROOT / "grafana" / "jsworker.json"
@@ -30,21 +32,6 @@ COMPOSE = DEPLOY / "compose.yaml"
 DOCKERFILE = DEPLOY / "worker.Dockerfile"
 K8S = DEPLOY / "k8s"
 APPS = Path(__file__).resolve().parent / "apps"
-
-_FALSY = {"", "0", "false", "no", "off", "n", "f"}
-
-
-def in_ci() -> bool:
-    """CI=true (as set by CI): a missing tool fails the test there instead of skipping it."""
-    return os.environ.get("CI", "").strip().lower() not in _FALSY
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip locally; on CI fail, because a skip there would hide that the check never ran."""
-    if in_ci():
-        pytest.fail(f"{reason} (failing instead of skipping because CI is set)", pytrace=False)
-    pytest.skip(reason)
-
 
 # --- YAML -------------------------------------------------------------------------------------
 
@@ -478,8 +465,7 @@ def run_make_dev_certs(out: Path, namespace: str | None = None) -> subprocess.Co
     import shutil
 
     for tool in ("bash", "openssl"):
-        if shutil.which(tool) is None:
-            skip_or_fail(f"{tool} is needed to make the dev certificates")
+        need(shutil.which(tool) is not None, f"{tool} is needed to make the dev certificates")
     env = {k: v for k, v in os.environ.items() if k not in ("NAMESPACE", "DAYS")}
     if namespace is not None:
         env["NAMESPACE"] = namespace

@@ -17,6 +17,7 @@ import pytest
 from jsworker.config import parse_size
 from jsworker.server import ServerNotFoundError, find_nats_server
 
+from ..support import need
 from .opsfiles import (
     ALERTS,
     AUTH_CONF,
@@ -51,7 +52,6 @@ from .opsfiles import (
     run_help_options,
     seconds,
     selectors,
-    skip_or_fail,
     strings_in,
     strip_conf_comments,
     variable_queries,
@@ -325,8 +325,7 @@ def _nats_server() -> str:
     try:
         return find_nats_server()
     except ServerNotFoundError as exc:
-        skip_or_fail(str(exc))
-        raise
+        need(False, str(exc))
 
 
 def _nats_check(path: Path, env: dict[str, str] | None = None) -> None:

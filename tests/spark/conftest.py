@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from jsworker.testing.pytest_plugin import _in_ci
+from ..support import need
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,12 +24,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
 
 
-def _unavailable(why: str) -> None:
-    if _in_ci():
-        pytest.fail(f"{why} (failing instead of skipping because CI is set)", pytrace=False)
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A ``local[2,4]`` SparkSession: two cores, and up to 4 attempts per task so task
@@ -37,9 +31,10 @@ def spark() -> Iterator[Any]:
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        _unavailable("pyspark is not installed (pip install 'jsworker[spark]')")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        _unavailable("Spark needs Java 17+ on PATH")
+        need(False, "pyspark is not installed (pip install 'jsworker[spark]')")
+    need(
+        shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME")), "Spark needs Java 17+ on PATH"
+    )
     # Python workers start 'python3' from PATH unless told otherwise; they must run this
     # interpreter, the one jsworker is installed in.
     os.environ["PYSPARK_PYTHON"] = sys.executable

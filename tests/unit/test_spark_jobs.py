@@ -13,9 +13,12 @@ from decimal import Decimal
 
 import pytest
 
-pytest.importorskip("pyspark")
+from ..support import need
 
-from pyspark.sql import types as T
+try:
+    from pyspark.sql import types as T
+except ImportError:
+    need(False, "pyspark is not installed (pip install 'jsworker[spark]')")
 
 from jsworker.errors import ConfigurationError
 from jsworker.spark import EnqueueReport
