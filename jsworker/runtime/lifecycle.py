@@ -92,6 +92,9 @@ class JobBook:
         self._ttl_headers: dict[float, dict[str, str]] = {}
         # An older server has no jobs bucket: jobs run as before, without records.
         self._records = conn.server_version >= RECORDS_SINCE
+        #: Whether a kept result's job gets a future resolved at its ack (``JobRun.acked``),
+        #: for steps that must come after it.
+        self.track_acks = False
         #: (job id, stream sequence) of the jobs cancelled while this worker runs, newest last
         #: (read before a job starts).
         self.cancelled: OrderedDict[tuple[str, int], None] = OrderedDict()
@@ -209,6 +212,8 @@ class JobBook:
             return _unstorable(
                 f"return value of {len(value)} bytes does not fit a message (max_payload {limit})", None
             )
+        if self.track_acks:
+            job.acked = asyncio.get_running_loop().create_future()
         if not self._records:
             _stored(job, None)
             return outcome

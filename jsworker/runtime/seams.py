@@ -29,11 +29,15 @@ if TYPE_CHECKING:
 
 log = get_logger("jsworker.worker")
 
-#: Why a job may not start (an outcome that settles it), or None; an awaitable of either
-#: when finding out takes the server.
+#: A check before a run: why a job may not start (an outcome that settles it), or None; an
+#: awaitable of either when finding out takes the server.
 Gate = Callable[[JobRun], "Outcome | Awaitable[Outcome | None] | None"]
 StartStep = Callable[[JobRun], Awaitable[None]]
 EndStep = Callable[[JobRun, Outcome, Decision, float], Awaitable[None]]
+
+
+#: Why a job may not start, or None; an awaitable of either when finding out takes the server.
+Verdict = Outcome | Awaitable[Outcome | None] | None
 
 
 @dataclass(slots=True)
@@ -44,6 +48,75 @@ class RunSeams:
     gates: list[Gate] = field(default_factory=list)
     starts: list[StartStep] = field(default_factory=list)
     ends: list[EndStep] = field(default_factory=list)
+
+    def admission(self, executor: Executor, recheck: Callable[[JobRun], Awaitable[None]]) -> Admission:
+        """The check before each run: the job's own, then the gates."""
+        return Admission(executor, tuple(self.gates), recheck)
+
+    def runner(self) -> Callable[[JobRun], Awaitable[Outcome]]:
+        """The start steps, then the call (the call alone when there are none)."""
+        if not self.starts:
+            return self.call
+        starts, call = tuple(self.starts), self.call
+
+        async def run(job: JobRun) -> Outcome:
+            for start in starts:
+                await start(job)
+            return await call(job)
+
+        return run
+
+    async def after(self, job: JobRun, outcome: Outcome, decision: Decision, duration: float) -> None:
+        """Run the end steps, once the server was told (a kept result's ack included)."""
+        if job.acked is not None and outcome.kind is OutcomeKind.SUCCEEDED:
+            await job.acked
+        for end in self.ends:
+            await end(job, outcome, decision, duration)
+
+
+class Admission:
+    """Whether a job may start: its own checks (:meth:`Executor.check`), then each gate.
+
+    A plain call, not a coroutine, for the jobs that need no round trip to decide (nearly
+    all): it returns an awaitable only once a check must ask the server.
+    """
+
+    def __init__(
+        self, executor: Executor, gates: tuple[Gate, ...], recheck: Callable[[JobRun], Awaitable[None]]
+    ) -> None:
+        self._check = executor.check
+        self._gates = gates
+        self._recheck = recheck
+
+    def __call__(self, job: JobRun) -> Verdict:
+        """None when ``job`` may start, else the outcome that settles it (or an awaitable)."""
+        outcome = self._check(job)
+        if outcome is not None:
+            return self._again(job) if outcome.kind is OutcomeKind.POISON else outcome
+        return self._from(job, 0)
+
+    def _from(self, job: JobRun, first: int) -> Verdict:
+        gates = self._gates
+        for i in range(first, len(gates)):
+            verdict = gates[i](job)
+            if verdict is not None:
+                return verdict if isinstance(verdict, Outcome) else self._then(job, verdict, i + 1)
+        return None
+
+    async def _then(self, job: JobRun, pending: Awaitable[Outcome | None], rest: int) -> Outcome | None:
+        outcome = await pending
+        return outcome if outcome is not None else await _resolved(self._from(job, rest))
+
+    async def _again(self, job: JobRun) -> Outcome | None:
+        # Runs given back by stopping workers, or that failed on their own, did not kill it:
+        # checked again without those.
+        await self._recheck(job)
+        outcome = self._check(job)
+        return outcome if outcome is not None else await _resolved(self._from(job, 0))
+
+
+async def _resolved(verdict: Verdict) -> Outcome | None:
+    return verdict if verdict is None or isinstance(verdict, Outcome) else await verdict
 
 
 async def _call_hook(hook: Callable[[], Any]) -> None:

@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .. import __version__
-from ..errors import ConfigurationError, JsworkerError, TopologyError
-from ..events.emit import EventEmitter
-from ..jetstream.connection import Connection, ConnectOptions
+from ..errors import ConfigurationError, JsworkerError
+from ..jetstream.connection import Connection
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
@@ -32,22 +30,20 @@ from .execution import Executor, JobRun, identify
 from .handbacks import HandBacks
 from .lifecycle import JobBook
 from .limiter import Limiter
-from .observe import EngineObserver, JobReporter, emit_job_end, emit_job_start, warn_replicas_differ
+from .observe import EngineObserver, JobReporter
 from .registry import WorkerAnnouncer
-from .schedules import FiredJobs, install_schedules
-from .seams import RunSeams, run_shutdown, run_startup, settled_step, wrapped_call
+from .schedules import install_schedules
+from .seams import run_shutdown, run_startup
 from .settings import WorkerSettings
 from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
 from .settler import Settler
+from .startup import announce, build_seams, provision, records_connection
 from .upkeep import heartbeats, leftover_schedules, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
     from ..app import App
 
 log = get_logger("jsworker.worker")
-
-# How long a starting worker waits for streams and consumers while the server cannot answer.
-_PROVISION_PATIENCE = 30.0
 
 
 class Worker:
@@ -111,8 +107,8 @@ class Worker:
         hooked = False
         try:
             app.producer.bind(conn)
-            self._announce(conn)
-            await self._provision()
+            announce(app, conn, self, self.queues)
+            await provision(app, conn, self.queues)
             if settings.schedules:
                 await install_schedules(app, conn)
             # Before the first job, as jobs may need what they open (app.state).
@@ -123,12 +119,16 @@ class Worker:
             self._create_task = asyncio.get_running_loop().create_task
             self._executor = Executor(app, settings.threads, settings.task_processes)
             self._report = JobReporter(app.metrics, self.counts)
-            records_conn = await self._records_connection(options)
+            records_conn = await records_connection(app, conn, options, self.queues)
             self._book = JobBook(app, conn, self._jobs, records_conn, self._buffered)
             await self._book.start()
-            self._seams = self._build_seams(conn)
-            answers = await answer_questions(app, conn)
             self._handbacks = HandBacks(app, conn)
+            self._seams = build_seams(app, conn, self._executor, self._book)
+            self._admit = self._seams.admission(self._executor, self._recheck)
+            self._call = self._seams.runner()
+            # End steps come after the ack, which a kept result's record holds back.
+            self._book.track_acks = bool(self._seams.ends)
+            answers = await answer_questions(app, conn)
             self._settler = Settler(app, conn, self._book, self._handbacks)
             self._registry = WorkerAnnouncer(app, conn, self)
             await self._registry.start()
@@ -188,70 +188,11 @@ class Worker:
             raise self._crash
         log.info("worker.stopped", **dict(self.counts))
 
-    def _build_seams(self, conn: Connection) -> RunSeams:
-        """Each feature that is on adds its steps to a run (see :mod:`.seams`)."""
-        app = self.app
-        seams = RunSeams(wrapped_call(self._executor, app.middleware))
-        seams.gates += [FiredJobs(app, conn).gate, self._book.gate]
-        if app.options.events:
-            events = EventEmitter(conn, app.namespace, app.metrics)
-            seams.starts.append(functools.partial(emit_job_start, events))
-            seams.ends.append(functools.partial(emit_job_end, events))
-        if app.middleware.settles:
-            seams.ends.append(settled_step(app.middleware))
-        return seams
-
-    async def _records_connection(self, options: ConnectOptions) -> Connection:
-        """The connection job records are written on: one of their own when a task this worker
-        runs keeps results (a record per job), else the worker's."""
-        assert self.conn is not None
-        if not any(t.options.store_result for t in self.app.tasks.values() if t.queue in self.queues):
-            return self.conn
-        # The server reads a connection's messages in order: a batch of records being stored
-        # would hold up the pull requests and acks behind it (bench lifecycle: 3 % of the rate).
-        purpose = dataclasses.replace(options, name=f"{options.name}:records")
-        return await Connection.open(purpose)
-
-    def _announce(self, conn: Connection) -> None:
-        metrics = self.app.metrics
-        metrics.count_in_flight(self)
-        metrics.concurrency.set(self.settings.concurrency)
-        metrics.worker_info.labels(__version__, self.app.name, ",".join(self.queues)).set(1)
-        # Every job counter of the tasks this worker runs starts at 0 (dead letters of each
-        # outcome included): alerts use increase(), which cannot see a series' first sample.
-        for task in self.app.tasks.values():
-            if task.queue in self.queues:
-                metrics.task(task.queue, task.name)
-                metrics.declare_fired(task.queue, task.name)
-
-        async def disconnected() -> None:
-            # A connection being closed reports its end as a disconnect too: not worth a warning.
-            if not conn.is_closed:
-                log.warning("worker.disconnected")
-
-        async def reconnected() -> None:
-            metrics.reconnects.inc()
-            log.info("worker.reconnected")
-
-        conn.on_disconnect(disconnected)
-        conn.on_reconnect(reconnected)
-
-    async def _provision(self) -> None:
-        # A worker may start while its cluster elects a JetStream leader: wait that out, but
-        # give up at once on a refusal (a conflicting stream will not fix itself).
-        assert self.conn is not None
-        deadline = time.monotonic() + _PROVISION_PATIENCE
-        while True:
-            try:
-                differ = await self.app.provision(self.conn, self.queues)
-                break
-            except TopologyError as exc:
-                if not exc.transient or time.monotonic() > deadline:
-                    raise
-                log.warning("worker.provision_retry", error=str(exc))
-                await asyncio.sleep(1.0)
-        for stream in differ:
-            warn_replicas_differ(stream)  # once per start
+    async def _recheck(self, job: JobRun) -> None:
+        # A job that looks like it kills its workers: earlier runs given back by stopping
+        # workers, or that failed on their own, did not; read them so the check leaves them out.
+        await self._handbacks.read(job)
+        await self._book.read_failures(job)
 
     # -- pulling --------------------------------------------------------------------------
 
@@ -267,7 +208,7 @@ class Worker:
                 grow_to=self.settings.prefetch_grows_to,
                 expires=self.settings.expires,
                 idle_heartbeat=self.settings.idle_heartbeat,
-                on_event=self._engine_event(queue),
+                on_event=EngineObserver(queue, self.app.metrics, self.counts),
                 handler=functools.partial(self._start_at_once, queue),
                 # A worker with a job budget pulls no job it could not start before it retires.
                 limit=self._budget,
@@ -314,9 +255,6 @@ class Worker:
         for consumer in list(self._consumers.values()):
             yield from consumer.buffered()
 
-    def _engine_event(self, queue: str) -> EngineObserver:
-        return EngineObserver(queue, self.app.metrics, self.counts)
-
     async def _supervised(self, service: Callable[..., Awaitable[None]], *args: Any) -> None:
         # A service that fails stops the worker, which then hands its jobs back as on SIGTERM.
         try:
@@ -357,39 +295,24 @@ class Worker:
             started = job.started = time.monotonic()
             self._report.started(job)
             try:
-                outcome = self._executor.check(job)
-                if outcome is not None and outcome.kind is OutcomeKind.POISON:
-                    # Earlier runs given back by stopping workers, or that failed on their own,
-                    # did not kill it: checked again without those.
-                    await self._handbacks.read(job)
-                    await self._book.read_failures(job)
-                    outcome = self._executor.check(job)
-                if outcome is None:
-                    for gate in self._seams.gates:
-                        verdict = gate(job)
-                        if verdict is not None:
-                            outcome = verdict if isinstance(verdict, Outcome) else await verdict
-                            if outcome is not None:
-                                break
-                if outcome is None:
-                    for start in self._seams.starts:
-                        await start(job)
-                    outcome = await self._seams.call(job)
+                # Awaited only when a check needs the server: most jobs pass without a round trip.
+                admitted = self._admit(job)
+                if admitted is not None and not isinstance(admitted, Outcome):
+                    admitted = await admitted
+                if admitted is None:
+                    outcome = await self._call(job)
+                else:
+                    outcome = admitted
             except asyncio.CancelledError:
                 if not (self._cancelling or job.cancel_requested):
                     raise
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()
-                outcome = Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
+                outcome = _interrupted()
             if job.cancel_requested and outcome.kind is not OutcomeKind.ABORTED:
                 # Whatever the run came to (a sync task may even have returned), it was cancelled.
                 outcome = Outcome(OutcomeKind.ABORTED, STOPPED_WHILE_RUNNING)
             task = job.task
             kept = outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result
             if kept:
-                if ends:
-                    job.acked = asyncio.get_running_loop().create_future()
                 # The record, then the ack once it is stored, outside this run; a value that
                 # cannot be kept makes the run a failure.
                 outcome = self._book.keep_result(job, outcome, started)
@@ -407,10 +330,7 @@ class Worker:
             duration = time.monotonic() - started
             self._report.finished(job, outcome, decision, duration)
             if ends:
-                if job.acked is not None and outcome.kind is OutcomeKind.SUCCEEDED:
-                    await job.acked  # end steps come after the server was told
-                for end in ends:
-                    await end(job, outcome, decision, duration)
+                await self._seams.after(job, outcome, decision, duration)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -467,3 +387,12 @@ class Worker:
             # A job cancelled before its first step never ran its own clean-up: give it back.
             await self._handbacks.give_back([job.delivery for job in self._jobs])
             self._jobs.clear()
+
+
+def _interrupted() -> Outcome:
+    """The outcome of a run this worker cancelled (stopping, or a cancel of the job): the
+    task's cancellation is taken back, so that settling it can go on."""
+    current = asyncio.current_task()
+    if current is not None:
+        current.uncancel()
+    return Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")

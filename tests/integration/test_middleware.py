@@ -156,7 +156,7 @@ def test_a_failing_start_hook_stops_the_worker_with_exit_code_1(
         stdin=subprocess.DEVNULL,
     )
     assert out.returncode == 1, out.stderr
-    assert "start hook" in out.stderr and "no database today" in out.stderr
+    assert "start hook" in out.stderr and "no database today" in out.stderr, out.stderr
     if processes == "2":
         # The fleet gives up as for an app that cannot be imported: no restart loop.
         assert len(re.findall(r"fleet\.process_started", out.stderr)) == 2

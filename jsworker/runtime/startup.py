@@ -1,0 +1,101 @@
+"""What a worker sets up before it takes its first job: its metrics and connection events,
+the app's streams and consumers, the connection job records go on, and the seams of a run
+(see :mod:`.seams`) filled by the features that are on."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import time
+from typing import TYPE_CHECKING
+
+from .. import __version__
+from ..errors import TopologyError
+from ..events.emit import EventEmitter
+from ..jetstream.connection import Connection, ConnectOptions
+from ..observability.logging import get_logger
+from .execution import Executor
+from .lifecycle import JobBook
+from .observe import emit_job_end, emit_job_start, warn_replicas_differ
+from .schedules import FiredJobs
+from .seams import RunSeams, settled_step, wrapped_call
+
+if TYPE_CHECKING:
+    from ..app import App
+    from .worker import Worker
+
+log = get_logger("jsworker.worker")
+
+# How long a starting worker waits for streams and consumers while the server cannot answer.
+_PROVISION_PATIENCE = 30.0
+
+
+def announce(app: App, conn: Connection, worker: Worker, queues: list[str]) -> None:
+    """Set the worker's metrics and log the connection's losses and returns."""
+    metrics = app.metrics
+    metrics.count_in_flight(worker)
+    metrics.concurrency.set(worker.settings.concurrency)
+    metrics.worker_info.labels(__version__, app.name, ",".join(queues)).set(1)
+    # Every job counter of the tasks this worker runs starts at 0 (dead letters of each
+    # outcome included): alerts use increase(), which cannot see a series' first sample.
+    for task in app.tasks.values():
+        if task.queue in queues:
+            metrics.task(task.queue, task.name)
+            metrics.declare_fired(task.queue, task.name)
+
+    async def disconnected() -> None:
+        # A connection being closed reports its end as a disconnect too: not worth a warning.
+        if not conn.is_closed:
+            log.warning("worker.disconnected")
+
+    async def reconnected() -> None:
+        metrics.reconnects.inc()
+        log.info("worker.reconnected")
+
+    conn.on_disconnect(disconnected)
+    conn.on_reconnect(reconnected)
+
+
+async def provision(app: App, conn: Connection, queues: list[str]) -> None:
+    """Create or check the app's streams and the consumers of ``queues``."""
+    # A worker may start while its cluster elects a JetStream leader: wait that out, but
+    # give up at once on a refusal (a conflicting stream will not fix itself).
+    deadline = time.monotonic() + _PROVISION_PATIENCE
+    while True:
+        try:
+            differ = await app.provision(conn, queues)
+            break
+        except TopologyError as exc:
+            if not exc.transient or time.monotonic() > deadline:
+                raise
+            log.warning("worker.provision_retry", error=str(exc))
+            await asyncio.sleep(1.0)
+    for stream in differ:
+        warn_replicas_differ(stream)  # once per start
+
+
+async def records_connection(
+    app: App, conn: Connection, options: ConnectOptions, queues: list[str]
+) -> Connection:
+    """The connection job records are written on: one of their own when a task of ``queues``
+    keeps results (a record per job), else ``conn``."""
+    if not any(t.options.store_result for t in app.tasks.values() if t.queue in queues):
+        return conn
+    # The server reads a connection's messages in order: a batch of records being stored
+    # would hold up the pull requests and acks behind it (bench lifecycle: 3 % of the rate).
+    purpose = dataclasses.replace(options, name=f"{options.name}:records")
+    return await Connection.open(purpose)
+
+
+def build_seams(app: App, conn: Connection, executor: Executor, book: JobBook) -> RunSeams:
+    """Each feature that is on adds its steps to a run (see :mod:`.seams`)."""
+    seams = RunSeams(wrapped_call(executor, app.middleware))
+    seams.gates += [FiredJobs(app, conn).gate, book.gate]
+    if app.options.events:
+        events = EventEmitter(conn, app.namespace, app.metrics)
+        seams.starts.append(functools.partial(emit_job_start, events))
+        seams.ends.append(functools.partial(emit_job_end, events))
+    if app.middleware.settles:
+        seams.ends.append(settled_step(app.middleware))
+    return seams
