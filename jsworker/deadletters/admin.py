@@ -22,12 +22,15 @@ from typing import TYPE_CHECKING
 
 from .. import wire
 from ..errors import ConfigurationError
-from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.pages import newest_first as newest_first_in
+from ..jetstream.pages import read_range
 from ..jetstream.publish import NoStreamError, OutMessage, Publisher
 from ..jetstream.session import OperatorSession
 from ..job import Job
 from ..naming import validate_name
 from ..observability.logging import get_logger
+from ..paging import Page, check_limit, seq_cursor
 from ..task import check_job_id
 from .format import task_token
 from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, job_id_of
@@ -93,6 +96,50 @@ class DeadLetters(OperatorSession):
                 if limit is not None and len(out) >= limit:
                     break
         return out
+
+    async def page(
+        self,
+        task: str | None = None,
+        queue: str | None = None,
+        *,
+        limit: int = 50,
+        after: str | int | None = None,
+        newest_first: bool = False,
+    ) -> Page[DeadLetter]:
+        """One page of dead letters (of ``task`` and/or ``queue`` if given), headers only,
+        oldest first or newest first; ``after`` is the previous page's ``next_after`` (its
+        last dead letter's sequence).
+
+        Oldest first, a page is read through one consumer starting after the cursor (create,
+        a fetch per 1,000, delete) and the server sends the ``limit`` headers it lists. Newest
+        first, windows of sequences are read below the cursor the same way, one consumer
+        each, doubling while they hold too few (see :mod:`jsworker.jetstream.pages`).
+        """
+        check_limit(limit)
+        cursor = seq_cursor(after)
+        conn = await self.connection()
+        stream, subject = self.app.namespace.dlq_stream, self._filter(task, queue)
+        if not newest_first:
+            found = await read_range(conn, stream, subject, cursor + 1, first=limit)
+            last = str(found.messages[-1].seq) if found.more and found.messages else None
+            return Page(tuple(map(DeadLetter.from_stored, found.messages)), last, found.reads)
+        reads = 0
+
+        async def window(start: int, end: int, keep: int) -> builtins.list[StoredMessage]:
+            nonlocal reads
+            found = await read_range(conn, stream, subject, start, end=end, keep=keep)
+            reads += found.reads
+            return found.messages
+
+        before = cursor or await (await self._stream()).last_seq() + 1
+        letters: builtins.list[DeadLetter] = []
+        async with aclosing(newest_first_in(window, before, 1, limit)) as messages:
+            async for msg in messages:
+                letters.append(DeadLetter.from_stored(msg))
+                if len(letters) == limit:
+                    break
+        last = str(letters[-1].seq) if len(letters) == limit and letters[-1].seq > 1 else None
+        return Page(tuple(letters), last, reads)
 
     async def get(self, ref: int | str) -> DeadLetter:
         """The dead letter with sequence ``ref``, or the newest one of job id ``ref``, body loaded.

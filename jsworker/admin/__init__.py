@@ -1,0 +1,16 @@
+"""One async façade over what the server keeps of an app: :class:`Admin`.
+
+::
+
+    from jsworker.admin import Admin
+
+    async with Admin(app) as admin:
+        await admin.queues(); await admin.workers(); await admin.schedules()
+        page = await admin.jobs(queue="default", state="queued", limit=50)
+"""
+
+from ..paging import Page
+from .facade import Admin
+from .summary import LISTED_STATES, JobPage, JobSummary, ListedState
+
+__all__ = ["LISTED_STATES", "Admin", "JobPage", "JobSummary", "ListedState", "Page"]

@@ -1,0 +1,193 @@
+"""``Admin(app)``: one async façade over what the server keeps of an app, for the command
+line and dashboards alike.
+
+It holds one ``operator`` connection and delegates: queue figures to
+:func:`~jsworker.status.queue_status`, workers to :func:`~jsworker.fleet.registry.live_workers`,
+dead letters to :class:`~jsworker.deadletters.DeadLetters`, schedules to
+:class:`~jsworker.scheduling.admin.Schedules`, a job's status and its cancel to
+:mod:`jsworker.lifecycle`, and job listings to :mod:`jsworker.admin.listing`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..deadletters.admin import DeadLetters
+from ..deadletters.letter import DeadLetter
+from ..errors import ConfigurationError
+from ..fleet.registry import WorkerEntry, live_workers
+from ..jetstream.connection import Connection
+from ..jetstream.session import OperatorSession
+from ..job import Job
+from ..lifecycle.cancel import cancel_job
+from ..lifecycle.lookup import job_status
+from ..lifecycle.state import JobStatus
+from ..naming import validate_name
+from ..paging import Page, check_limit
+from ..scheduling.admin import Schedules
+from ..scheduling.periodic import ScheduleState, SyncReport
+from ..status import QueueStatus, queue_status
+from ..task import check_job_id
+from .listing import JobListing
+from .summary import LISTED_STATES, JobPage, ListedState
+
+if TYPE_CHECKING:
+    from ..app import App
+
+
+class _SharedDeadLetters(DeadLetters):
+    """The app's dead letters on the Admin's connection rather than one of their own."""
+
+    def __init__(self, admin: Admin) -> None:
+        super().__init__(admin.app)
+        self._admin = admin
+
+    async def connection(self) -> Connection:
+        return await self._admin.connection()
+
+
+class _SharedSchedules(Schedules):
+    """The app's schedules on the Admin's connection rather than one of their own."""
+
+    def __init__(self, admin: Admin) -> None:
+        super().__init__(admin.app)
+        self._admin = admin
+
+    async def connection(self) -> Connection:
+        return await self._admin.connection()
+
+
+class Admin(OperatorSession):
+    """Everything an operator reads and does on ``app``, over one connection::
+
+        async with Admin(app) as admin:
+            for queue in await admin.queues():
+                print(queue.queue, queue.pending, queue.in_flight)
+            page = await admin.jobs(queue="default", state="queued", limit=50)
+            more = await admin.jobs(queue="default", state="queued", after=page.next_after)
+
+    Connects as the ``operator`` role (``jsworker permissions``) on first use, on the event
+    loop it is used from; close it with :meth:`aclose` or ``async with``. Listings are paged:
+    a :class:`~jsworker.paging.Page` holds one page, never a whole stream (README: "Admin
+    API" says what each costs the server). Connection failures raise
+    :class:`~jsworker.ConnectError`; a bad argument :class:`~jsworker.ConfigurationError`.
+    """
+
+    def __init__(self, app: App) -> None:
+        super().__init__(app, "admin")
+        self._letters = _SharedDeadLetters(self)
+        self._schedules = _SharedSchedules(self)
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def queues(self) -> list[QueueStatus]:
+        """Every queue of the app with its figures and live workers, sorted by name (what
+        ``jsworker status`` shows; :func:`~jsworker.status.queue_status` says the cost)."""
+        return await queue_status(self.app, await self.connection(), workers=True)
+
+    async def workers(self) -> list[WorkerEntry]:
+        """The live worker processes, from the worker registry, sorted by host, pid and id
+        (:class:`~jsworker.ServerVersionError` before nats-server 2.11)."""
+        return await live_workers(self.app, await self.connection())
+
+    async def schedules(self) -> list[ScheduleState]:
+        """Every periodic schedule of the app on the server, by name."""
+        return await self._schedules.list()
+
+    async def jobs(
+        self,
+        queue: str | None = None,
+        state: ListedState = "queued",
+        task: str | None = None,
+        limit: int = 50,
+        after: str | int | None = None,
+        *,
+        newest_first: bool = False,
+    ) -> JobPage:
+        """One page of the jobs in ``state`` (``scheduled``, ``queued``, ``running``,
+        ``retrying``, or ``failed``: dead letters), of ``queue`` and ``task`` when given.
+
+        Oldest first by stream sequence (``scheduled``: by due time), or newest first. Pass
+        the page's ``next_after`` as ``after`` for the next one: a stream sequence, for
+        ``scheduled`` ``<due ms>.<queue>.<job id>``. At most ``limit`` (1 to 10,000) jobs a
+        page, and no more than one page is ever held. :mod:`jsworker.admin.listing` says how
+        each state is read and what a page costs the server (``page.reads`` counts it).
+        """
+        if state not in LISTED_STATES:
+            raise ConfigurationError(f"cannot list jobs {state!r}: use one of {', '.join(LISTED_STATES)}")
+        check_limit(limit)
+        if queue is not None:
+            validate_name("queue", queue)
+        if task is not None:
+            validate_name("task", task)
+        listing = JobListing(self.app, await self.connection(), self._letters)
+        return await listing.page(state, queue, task, limit, after, newest_first)
+
+    async def job(self, job_id: str) -> JobStatus:
+        """Where job ``job_id`` is in its lifecycle, read from the server directly (the same
+        :class:`~jsworker.JobStatus` as ``app.astatus``, without asking the workers)."""
+        return await job_status(self.app, await self.connection(), check_job_id(job_id))
+
+    async def dead_letters(
+        self,
+        task: str | None = None,
+        queue: str | None = None,
+        limit: int = 50,
+        after: str | int | None = None,
+        *,
+        newest_first: bool = False,
+    ) -> Page[DeadLetter]:
+        """One page of dead letters (of ``task`` and/or ``queue``), headers only; ``after`` is
+        the previous page's ``next_after`` (a dead-letter sequence)."""
+        return await self._letters.page(task, queue, limit=limit, after=after, newest_first=newest_first)
+
+    async def dead_letter(self, ref: int | str) -> DeadLetter:
+        """The dead letter with sequence ``ref``, or the newest one of job id ``ref``, body
+        loaded (:class:`~jsworker.deadletters.DeadLetterNotFound` when none)."""
+        return await self._letters.get(ref)
+
+    async def count_dead_letters(self, task: str | None = None, queue: str | None = None) -> int:
+        """How many dead letters are stored (of ``task`` and/or ``queue``)."""
+        return await self._letters.count(task=task, queue=queue)
+
+    # -- acting ---------------------------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel job ``job_id`` as ``app.acancel`` does, carried out by this operator
+        itself: True when it was scheduled, queued, retrying or running and now never runs
+        (again); False when there was nothing to cancel."""
+        return await cancel_job(self.app, await self.connection(), check_job_id(job_id))
+
+    async def replay_dead_letters(
+        self, refs: Iterable[int | str] | None = None, *, task: str | None = None, all: bool = False
+    ) -> list[Job]:
+        """Enqueue dead letters again, then remove them (see
+        :meth:`DeadLetters.replay <jsworker.deadletters.DeadLetters.replay>`)."""
+        return await self._letters.replay(refs, task=task, all=all)
+
+    async def purge_dead_letters(self, task: str | None = None, queue: str | None = None) -> int:
+        """Delete the dead letters of ``task`` and/or ``queue`` (all when neither) for good;
+        returns how many."""
+        return await self._letters.purge(task=task, queue=queue)
+
+    async def trigger_schedule(self, name: str) -> Job:
+        """Enqueue one job of schedule ``name`` now, outside its cadence."""
+        return await self._schedules.trigger(name)
+
+    async def pause_schedule(self, name: str) -> bool:
+        """Stop schedule ``name`` firing; False when it was paused already."""
+        return await self._schedules.pause(name)
+
+    async def resume_schedule(self, name: str) -> bool:
+        """Let paused schedule ``name`` fire again; False when it was not paused."""
+        return await self._schedules.resume(name)
+
+    async def remove_schedule(self, name: str) -> bool:
+        """Remove schedule ``name`` from the server; False when there was none."""
+        return await self._schedules.remove(name)
+
+    async def sync_schedules(self, *, prune: bool = False) -> SyncReport:
+        """Install the declared schedules as a starting worker does; with ``prune`` also
+        remove those the app no longer declares."""
+        return await self._schedules.sync(prune=prune)

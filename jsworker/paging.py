@@ -1,0 +1,46 @@
+"""A page of a listing and the cursor that asks for the next one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from .errors import ConfigurationError
+
+T = TypeVar("T")
+
+#: The largest page a listing hands out: a page is held in memory whole.
+MAX_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing.
+
+    ``items`` come in the order asked for. ``next_after`` is the cursor to pass as ``after``
+    for the next page: None when the listing is known to have ended; a full page always has
+    one, and the page after it may be empty. ``reads`` counts the messages (and answers
+    finding none) the server sent to build the page: what it cost the server.
+    """
+
+    items: tuple[T, ...]
+    next_after: str | None
+    reads: int = 0
+
+
+def check_limit(limit: int) -> int:
+    """``limit`` if it is a page size (1 to :data:`MAX_LIMIT`), else :class:`ConfigurationError`."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ConfigurationError(f"limit must be an int from 1 to {MAX_LIMIT}, not {limit!r}")
+    return limit
+
+
+def seq_cursor(after: str | int | None) -> int:
+    """The stream sequence a cursor names (0 for None: from the start), else
+    :class:`ConfigurationError`."""
+    if after is None:
+        return 0
+    text = str(after).strip()
+    if isinstance(after, bool) or not (text.isascii() and text.isdigit()):
+        raise ConfigurationError(f"not a cursor of this listing: {after!r} (a stream sequence)")
+    return int(text)
