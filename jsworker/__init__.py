@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .app import App
 from .errors import (
     ConfigurationError,
@@ -56,8 +57,6 @@ if TYPE_CHECKING:
     from .runtime.processes import ProcessExited
     from .server.binary import ServerNotFoundError
     from .server.process import PortInUseError, ServerStartError
-
-__version__ = "0.1.0"
 
 # Exceptions of modules that `import jsworker` does not load otherwise (the command line, the
 # worker's process pool, the local server, the dead-letter and event readers): each is

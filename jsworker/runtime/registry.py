@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from .. import __version__
+from .._version import __version__
 from ..fleet.registry import REFRESH_INTERVAL, REGISTRY_SINCE, REMOVED, WorkerEntry, workers_bucket_spec
 from ..jetstream.connection import Connection
 from ..jetstream.stored import write
