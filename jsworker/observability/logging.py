@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from ..job import running_job
+from ..current import running_job
 
 LEVELS = ("debug", "info", "warning", "error")
 

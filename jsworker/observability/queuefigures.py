@@ -9,13 +9,22 @@ says which case it is, and is what the "cannot reach its stream" alert watches.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from ..status import QueueStatus
+
+class QueueReading(Protocol):
+    """What the figures take of one queue's status (:class:`jsworker.status.QueueStatus`
+    is one): metrics sit below the modules that read the server, so they name no type of theirs."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def dead_letters(self) -> int: ...
+
 
 # (attribute of the status, metric name, help): one gauge per queue each.
 _GAUGES = (
@@ -47,7 +56,7 @@ class QueueFigures(Collector):
         self._queues: dict[str, dict[str, float] | None] = {}
         self._dead_letters: float | None = None
 
-    def read(self, queues: Iterable[str], statuses: Iterable[QueueStatus]) -> None:
+    def read(self, queues: Iterable[str], statuses: Iterable[QueueReading]) -> None:
         """Record a successful read of ``queues`` (a queue not in ``statuses`` reads as empty)."""
         wanted = set(queues)
         seen: dict[str, dict[str, float]] = {
