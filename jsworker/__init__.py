@@ -3,9 +3,9 @@
 Declare work with :meth:`App.task`, enqueue with ``task.delay(...)`` (sync) or
 ``await task.adelay(...)`` (async), run it with ``jsworker run module``.
 
-Every exception jsworker raises is importable from here (those of the optional Spark
-support from :mod:`jsworker.spark`), as is :func:`live_workers`, the live worker processes of
-an app as ``jsworker workers`` shows them.
+Every exception jsworker raises is importable from here (all defined in :mod:`jsworker.errors`,
+under :class:`JsworkerError`), as is :func:`live_workers`, the live worker processes of an app
+as ``jsworker workers`` shows them.
 """
 
 from __future__ import annotations
@@ -16,62 +16,63 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 from .app import App
 from .errors import (
+    ApiError,
+    BadRowError,
     ConfigurationError,
     ConnectError,
+    ConsumeError,
+    DeadLetterNotFound,
+    DeadLetterNotReplayable,
     EnqueueError,
+    EventsNotFound,
+    HistoryError,
     JobCancelled,
     JobExpired,
     JobFailed,
     JobNotFound,
     JobTimeout,
     JsworkerError,
+    LimitsStreamError,
+    NoStreamError,
+    PayloadTooLargeError,
     PermissionDeniedError,
+    PortInUseError,
+    ProcessExited,
+    RefusedError,
     Reject,
     Retry,
+    ScheduleNotFound,
+    ScheduleRefused,
+    SchedulesRefused,
     SerializationError,
+    ServerNotFoundError,
+    ServerStartError,
     ServerVersionError,
+    StalledError,
     StartupError,
+    StreamNotFoundError,
+    StreamRequestError,
+    SubjectTaken,
     TaskControl,
     TopologyError,
+    UnsupportedColumnError,
+    WriteRefused,
 )
 from .fleet.registry import WorkerEntry, live_workers
-from .jetstream.api import ApiError, StreamRequestError
-from .jetstream.limits_stream import LimitsStreamError, StreamNotFoundError
-from .jetstream.message import NoStreamError, PayloadTooLargeError
-from .jetstream.pipeline import RefusedError, StalledError
-from .jetstream.publish import SubjectTaken
-from .jetstream.stored import WriteRefused
 from .job import Job, JobContext, current_job
 from .lifecycle.state import JobError, JobState, JobStatus
+from .middleware import Middleware, OutgoingJob, Settled
 from .scheduling.admin import Schedules
-from .scheduling.periodic import ScheduleNotFound, ScheduleRefused, SchedulesRefused
 from .serializers import JSONSerializer, Serializer
 from .task import Task
 
 if TYPE_CHECKING:
     from .cli.loader import AppNotFound
-    from .deadletters.letter import DeadLetterNotFound, DeadLetterNotReplayable
-    from .events.reader import EventsNotFound
-    from .jetstream.consume import ConsumeError
-    from .jetstream.history import HistoryError
-    from .runtime.processes import ProcessExited
-    from .server.binary import ServerNotFoundError
-    from .server.process import PortInUseError, ServerStartError
 
-# Exceptions of modules that `import jsworker` does not load otherwise (the command line, the
-# worker's process pool, the local server, the dead-letter and event readers): each is
-# imported when first asked for, so that importing jsworker costs no more for them.
+# The one exception still defined outside errors.py, in the command line's module, which
+# `import jsworker` does not load otherwise: imported when first asked for.
 _LAZY = {
     "AppNotFound": ".cli.loader",
-    "ConsumeError": ".jetstream.consume",
-    "DeadLetterNotFound": ".deadletters.letter",
-    "DeadLetterNotReplayable": ".deadletters.letter",
-    "EventsNotFound": ".events.reader",
-    "HistoryError": ".jetstream.history",
-    "PortInUseError": ".server.process",
-    "ProcessExited": ".runtime.processes",
-    "ServerNotFoundError": ".server.binary",
-    "ServerStartError": ".server.process",
 }
 
 if not TYPE_CHECKING:  # the checker sees the imports above instead
@@ -95,6 +96,7 @@ __all__ = [
     "ApiError",
     "App",
     "AppNotFound",
+    "BadRowError",
     "ConfigurationError",
     "ConnectError",
     "ConsumeError",
@@ -116,7 +118,9 @@ __all__ = [
     "JobTimeout",
     "JsworkerError",
     "LimitsStreamError",
+    "Middleware",
     "NoStreamError",
+    "OutgoingJob",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "PortInUseError",
@@ -133,6 +137,7 @@ __all__ = [
     "ServerNotFoundError",
     "ServerStartError",
     "ServerVersionError",
+    "Settled",
     "StalledError",
     "StartupError",
     "StreamNotFoundError",
@@ -141,6 +146,7 @@ __all__ = [
     "Task",
     "TaskControl",
     "TopologyError",
+    "UnsupportedColumnError",
     "WorkerEntry",
     "WriteRefused",
     "__version__",

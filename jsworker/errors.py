@@ -3,9 +3,16 @@
 Everything jsworker raises derives from :class:`JsworkerError`; errors from the NATS client are
 chained as ``__cause__`` instead of leaking out. :class:`Retry` and :class:`Reject` are not
 errors but signals a task raises to steer what happens to its job.
+
+Every public exception is defined here, in one tree, and exported from :mod:`jsworker` (the
+modules raising them import them from here, and still offer them under their old names); the
+command line's ``AppNotFound`` is the one left in its module for now. This module imports
+nothing from jsworker, so any module may import it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 # A year: longer than any sane retry delay, and far inside what the server's int64 ns holds.
 _MAX_DELAY = 365 * 86400.0
@@ -17,6 +24,49 @@ class JsworkerError(Exception):
 
 class ConfigurationError(JsworkerError):
     """An app, task, queue or option was declared wrongly (bad name, duplicate task, bad value)."""
+
+
+class ScheduleNotFound(ConfigurationError):
+    """No periodic schedule of that name is on the server."""
+
+
+class ScheduleRefused(ConfigurationError):
+    """One schedule could not be installed: the server refused it, or it cannot be sent to
+    this server (over ``max_payload``). The other schedules are not affected."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What a reconcile did, by schedule name: ``stale`` are on the server but not declared
+    (``removed`` when pruned); ``refused`` are declared but were not installed, each with why
+    (the server refused it, or it cannot be sent to this server).
+
+    Here because :class:`SchedulesRefused` carries one; a reconcile returns one too.
+    """
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+class SchedulesRefused(ConfigurationError):
+    """A reconcile installed every schedule it could, but not those in ``report.refused``
+    (the message names each with its reason); ``report`` says what was done with the rest."""
+
+    def __init__(self, report: SyncReport) -> None:
+        refused = "; ".join(f"{name!r}: {why}" for name, why in report.refused.items())
+        installed = len(report.created) + len(report.updated) + len(report.unchanged)
+        super().__init__(
+            f"{len(report.refused)} schedule(s) not installed ({refused}); the other {installed} are in place"
+        )
+        self.report = report
+
+
+class UnsupportedColumnError(ConfigurationError):
+    """A column's type cannot be sent as a JSON job argument (:mod:`jsworker.spark`)."""
 
 
 class ConnectError(JsworkerError):
@@ -55,6 +105,34 @@ class EnqueueError(JsworkerError):
         self.job_id = job_id
 
 
+class NoStreamError(EnqueueError):
+    """No stream holds the subject: the app's topology has not been created yet."""
+
+
+class PayloadTooLargeError(EnqueueError):
+    """Body and headers together exceed the server's ``max_payload``; nothing was sent."""
+
+
+class StalledError(EnqueueError):
+    """No acknowledgement arrived for the pipeline's ``timeout``; the messages without one may
+    or may not be stored (publishing them again with the same ids cannot duplicate them)."""
+
+
+class RefusedError(EnqueueError):
+    """The server refused a message (``no_stream``: no stream holds its subject)."""
+
+    def __init__(self, message: str, *, no_stream: bool = False) -> None:
+        super().__init__(message)
+        self.no_stream = no_stream
+
+
+class SubjectTaken(JsworkerError):
+    """A message meant for an empty subject found one there (a unique job's key is taken).
+
+    Not an :class:`EnqueueError`: nothing failed, the caller answers with the job that holds
+    the subject."""
+
+
 class JobTimeout(JsworkerError, TimeoutError):
     """A run took longer than its task's ``timeout``. Retried like any exception the task's
     ``retry_on``/``dont_retry_on`` allow: ``dont_retry_on=(JobTimeout,)`` dead-letters a
@@ -71,6 +149,14 @@ class TopologyError(JsworkerError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class WriteRefused(TopologyError):
+    """The server refused a write; ``err_code`` is its JetStream error code."""
+
+    def __init__(self, message: str, err_code: int, *, transient: bool = False) -> None:
+        super().__init__(message, transient=transient)
+        self.err_code = err_code
 
 
 class ServerVersionError(JsworkerError):
@@ -116,6 +202,108 @@ class JobCancelled(JsworkerError):
 
 class JobExpired(JobCancelled):
     """The job was not started within its ``expires`` and was never run."""
+
+
+# The JetStream API's status for "no such stream, consumer or message".
+_NOT_FOUND = 404
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What went wrong with a JetStream API request.
+
+    ``code`` is the API's status (404, 503, ...) when the server answered, 0 when it did not;
+    ``transient`` is True when trying again later may work: no answer, or 503 (no leader yet,
+    no stream responder during an election or a restart).
+
+    Here because :class:`ApiError` carries one.
+    """
+
+    text: str
+    transient: bool
+    code: int = 0
+    err_code: int = 0
+
+    @property
+    def not_found(self) -> bool:
+        """The stream, consumer or message asked for does not exist."""
+        return self.code == _NOT_FOUND
+
+
+class ApiError(JsworkerError):
+    """The JetStream API answered with an error (see ``failure``)."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.text)
+        self.failure = failure
+
+
+class StreamRequestError(JsworkerError):
+    """A request to the JetStream API failed.
+
+    ``transient`` is True when the server did not answer (trying again may work), False when
+    it refused the request.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class LimitsStreamError(StreamRequestError):
+    """A request on a stream failed (see ``transient``)."""
+
+
+class StreamNotFoundError(LimitsStreamError):
+    """The stream does not exist: raised only by reads asked to tell that apart from a
+    missing message (``stream_required``)."""
+
+
+class HistoryError(StreamRequestError):
+    """Reading a stream's history failed (see ``transient``)."""
+
+
+class ConsumeError(JsworkerError):
+    """The pull loop stopped for good: the consumer was deleted or rejects our requests."""
+
+
+class DeadLetterNotFound(JsworkerError):
+    """No dead letter has that sequence or job id (or it was replayed or purged already)."""
+
+
+class DeadLetterNotReplayable(JsworkerError):
+    """The dead letter cannot become a job again: its body was cut, or it would not fit."""
+
+
+class EventsNotFound(JsworkerError):
+    """The app has no events stream on the server (it never ran with ``App(events=True)``)."""
+
+
+class ProcessExited(JsworkerError):
+    """The process running a task's call ended before it answered (a crash, ``os._exit``, a
+    signal from outside, the OOM killer)."""
+
+
+class ServerNotFoundError(JsworkerError):
+    """No nats-server executable could be found (or the configured one is not executable)."""
+
+
+class ServerStartError(JsworkerError):
+    """A nats-server process did not become ready; the message ends with the tail of its log."""
+
+
+class PortInUseError(ServerStartError):
+    """The fixed port a server was asked to listen on is already taken on 127.0.0.1."""
+
+    def __init__(self, message: str, port: int | None = None) -> None:
+        super().__init__(message)
+        self.port = port
+        """The port found taken, when known."""
+
+
+class BadRowError(JsworkerError):
+    """A row cannot become a job: a null key, or a value JSON cannot hold (NaN, infinity)
+    (:mod:`jsworker.spark`)."""
 
 
 class TaskControl(Exception):

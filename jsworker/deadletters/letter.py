@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import wire
-from ..errors import JsworkerError, SerializationError
+from ..errors import DeadLetterNotFound as DeadLetterNotFound
+from ..errors import DeadLetterNotReplayable as DeadLetterNotReplayable
+from ..errors import SerializationError
 from ..jetstream.limits_stream import StoredMessage
 from ..job import Job
 
@@ -18,14 +20,6 @@ if TYPE_CHECKING:
 
 _DLQ_PREFIX = "jsw-dlq-"
 _SERVER_PREFIX = "nats-"
-
-
-class DeadLetterNotFound(JsworkerError):
-    """No dead letter has that sequence or job id (or it was replayed or purged already)."""
-
-
-class DeadLetterNotReplayable(JsworkerError):
-    """The dead letter cannot become a job again: its body was cut, or it would not fit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..errors import JsworkerError
+from ..errors import EventsNotFound as EventsNotFound
 from ..jetstream.connection import Connection
 from ..jetstream.history import read_history, stream_bounds
 from ..naming import Namespace
@@ -24,10 +24,6 @@ When = float | int | datetime | str
 
 _RELATIVE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-class EventsNotFound(JsworkerError):
-    """The app has no events stream on the server (it never ran with ``App(events=True)``)."""
 
 
 def parse_time(text: str, now: float | None = None) -> float:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
 
-from ..errors import JsworkerError
+from ..errors import ApiError as ApiError
+from ..errors import Failure as Failure
+from ..errors import StreamRequestError as StreamRequestError
 from .connection import Connection
 
 API_PREFIX = "$JS.API"
@@ -33,46 +34,6 @@ UNAVAILABLE = 503
 def api_subject(*tokens: str) -> str:
     """The API subject for ``tokens``: ``api_subject("STREAM.INFO", "JSW_SHOP")``."""
     return ".".join((API_PREFIX, *tokens))
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """What went wrong with a request.
-
-    ``code`` is the API's status (404, 503, ...) when the server answered, 0 when it did not;
-    ``transient`` is True when trying again later may work: no answer, or 503 (no leader yet,
-    no stream responder during an election or a restart).
-    """
-
-    text: str
-    transient: bool
-    code: int = 0
-    err_code: int = 0
-
-    @property
-    def not_found(self) -> bool:
-        """The stream, consumer or message asked for does not exist."""
-        return self.code == NOT_FOUND
-
-
-class ApiError(JsworkerError):
-    """The JetStream API answered with an error (see ``failure``)."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.text)
-        self.failure = failure
-
-
-class StreamRequestError(JsworkerError):
-    """A request to the JetStream API failed.
-
-    ``transient`` is True when the server did not answer (trying again may work), False when
-    it refused the request.
-    """
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
 
 
 #: What :func:`classify` reads: errors of a request, a publish or a nats-py API call.

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import JsworkerError
+from ..errors import ConsumeError as ConsumeError
 from .api import api_subject
 from .connection import Connection
 from .delivery import Delivery, VerbBatcher
@@ -52,10 +52,6 @@ BURST_EXPIRES = 1.0
 _PACE_WINDOW = 0.05
 # 409 descriptions that a new request cannot fix.
 _TERMINAL_409 = ("consumer deleted", "consumer is push based", "exceeded maxrequest")
-
-
-class ConsumeError(JsworkerError):
-    """The pull loop stopped for good: the consumer was deleted or rejects our requests."""
 
 
 class EngineEvent(enum.Enum):

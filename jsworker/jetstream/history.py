@@ -20,17 +20,14 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from .api import ApiError, StreamRequestError, api_subject, failures_as, request_json
+from ..errors import HistoryError as HistoryError
+from .api import ApiError, api_subject, failures_as, request_json
 from .connection import Connection
 
 # Without a message for this long, ask the server whether anything is left to deliver.
 _IDLE = 0.5
 # A read that makes no progress for this long has lost its server: give up, saying so.
 _STALLED = 30.0
-
-
-class HistoryError(StreamRequestError):
-    """Reading a stream's history failed (see ``transient``)."""
 
 
 @dataclass(frozen=True, slots=True)

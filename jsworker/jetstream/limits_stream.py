@@ -19,7 +19,9 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from .api import ApiError, StreamRequestError, api_subject, failures_as, request_json
+from ..errors import LimitsStreamError as LimitsStreamError
+from ..errors import StreamNotFoundError as StreamNotFoundError
+from .api import ApiError, api_subject, failures_as, request_json
 from .connection import Connection
 
 # Added by the server to messages of a headers-only consumer: the size of the body left out.
@@ -32,15 +34,6 @@ _INACTIVE = 60.0
 # Per fetch: headers are small, bodies may be large, so ask for fewer of those at a time.
 _BATCH_HEADERS = 1000
 _BATCH_BODIES = 100
-
-
-class LimitsStreamError(StreamRequestError):
-    """A request on a stream failed (see ``transient``)."""
-
-
-class StreamNotFoundError(LimitsStreamError):
-    """The stream does not exist: raised only by reads asked to tell that apart from a
-    missing message (``stream_required``)."""
 
 
 @dataclass(frozen=True, slots=True)

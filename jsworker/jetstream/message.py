@@ -5,16 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ..errors import EnqueueError
+from ..errors import NoStreamError as NoStreamError
+from ..errors import PayloadTooLargeError as PayloadTooLargeError
 from ..wire import MSG_ID
-
-
-class NoStreamError(EnqueueError):
-    """No stream holds the subject: the app's topology has not been created yet."""
-
-
-class PayloadTooLargeError(EnqueueError):
-    """Body and headers together exceed the server's ``max_payload``; nothing was sent."""
 
 
 class OutMessage(NamedTuple):

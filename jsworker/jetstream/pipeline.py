@@ -16,7 +16,9 @@ from typing import Any
 import nats.errors
 from nats.aio.msg import Msg
 
-from ..errors import EnqueueError, PermissionDeniedError
+from ..errors import PermissionDeniedError
+from ..errors import RefusedError as RefusedError
+from ..errors import StalledError as StalledError
 from ..wire import MSG_ID
 from .api import UNAVAILABLE, ApiError, parse_reply
 from .connection import Connection
@@ -24,19 +26,6 @@ from .denials import Denial
 from .message import OutMessage, Stored, check_size, headers_of, stored_from
 
 StoredHook = Callable[[OutMessage, Stored], Awaitable[None]]
-
-
-class StalledError(EnqueueError):
-    """No acknowledgement arrived for the pipeline's ``timeout``; the messages without one may
-    or may not be stored (publishing them again with the same ids cannot duplicate them)."""
-
-
-class RefusedError(EnqueueError):
-    """The server refused a message (``no_stream``: no stream holds its subject)."""
-
-    def __init__(self, message: str, *, no_stream: bool = False) -> None:
-        super().__init__(message)
-        self.no_stream = no_stream
 
 
 class AckPipeline:

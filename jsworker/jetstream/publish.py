@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import nats.errors
 
-from ..errors import EnqueueError, JsworkerError
+from ..errors import EnqueueError
+from ..errors import SubjectTaken as SubjectTaken
 from ..wire import EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, JOB_ID, MSG_ID
 from .api import REQUEST_ERRORS, UNAVAILABLE, classify, parse_reply
 from .connection import Connection
@@ -40,13 +41,6 @@ __all__ = [
     "SubjectTaken",
     "check_size",
 ]
-
-
-class SubjectTaken(JsworkerError):
-    """A message meant for an empty subject found one there (a unique job's key is taken).
-
-    Not an :class:`EnqueueError`: nothing failed, the caller answers with the job that holds
-    the subject."""
 
 
 class Publisher:

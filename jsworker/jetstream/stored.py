@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import TopologyError
+from ..errors import WriteRefused as WriteRefused
 from ..wire import EXPECTED_LAST_SUBJECT_SEQ
 from .api import REQUEST_ERRORS, classify, parse_reply
 from .connection import Connection
@@ -17,14 +17,6 @@ _WRONG_LAST_SEQUENCE = (10071, 10164)
 
 class SubjectMoved(Exception):
     """A write expecting a subject's last sequence found another one: somebody wrote first."""
-
-
-class WriteRefused(TopologyError):
-    """The server refused a write; ``err_code`` is its JetStream error code."""
-
-    def __init__(self, message: str, err_code: int, *, transient: bool = False) -> None:
-        super().__init__(message, transient=transient)
-        self.err_code = err_code
 
 
 async def write(

@@ -36,7 +36,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from ..errors import ConfigurationError, JsworkerError, Reject, Retry
+from ..errors import ConfigurationError, Reject, Retry
+from ..errors import ProcessExited as ProcessExited
 from ..job import JobContext, running_job
 from ..observability.logging import get_logger
 from ..serializers import Serializer, decode_call
@@ -93,11 +94,6 @@ class Raised(NamedTuple):
     traceback: str
     retryable: bool = False
     delay: float | None = None
-
-
-class ProcessExited(JsworkerError):
-    """The process running a task's call ended before it answered (a crash, ``os._exit``, a
-    signal from outside, the OOM killer)."""
 
 
 class TaskProcessError(Exception):

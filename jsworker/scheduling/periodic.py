@@ -19,6 +19,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
+from ..errors import ScheduleNotFound as ScheduleNotFound
+from ..errors import ScheduleRefused as ScheduleRefused
+from ..errors import SchedulesRefused as SchedulesRefused
+from ..errors import SyncReport as SyncReport
 from ..jetstream.inspect import stream_facts
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.message import OutMessage, PayloadTooLargeError, check_size
@@ -93,42 +97,6 @@ class ScheduleState:
             ticks = max(0, math.ceil((now - first) / period))
             return datetime.fromtimestamp(first + ticks * period, UTC)
         return Cron.parse(self.expression).next_after(datetime.fromtimestamp(now, UTC), zone(self.tz))
-
-
-@dataclass(frozen=True, slots=True)
-class SyncReport:
-    """What a reconcile did, by schedule name: ``stale`` are on the server but not declared
-    (``removed`` when pruned); ``refused`` are declared but were not installed, each with why
-    (the server refused it, or it cannot be sent to this server)."""
-
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    refused: dict[str, str] = field(default_factory=dict)
-
-
-class ScheduleNotFound(ConfigurationError):
-    """No periodic schedule of that name is on the server."""
-
-
-class ScheduleRefused(ConfigurationError):
-    """One schedule could not be installed: the server refused it, or it cannot be sent to
-    this server (over ``max_payload``). The other schedules are not affected."""
-
-
-class SchedulesRefused(ConfigurationError):
-    """A reconcile installed every schedule it could, but not those in ``report.refused``
-    (the message names each with its reason); ``report`` says what was done with the rest."""
-
-    def __init__(self, report: SyncReport) -> None:
-        refused = "; ".join(f"{name!r}: {why}" for name, why in report.refused.items())
-        installed = len(report.created) + len(report.updated) + len(report.unchanged)
-        super().__init__(
-            f"{len(report.refused)} schedule(s) not installed ({refused}); the other {installed} are in place"
-        )
-        self.report = report
 
 
 #: The largest header block the server stores, in bytes: past it a write is refused with

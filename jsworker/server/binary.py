@@ -8,16 +8,12 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ..errors import JsworkerError
+from ..errors import ServerNotFoundError as ServerNotFoundError
 
 ENV_BINARY = "JSWORKER_NATS_SERVER"
 """Environment variable naming the nats-server executable to use."""
 
 _BINARY_NAME = "nats-server"
-
-
-class ServerNotFoundError(JsworkerError):
-    """No nats-server executable could be found (or the configured one is not executable)."""
 
 
 NOT_FOUND_HELP = (

@@ -15,7 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ..errors import JsworkerError
+from ..errors import PortInUseError as PortInUseError
+from ..errors import ServerStartError as ServerStartError
 from .binary import NOT_FOUND_HELP, ServerNotFoundError, find_nats_server
 from .loopback import HOST, HTTP_TIMEOUT, http_get, port_is_free, port_of
 from .ownership import OWNED
@@ -24,19 +25,6 @@ POLL = 0.05
 _LOG_TAIL_LINES = 25
 # How a failed bind reads in the server log (POSIX, then Windows).
 _PORT_IN_USE_MARKERS = ("address already in use", "only one usage of each socket address")
-
-
-class ServerStartError(JsworkerError):
-    """A nats-server process did not become ready; the message ends with the tail of its log."""
-
-
-class PortInUseError(ServerStartError):
-    """The fixed port a server was asked to listen on is already taken on 127.0.0.1."""
-
-    def __init__(self, message: str, port: int | None = None) -> None:
-        super().__init__(message)
-        self.port = port
-        """The port found taken, when known."""
 
 
 def _failed_bind_line(log: str) -> str | None:

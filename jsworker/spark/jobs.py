@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import JsworkerError, SerializationError
+from ..errors import BadRowError as BadRowError
+from ..errors import SerializationError
 from ..naming import Namespace
 from ..serializers import JSONSerializer, encode_call
 from ..wire import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, TASK
@@ -23,10 +24,6 @@ ID_LENGTH = 32
 
 Converter = Callable[[Any], Any]
 """Turns a column's value (as Arrow hands it to Python) into a JSON-ready value."""
-
-
-class BadRowError(JsworkerError):
-    """A row cannot become a job: a null key, or a value JSON cannot hold (NaN, infinity)."""
 
 
 def _canonical(value: Any) -> str:

@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 from ..errors import ConfigurationError
+from ..errors import UnsupportedColumnError as UnsupportedColumnError
 from .jobs import Converter
 
 _AS_IS = (
@@ -63,10 +64,6 @@ _AS_IS = (
 _HINTS = {
     "binary": "encode it first, e.g. base64(col)",
 }
-
-
-class UnsupportedColumnError(ConfigurationError):
-    """A column's type cannot be sent as a JSON job argument."""
 
 
 def _nullable(convert: Converter) -> Converter:

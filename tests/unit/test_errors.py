@@ -10,7 +10,6 @@ import jsworker
 import jsworker.errors as errors_module
 from jsworker.cli.loader import AppNotFound
 from jsworker.errors import JsworkerError, Reject, Retry, TaskControl
-from jsworker.jetstream.publish import NoStreamError
 
 
 @pytest.mark.parametrize("delay", [-1, -0.001])
@@ -54,7 +53,7 @@ def _error_classes() -> list[type[BaseException]]:
         for _, obj in inspect.getmembers(errors_module, inspect.isclass)
         if issubclass(obj, BaseException) and not issubclass(obj, TaskControl)
     ]
-    return [*found, NoStreamError, AppNotFound]
+    return [*found, AppNotFound]
 
 
 @pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)

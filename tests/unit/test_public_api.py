@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -9,8 +10,9 @@ import subprocess
 import sys
 
 import jsworker
+import jsworker.errors
 import jsworker.fleet.registry
-from jsworker import JsworkerError, WorkerEntry, live_workers
+from jsworker import JsworkerError, TaskControl, WorkerEntry, live_workers
 
 # Exceptions that never leave the module that raises them: their callers catch them (or, for
 # the stand-ins of a process task's exception, turn them into the job's outcome).
@@ -22,8 +24,9 @@ INTERNAL = {
     "ResultError": "jsworker.runtime.processes",
     "RemoteTraceback": "jsworker.runtime.processes",  # the text cause of the above
 }
-# The optional Spark support (pip install 'jsworker[spark]') exports its own.
-OPTIONAL = "jsworker.spark"
+# Public exceptions not defined in jsworker.errors yet: the command line's module, being
+# changed by others, keeps its own until it imports it from there.
+ELSEWHERE = {"AppNotFound": "jsworker.cli.loader"}
 
 
 def _defined_exceptions() -> dict[str, type[BaseException]]:
@@ -51,12 +54,61 @@ def test_every_public_exception_is_importable_from_jsworker() -> None:
     for name, cls in sorted(defined.items()):
         if name in INTERNAL:
             continue
-        if cls.__module__.startswith(OPTIONAL):
-            assert getattr(importlib.import_module(OPTIONAL), name) is cls
-            continue
         if getattr(jsworker, name, None) is not cls or name not in jsworker.__all__:
             missing.append(f"{cls.__module__}.{name}")
     assert missing == [], "export these from jsworker/__init__.py (or list them in INTERNAL, saying why)"
+
+
+def test_public_exceptions_are_one_tree_in_errors() -> None:
+    """Every exported exception is defined in jsworker.errors (but those of :data:`ELSEWHERE`)
+    and derives from JsworkerError, or is a task's control signal."""
+    defined = _defined_exceptions()
+    for name in jsworker.__all__:
+        obj = getattr(jsworker, name)
+        if not (inspect.isclass(obj) and issubclass(obj, BaseException)):
+            continue
+        assert obj.__module__ == ELSEWHERE.get(name, "jsworker.errors"), name
+        assert issubclass(obj, JsworkerError | TaskControl), name
+        assert defined[name] is obj
+    for name, module in ELSEWHERE.items():
+        assert defined[name].__module__ == module, "moved to errors.py: drop it from ELSEWHERE"
+
+
+def test_exceptions_moved_to_errors_keep_their_old_import_locations() -> None:
+    """Code importing an exception from the module that used to define it keeps working."""
+    moved = {
+        "jsworker.deadletters.letter": ["DeadLetterNotFound", "DeadLetterNotReplayable"],
+        "jsworker.events.reader": ["EventsNotFound"],
+        "jsworker.jetstream.api": ["ApiError", "StreamRequestError"],
+        "jsworker.jetstream.consume": ["ConsumeError"],
+        "jsworker.jetstream.history": ["HistoryError"],
+        "jsworker.jetstream.limits_stream": ["LimitsStreamError", "StreamNotFoundError"],
+        "jsworker.jetstream.message": ["NoStreamError", "PayloadTooLargeError"],
+        "jsworker.jetstream.pipeline": ["RefusedError", "StalledError"],
+        "jsworker.jetstream.publish": ["SubjectTaken"],
+        "jsworker.jetstream.stored": ["WriteRefused"],
+        "jsworker.runtime.processes": ["ProcessExited"],
+        "jsworker.scheduling.periodic": ["ScheduleNotFound", "ScheduleRefused", "SchedulesRefused"],
+        "jsworker.server": ["PortInUseError", "ServerNotFoundError", "ServerStartError"],
+        "jsworker.server.binary": ["ServerNotFoundError"],
+        "jsworker.server.process": ["PortInUseError", "ServerStartError"],
+        "jsworker.spark": ["BadRowError", "UnsupportedColumnError"],
+        "jsworker.spark.jobs": ["BadRowError"],
+        "jsworker.spark.schema": ["UnsupportedColumnError"],
+    }
+    for module, names in moved.items():
+        for name in names:
+            assert getattr(importlib.import_module(module), name) is getattr(jsworker.errors, name)
+
+
+def test_errors_imports_nothing_from_jsworker() -> None:
+    """Any module may import jsworker.errors without a cycle."""
+    tree = ast.parse(inspect.getsource(jsworker.errors))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and not (node.module or "").startswith("jsworker"), ast.unparse(node)
+        elif isinstance(node, ast.Import):
+            assert not any(alias.name.startswith("jsworker") for alias in node.names), ast.unparse(node)
 
 
 def test_only_plain_exceptions_that_never_reach_a_caller_are_left_out() -> None:
@@ -70,14 +122,15 @@ def test_only_plain_exceptions_that_never_reach_a_caller_are_left_out() -> None:
 
 
 def test_importing_jsworker_leaves_the_heavier_modules_of_lazy_exports_unloaded() -> None:
-    """The exceptions of the command line, process pool, local server and readers are
-    imported on first use, so `import jsworker` costs no more for them."""
+    """The exceptions of the process pool, local server and readers live in jsworker.errors,
+    and the command line's is imported on first use: `import jsworker` loads none of those
+    modules for them."""
     code = (
         "import sys, jsworker\n"
         "heavy = ['jsworker.cli', 'jsworker.runtime.processes', 'jsworker.server.process',\n"
         "         'jsworker.deadletters.letter', 'jsworker.events.reader', 'jsworker.spark']\n"
         "print([m for m in heavy if m in sys.modules])\n"
-        "assert jsworker.PortInUseError.__module__ == 'jsworker.server.process'\n"
+        "assert jsworker.PortInUseError.__module__ == 'jsworker.errors'\n"
         "from jsworker import AppNotFound, ProcessExited\n"
         "print('jsworker.cli.loader' in sys.modules, 'PortInUseError' in dir(jsworker))\n"
     )
