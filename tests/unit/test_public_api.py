@@ -6,6 +6,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import re
 import subprocess
 import sys
 
@@ -24,9 +25,74 @@ INTERNAL = {
     "ResultError": "jsworker.runtime.processes",
     "RemoteTraceback": "jsworker.runtime.processes",  # the text cause of the above
 }
-# Public exceptions not defined in jsworker.errors yet: the command line's module, being
-# changed by others, keeps its own until it imports it from there.
+# Public exceptions not defined in jsworker.errors yet: the command line's loader still defines
+# its own; once it imports it from errors.py, this is empty.
 ELSEWHERE = {"AppNotFound": "jsworker.cli.loader"}
+
+
+# What `from jsworker import ...` offers, sorted. A name added to or removed from the package's
+# __all__ is a change of the public API: make it here too, on purpose.
+PUBLIC = [
+    "ApiError",
+    "App",
+    "AppNotFound",
+    "BadRowError",
+    "ConfigurationError",
+    "ConnectError",
+    "ConsumeError",
+    "DeadLetterNotFound",
+    "DeadLetterNotReplayable",
+    "EnqueueError",
+    "EventsNotFound",
+    "HistoryError",
+    "JSONSerializer",
+    "Job",
+    "JobCancelled",
+    "JobContext",
+    "JobError",
+    "JobExpired",
+    "JobFailed",
+    "JobNotFound",
+    "JobState",
+    "JobStatus",
+    "JobTimeout",
+    "JsworkerError",
+    "LimitsStreamError",
+    "Middleware",
+    "NoStreamError",
+    "OutgoingJob",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "PortInUseError",
+    "ProcessExited",
+    "RefusedError",
+    "Reject",
+    "Retry",
+    "ScheduleNotFound",
+    "ScheduleRefused",
+    "Schedules",
+    "SchedulesRefused",
+    "SerializationError",
+    "Serializer",
+    "ServerNotFoundError",
+    "ServerStartError",
+    "ServerVersionError",
+    "Settled",
+    "StalledError",
+    "StartupError",
+    "StreamNotFoundError",
+    "StreamRequestError",
+    "SubjectTaken",
+    "Task",
+    "TaskControl",
+    "TopologyError",
+    "UnsupportedColumnError",
+    "WorkerEntry",
+    "WriteRefused",
+    "__version__",
+    "current_job",
+    "live_workers",
+]
 
 
 def _defined_exceptions() -> dict[str, type[BaseException]]:
@@ -149,3 +215,33 @@ def test_live_workers_and_their_entries_are_public() -> None:
     assert inspect.iscoroutinefunction(live_workers)
     assert "jsworker workers" in (live_workers.__doc__ or "")
     assert list(inspect.signature(live_workers).parameters) == ["app", "conn"]
+
+
+def test_the_public_names_are_exactly_these() -> None:
+    added = sorted(set(jsworker.__all__) - set(PUBLIC))
+    removed = sorted(set(PUBLIC) - set(jsworker.__all__))
+    assert (added, removed) == ([], []), "a public name changed: update PUBLIC in this test on purpose"
+    assert jsworker.__all__ == sorted(set(jsworker.__all__)), "__all__ is kept sorted, each name once"
+
+
+def test_every_public_name_resolves() -> None:
+    """Each name of __all__ is there, the lazily imported ones too, in a fresh interpreter."""
+    code = "from jsworker import *\nimport jsworker\nprint(all(n in globals() for n in jsworker.__all__))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "True\n"
+    for name in jsworker.__all__:
+        assert getattr(jsworker, name) is not None, name
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    undocumented = []
+    for name in jsworker.__all__:
+        obj = getattr(jsworker, name)
+        if isinstance(obj, str):  # __version__
+            continue
+        # A class's own docstring, not one inherited from its base.
+        doc = vars(obj).get("__doc__") if inspect.isclass(obj) else obj.__doc__
+        if not (doc or "").strip():
+            undocumented.append(name)
+    assert undocumented == []
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", jsworker.__version__)
