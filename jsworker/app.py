@@ -6,20 +6,22 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Literal, ParamSpec, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
-from .app_options import AppOptions, QueueOptions
-from .config import from_environment, option_fields
+from .app_options import AppArguments as AppArguments
+from .app_options import AppOptions, QueueOptions, split_arguments
+from .calls import check_job_id
+from .config import from_environment
 from .errors import ConfigurationError
 from .hooks import H, Hooks, State
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ReplicasDiffer, ensure_consumer, ensure_stream
 from .job import Job
+from .jobstatus import JobStatus
 from .layout import consumer_spec, stream_specs
 from .lifecycle.client import JobLifecycle
-from .lifecycle.state import JobStatus
 from .middleware import Middleware, MiddlewareChain
 from .named import named_task
 from .naming import Namespace, Role, validate_app_name, validate_name
@@ -28,56 +30,11 @@ from .producer import Producer
 from .scheduling.declare import Schedule, build_schedule
 from .scheduling.periodic import check_schedule_size
 from .serializers import JSONSerializer, Serializer
-from .task import ExceptionTypes, ExecutorKind, Task, TaskArguments, TaskOptions, check_job_id
+from .task import Task
+from .task_options import TaskArguments, TaskOptions
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class AppArguments(TypedDict, total=False):
-    """The keyword arguments of :class:`App`: every field of :class:`TaskOptions` (``queue``
-    spelled ``default_queue``), :class:`AppOptions` and :class:`ConnectOptions`'s user-facing
-    ones. A test checks this list against those classes."""
-
-    default_queue: str
-    max_retries: int
-    max_crashes: int
-    timeout: float | None
-    ack_wait: float
-    retry_backoff: float
-    retry_backoff_max: float
-    retry_on: ExceptionTypes
-    dont_retry_on: ExceptionTypes
-    results: bool
-    result_ttl: float
-    expires: float | None
-    executor: ExecutorKind
-    duplicate_window: float
-    replicas: int
-    dlq_max_age: float
-    dlq_max_bytes: int
-    events: bool
-    events_max_age: float
-    events_max_bytes: int
-    max_ack_pending: int
-    publish_timeout: float
-    validate_arguments: bool
-    user: str | None
-    password: str | None
-    token: str | None
-    credentials: str | None
-    nkey_seed: str | None
-    tls_ca: str | None
-    tls_cert: str | None
-    tls_key: str | None
-    inbox_prefix: str | None
-    connect_timeout: float
-    attempt_timeout: float
-    reconnect_wait: float
-
-
-# App keywords that name a field of another class.
-_ALIASES = {"default_queue": "queue", "results": "store_result"}
 
 
 class App:
@@ -119,7 +76,7 @@ class App:
         self.name = validate_app_name(name)
         self.namespace = Namespace(name)
         self.serializer: Serializer = serializer or JSONSerializer()
-        split = _split_arguments(dict(arguments))
+        split = split_arguments(dict(arguments))
         self.defaults = dataclasses.replace(task_defaults or TaskOptions(), **split[TaskOptions])
         # Keywords win over a whole options object, which wins over JSWORKER_* variables.
         given_options = dataclasses.asdict(options) if options is not None else {}
@@ -438,17 +395,3 @@ class App:
     def close(self) -> None:
         """Close the background connection sync enqueues used."""
         self.producer.close()
-
-
-def _split_arguments(arguments: dict[str, Any]) -> dict[type, dict[str, Any]]:
-    """The App's keyword arguments sorted by the class whose field each names."""
-    owners = (TaskOptions, AppOptions, ConnectOptions)
-    split: dict[type, dict[str, Any]] = {owner: {} for owner in owners}
-    fields = {f.name: owner for owner in owners for f in option_fields(owner)}
-    for key, value in arguments.items():
-        name = _ALIASES.get(key, key)
-        owner = fields.get(name)
-        if owner is None or key == "queue":
-            raise TypeError(f"App() got an unexpected keyword argument {key!r}")
-        split[owner][name] = value
-    return split

@@ -1,11 +1,15 @@
-"""App-wide settings of the streams and the producers."""
+"""App-wide settings of the streams and the producers, and the keyword arguments of ``App(...)``
+sorted among the three kinds of options they set."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
-from .config import check_seconds, option, parse_number, parse_size
+from .config import check_seconds, option, option_fields, parse_number, parse_size
 from .errors import ConfigurationError
+from .jetstream.connection import ConnectOptions
+from .task_options import ExceptionTypes, ExecutorKind, TaskOptions
 
 _DAY = 86400.0
 _GIB = 1 << 30
@@ -92,3 +96,63 @@ class QueueOptions:
             raise ConfigurationError(f"max_running must be an int >= 1 or None, not {self.max_running!r}")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise ConfigurationError(f"priority must be an int, not {self.priority!r}")
+
+
+class AppArguments(TypedDict, total=False):
+    """The keyword arguments of :class:`App`: every field of :class:`TaskOptions` (``queue``
+    spelled ``default_queue``), :class:`AppOptions` and :class:`ConnectOptions`'s user-facing
+    ones. A test checks this list against those classes."""
+
+    default_queue: str
+    max_retries: int
+    max_crashes: int
+    timeout: float | None
+    ack_wait: float
+    retry_backoff: float
+    retry_backoff_max: float
+    retry_on: ExceptionTypes
+    dont_retry_on: ExceptionTypes
+    results: bool
+    result_ttl: float
+    expires: float | None
+    executor: ExecutorKind
+    duplicate_window: float
+    replicas: int
+    dlq_max_age: float
+    dlq_max_bytes: int
+    events: bool
+    events_max_age: float
+    events_max_bytes: int
+    max_ack_pending: int
+    publish_timeout: float
+    validate_arguments: bool
+    user: str | None
+    password: str | None
+    token: str | None
+    credentials: str | None
+    nkey_seed: str | None
+    tls_ca: str | None
+    tls_cert: str | None
+    tls_key: str | None
+    inbox_prefix: str | None
+    connect_timeout: float
+    attempt_timeout: float
+    reconnect_wait: float
+
+
+# App keywords that name a field of another class.
+ALIASES = {"default_queue": "queue", "results": "store_result"}
+
+
+def split_arguments(arguments: dict[str, Any]) -> dict[type, dict[str, Any]]:
+    """The App's keyword arguments sorted by the class whose field each names."""
+    owners = (TaskOptions, AppOptions, ConnectOptions)
+    split: dict[type, dict[str, Any]] = {owner: {} for owner in owners}
+    fields = {f.name: owner for owner in owners for f in option_fields(owner)}
+    for key, value in arguments.items():
+        name = ALIASES.get(key, key)
+        owner = fields.get(name)
+        if owner is None or key == "queue":
+            raise TypeError(f"App() got an unexpected keyword argument {key!r}")
+        split[owner][name] = value
+    return split

@@ -53,7 +53,8 @@ _IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING})
 
 if TYPE_CHECKING:
     from .app import App
-    from .task import Call, Task
+    from .calls import Call
+    from .task import Task
 
 T = TypeVar("T")
 

@@ -21,6 +21,7 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING
 
 from .. import wire
+from ..calls import check_job_id
 from ..errors import ConfigurationError
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.pages import newest_first as newest_first_in
@@ -31,7 +32,6 @@ from ..job import Job
 from ..naming import validate_name
 from ..observability.logging import get_logger
 from ..paging import Page, check_limit, seq_cursor
-from ..task import check_job_id
 from .format import task_token
 from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, job_id_of
 

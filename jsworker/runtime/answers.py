@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, cast, get_args
 
+from ..calls import check_job_id
 from ..errors import JsworkerError
 from ..jetstream.service import Serving, serve
 from ..lifecycle.cancel import cancel_job
 from ..lifecycle.lookup import job_status
 from ..lifecycle.state import Form
 from ..observability.logging import get_logger
-from ..task import check_job_id
 
 if TYPE_CHECKING:
     from ..app import App

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ..calls import new_job_id
 from ..jetstream.publish import OutMessage, Publisher, SubjectTaken
 from ..jetstream.session import OperatorSession
 from ..job import Job
-from ..task import new_job_id
 from ..wire import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID, SCHEDULE_NAME, TASK
 from .declare import PERIODIC_SINCE
 from .periodic import (

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..config import LATEST_MS, LATEST_TEXT, check_ahead, check_seconds
+from ..config import check_seconds
 from ..errors import ConfigurationError
 from ..serializers import encode_call
 from ..wire import check_headers
@@ -24,50 +22,6 @@ if TYPE_CHECKING:
 #: repeating forms with time zones (periodic schedules).
 DELAYED_SINCE = (2, 12, 0)
 PERIODIC_SINCE = (2, 14, 0)
-
-
-def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
-    """When a job asked to wait ``countdown`` seconds or until ``eta`` becomes runnable (UTC,
-    rounded up to the millisecond the server is told), None for a job that runs now (neither
-    given, a zero countdown or an ``eta`` already past). Either must end by
-    :data:`~jsworker.config.LATEST_MS` (the end of year 9999): ConfigurationError naming the
-    argument and that range otherwise."""
-    if countdown is not None and eta is not None:
-        raise ConfigurationError("give countdown or eta, not both")
-    now = time.time()
-    if countdown is not None:
-        if check_ahead("countdown", countdown, positive=False, now=now) == 0:
-            return None
-        return _at_ms(math.ceil((now + countdown) * 1000))
-    if eta is None:
-        return None
-    if not isinstance(eta, datetime):
-        raise ConfigurationError(f"eta must be a datetime, not {type(eta).__name__}")
-    if eta.tzinfo is None or eta.utcoffset() is None:
-        raise ConfigurationError(
-            f"eta {eta.isoformat()} has no time zone: pass an aware datetime, such as "
-            "datetime.now(timezone.utc) + timedelta(...)"
-        )
-    # In integers: a float timestamp near year 9999 is only good to some 30 microseconds, and
-    # an eta written in a zone west of UTC may lie past 9999-12-31 in UTC (where no datetime is).
-    since = eta - _EPOCH
-    due_us = (since.days * 86400 + since.seconds) * 1_000_000 + since.microseconds
-    due_ms = -(-due_us // 1000)
-    if due_ms > LATEST_MS:
-        raise ConfigurationError(
-            f"eta must be no later than {LATEST_TEXT} (rounded up to the millisecond: no later "
-            f"time exists for the server's @at schedules, nor for Python's datetime), not {eta.isoformat()}"
-        )
-    return _at_ms(due_ms) if due_us > now * 1_000_000 else None
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _at_ms(due_ms: int) -> datetime:
-    # Rounded up by the caller: a job fires at or after the time its producer asked for, never
-    # a fraction before. Built without floats, so the millisecond is exact.
-    return _EPOCH + timedelta(milliseconds=due_ms)
 
 
 def at_expression(due: datetime) -> str:

@@ -10,8 +10,7 @@ import click
 import pytest
 
 from jsworker import App
-from jsworker.app import _ALIASES, AppArguments
-from jsworker.app_options import AppOptions
+from jsworker.app_options import ALIASES, AppArguments, AppOptions
 from jsworker.cli import cli
 from jsworker.cli.options import flag_fields
 from jsworker.config import env_name, option_fields
@@ -20,7 +19,7 @@ from jsworker.jetstream.connection import ConnectOptions
 from jsworker.layout import dlq_spec
 from jsworker.runtime.settings import WorkerSettings
 from jsworker.spark.options import CREDENTIAL_OPTIONS
-from jsworker.task import TaskArguments, TaskOptions
+from jsworker.task_options import TaskArguments, TaskOptions
 
 # Flags of `jsworker run` that are about the process, not a setting of the worker or the app.
 PROCESS_FLAGS = {
@@ -49,7 +48,7 @@ def _names(cls: type) -> set[str]:
 def test_app_keywords_are_the_option_fields() -> None:
     """AppArguments lists exactly TaskOptions (queue as default_queue, store_result as
     results), AppOptions and the user-facing ConnectOptions fields, with the same types."""
-    renamed = {field: keyword for keyword, field in _ALIASES.items()}
+    renamed = {field: keyword for keyword, field in ALIASES.items()}
     expected = (
         {renamed.get(name, name) for name in _names(TaskOptions)}
         | _names(AppOptions)

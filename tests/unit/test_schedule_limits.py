@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from jsworker import App, ConfigurationError
+from jsworker.calls import due_time
 from jsworker.config import LATEST_MS, LATEST_TEXT, check_ahead
 from jsworker.scheduling.cron import MAX_EVERY, Cron, check_zone, every_seconds
-from jsworker.scheduling.declare import at_expression, due_time
+from jsworker.scheduling.declare import at_expression
 from jsworker.scheduling.periodic import MAX_HEADER_BLOCK
 from jsworker.task import Task
 

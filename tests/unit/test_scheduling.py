@@ -8,10 +8,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jsworker import App, ConfigurationError
+from jsworker.calls import due_time
 from jsworker.jetstream.delivery import Delivery
 from jsworker.runtime.execution import JobRun, identify
 from jsworker.scheduling.cron import Cron, duration_seconds, every_seconds, go_duration
-from jsworker.scheduling.declare import at_expression, due_time
+from jsworker.scheduling.declare import at_expression
 from jsworker.scheduling.firing import firing, tick_job_id
 from jsworker.wire import (
     JOB_ID,
