@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..errors import ConnectError, TopologyError
+import nats.errors
+import nats.js.errors
+
+from ..errors import ConnectError, JsworkerError, TopologyError
 from .api import REQUEST_ERRORS, UNAVAILABLE, ApiError, api_subject, classify, request_json
 from .connection import Connection
 
@@ -170,3 +173,17 @@ async def first_stored_times(
     keys = list(starts)
     found = await asyncio.gather(*(first_stored_time(conn, stream, *starts[k]) for k in keys))
     return dict(zip(keys, found, strict=True))
+
+
+async def delivered_seq(conn: Connection, stream: str, consumer: str) -> int:
+    """The last stream sequence ``consumer`` handed out (0: none, or no such consumer).
+
+    Through nats-py's JetStream manager: no time is read, so the server's clock is not needed.
+    """
+    try:
+        info = await conn.js.consumer_info(stream, consumer)
+    except nats.js.errors.NotFoundError:
+        return 0
+    except (nats.errors.Error, OSError) as exc:
+        raise JsworkerError(f"cannot read consumer {consumer} of {stream}: {exc}") from exc
+    return int(info.delivered.stream_seq or 0) if info.delivered is not None else 0

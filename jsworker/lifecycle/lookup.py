@@ -26,11 +26,8 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import nats.errors
-import nats.js.errors
-
-from ..errors import JsworkerError
 from ..jetstream.connection import Connection
+from ..jetstream.inspect import delivered_seq as delivered_seq
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.service import gather
 from ..wire import TASK
@@ -38,14 +35,14 @@ from .bucket import Records
 from .state import Form, JobRecord, JobState, JobStatus
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..appview import AppView
 
 # How long a status waits for the worker running a job to say so: a live one answers within
 # milliseconds.
 _HELD_WAIT = 0.5
 
 
-async def job_status(app: App, conn: Connection, job_id: str, form: Form | None = None) -> JobStatus:
+async def job_status(app: AppView, conn: Connection, job_id: str, form: Form | None = None) -> JobStatus:
     """The status of job ``job_id`` (``unknown`` when nothing is known of it); with ``form``,
     only whether it is in that form (see :data:`Form`)."""
     ns = app.namespace
@@ -75,7 +72,7 @@ async def job_status(app: App, conn: Connection, job_id: str, form: Form | None 
     return JobStatus(job_id, JobState.UNKNOWN)
 
 
-async def _scheduled(app: App, conn: Connection, job_id: str) -> JobStatus | None:
+async def _scheduled(app: AppView, conn: Connection, job_id: str) -> JobStatus | None:
     """The status of ``job_id`` as a delayed job waiting for its time, None when it is not."""
     ns = app.namespace
     schedule = await LimitsStream(conn, ns.stream).next(ns.delayed_filter(job_id=job_id))
@@ -93,14 +90,14 @@ async def _scheduled(app: App, conn: Connection, job_id: str) -> JobStatus | Non
     )
 
 
-async def current_message(app: App, conn: Connection, job_id: str) -> StoredMessage | None:
+async def current_message(app: AppView, conn: Connection, job_id: str) -> StoredMessage | None:
     """The message of ``job_id`` while it waits or runs, None once it has left the stream."""
     return await LimitsStream(conn, app.namespace.stream).next(app.namespace.job_filter(job_id))
 
 
 async def _in_stream(
     conn: Connection,
-    app: App,
+    app: AppView,
     job_id: str,
     message: StoredMessage,
     record: JobRecord | None,
@@ -141,14 +138,3 @@ def _holder(answers: list[bytes]) -> dict[str, Any]:
             if isinstance(doc, dict):
                 return doc
     return {}
-
-
-async def delivered_seq(conn: Connection, stream: str, queue: str) -> int:
-    """The last stream sequence the queue's consumer handed out (0: none, or no consumer)."""
-    try:
-        info = await conn.js.consumer_info(stream, queue)
-    except nats.js.errors.NotFoundError:
-        return 0
-    except (nats.errors.Error, OSError) as exc:
-        raise JsworkerError(f"cannot read consumer {queue} of {stream}: {exc}") from exc
-    return int(info.delivered.stream_seq or 0) if info.delivered is not None else 0

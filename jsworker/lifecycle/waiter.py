@@ -25,11 +25,10 @@ import contextlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from nats.aio.msg import Msg
-
 from ..errors import SerializationError
 from ..jetstream.connection import Connection
 from ..jetstream.limits_stream import LimitsStreamError, StreamNotFoundError
+from ..jetstream.listen import listen
 from ..naming import Namespace
 from .bucket import Records
 from .state import JobRecord
@@ -113,7 +112,7 @@ class ResultWaiter:
             return
         async with self._lock:
             if not self._subscribed:
-                await self.conn.nc.subscribe(self.namespace.record_subject(), cb=self._on_record)
+                await listen(self.conn, self.namespace.record_subject(), self._on_record)
                 # The subscription is sent before any read: a record stored after the read
                 # then reaches it (the server handles one connection's messages in order). A
                 # flush that fails (the connection is down) loses nothing: on reconnect the
@@ -122,11 +121,11 @@ class ResultWaiter:
                 self.conn.on_reconnect(self._reread)
                 self._subscribed = True
 
-    async def _on_record(self, msg: Msg) -> None:
-        job_id = msg.subject.rsplit(".", 1)[-1]
+    async def _on_record(self, subject: str, data: bytes) -> None:
+        job_id = subject.rsplit(".", 1)[-1]
         # A message that is not a record jsworker wrote has nothing for a waiter.
         with contextlib.suppress(SerializationError):
-            record = JobRecord.decode(msg.data)
+            record = JobRecord.decode(data)
             if job_id in self._waiting:
                 self._offer(job_id, record)
             elif record.state.finished:

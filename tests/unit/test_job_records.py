@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -72,7 +71,7 @@ async def test_a_record_seen_before_its_waiter_came_answers_it() -> None:
 
     waiter.records.read = stored_nowhere  # type: ignore[method-assign]
     record = JobRecord(JobState.SUCCEEDED, "q", "t", seq=5)
-    await waiter._on_record(SimpleNamespace(subject="$KV.jsw_a_jobs.j1", data=record.encode()))  # type: ignore[arg-type]
+    await waiter._on_record("$KV.jsw_a_jobs.j1", record.encode())
     assert (await waiter.wait("j1", 5, timeout=1)).seq == 5
     with pytest.raises(TimeoutError):
         await waiter.wait("j1", 6, timeout=0.05)  # another run of the same id is not answered by it
