@@ -74,8 +74,10 @@ class Admin(OperatorSession):
     :class:`~jsworker.ConnectError`; a bad argument :class:`~jsworker.ConfigurationError`.
     """
 
-    def __init__(self, app: App) -> None:
-        super().__init__(app, "admin")
+    def __init__(self, app: App, *, purpose: str = "admin") -> None:
+        # ``purpose`` names the connection on the server (``jsworker:<app>:<purpose>``): the
+        # commands name theirs, as before they shared this.
+        super().__init__(app, purpose)
         self._letters = _SharedDeadLetters(self)
         self._schedules = _SharedSchedules(self)
 

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..deadletters import DeadLetter, DeadLetters, ReplayedJob
+from ..admin import Admin
+from ..deadletters import DeadLetter, ReplayedJob
 from ..errors import SerializationError
 from ..observability.logging import configure_logging, printable
 from .connection import connection_options, load_connected_app
@@ -27,6 +28,8 @@ _APP = click.argument("app_spec", metavar="MODULE[:ATTR]")
 _TASK = click.option("--task", "-t", default=None, help="Only dead letters of this task.")
 _QUEUE = click.option("--queue", "-q", default=None, help="Only dead letters of this queue.")
 _JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of text (one object a line).")
+# Dead letters listed per request: headers only, a few hundred bytes each.
+_PAGE = 1000
 
 
 @click.group()
@@ -34,15 +37,15 @@ def dlq() -> None:
     """Inspect, replay and purge dead letters (jobs the workers gave up on)."""
 
 
-def _run(app_spec: str, connection: dict[str, Any], work: Callable[[DeadLetters], Awaitable[T]]) -> T:
-    """Load the app, run ``work`` on its dead letters, and turn failures into one line and a code."""
+def _run(app_spec: str, connection: dict[str, Any], work: Callable[[Admin], Awaitable[T]]) -> T:
+    """Load the app, run ``work`` with its Admin, and turn failures into one line and a code."""
     # Library events go to stderr, below warnings not at all: stdout is the command's output.
     configure_logging("warning")
     app = load_connected_app(app_spec, connection)
 
     async def main() -> T:
-        async with DeadLetters(app) as letters:
-            return await work(letters)
+        async with Admin(app, purpose="dlq") as admin:
+            return await work(admin)
 
     with command_errors():
         return asyncio.run(main())
@@ -69,7 +72,7 @@ def list_(
 
     Columns: sequence, failure time (UTC), job id, task, queue, attempts, reason.
     """
-    letters = _run(app_spec, connection, lambda d: d.list(task=task, queue=queue, limit=limit))
+    letters = _run(app_spec, connection, lambda admin: _listed(admin, task, queue, limit))
     if as_json:
         for letter in letters:
             click.echo(json.dumps(letter_json(letter)))
@@ -77,6 +80,20 @@ def list_(
         click.echo("no dead letters")
     else:
         click.echo(_table(letters, shutil.get_terminal_size((120, 24)).columns))
+
+
+async def _listed(admin: Admin, task: str | None, queue: str | None, limit: int | None) -> list[DeadLetter]:
+    """Dead letters oldest first, at most ``limit``, read a page at a time."""
+    letters: list[DeadLetter] = []
+    after: str | None = None
+    while limit is None or len(letters) < limit:
+        size = _PAGE if limit is None else min(_PAGE, limit - len(letters))
+        page = await admin.dead_letters(task, queue, limit=size, after=after)
+        letters += page.items
+        if page.next_after is None:
+            break
+        after = page.next_after
+    return letters
 
 
 def _shown(value: str) -> str:
@@ -154,7 +171,7 @@ def show(app_spec: str, ref: str, as_json: bool, **connection: str | None) -> No
 
     REF is its sequence, or a job id (the newest dead letter of that job).
     """
-    letter = _run(app_spec, connection, lambda d: d.get(ref))
+    letter = _run(app_spec, connection, lambda admin: admin.dead_letter(ref))
     if as_json:
         click.echo(json.dumps(letter_json(letter)))
         return
@@ -203,7 +220,9 @@ def replay(
         raise click.UsageError("give REFs or --all, not both")
     if not refs and task is None and not all_:
         raise click.UsageError("say what to replay: REF..., --task TASK or --all")
-    jobs = _run(app_spec, connection, lambda d: d.replay(list(refs) or None, task=task, all=all_))
+    jobs = _run(
+        app_spec, connection, lambda admin: admin.replay_dead_letters(list(refs) or None, task=task, all=all_)
+    )
     for job in jobs:
         old = job.replayed_from if isinstance(job, ReplayedJob) else "?"
         note = "  (already enqueued: duplicate)" if job.duplicate else ""
@@ -228,14 +247,14 @@ def purge(app_spec: str, task: str | None, queue: str | None, yes: bool, **conne
     what = " and ".join(f"{k} {v!r}" for k, v in (("task", task), ("queue", queue)) if v is not None)
     what = f" of {what}" if what else ""
 
-    async def work(letters: DeadLetters) -> int | None:
-        found = await letters.count(task=task, queue=queue)
+    async def work(admin: Admin) -> int | None:
+        found = await admin.count_dead_letters(task=task, queue=queue)
         if found == 0:
             return 0
         # Asking inside the loop blocks it, which is harmless here: nothing else runs on it.
         if not yes and not click.confirm(f"Delete {found} dead letter(s){what} for good?", default=False):
             return None
-        return await letters.purge(task=task, queue=queue)
+        return await admin.purge_dead_letters(task=task, queue=queue)
 
     removed = _run(app_spec, connection, work)
     if removed is None:

@@ -1,4 +1,5 @@
-"""``jsworker jobs``: one job's status, result and cancel, by its id.
+"""``jsworker jobs``: one job's status, result and cancel, by its id, and pages of jobs by
+state (``list``, through :class:`~jsworker.admin.Admin`).
 
 Exit codes: 0 ok; 1 crashed; 2 usage error or an unknown job (nothing to cancel); 3 cannot
 connect, or a permission the user lacks; 4 (``result``) the job did not succeed (failed,
@@ -11,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import click
 
+from ..admin import LISTED_STATES, Admin, JobPage, ListedState
 from ..app import App
 from ..errors import JobCancelled, JobFailed, JobNotFound
 from ..lifecycle.state import JobState
-from ..observability.logging import configure_logging
+from ..observability.logging import configure_logging, printable
+from ..paging import MAX_LIMIT
 from .connection import connection_options, load_connected_app
 from .errors import EXIT_USAGE, command_errors, fail
 
@@ -48,7 +52,85 @@ def _run(app_spec: str, connection: dict[str, Any], work: Callable[[App], Awaita
 
 @click.group()
 def jobs() -> None:
-    """One job by its id: status, result, cancel."""
+    """Jobs by state (list), and one job by its id: status, result, cancel."""
+
+
+_COLUMNS = ("ID", "TASK", "QUEUE", "STATE", "ATTEMPTS", "ENQUEUED/DUE", "WORKER")
+
+
+@jobs.command("list")
+@_APP
+@click.option("--queue", "-q", default=None, help="Only jobs of this queue (default: all).")
+@click.option(
+    "--state",
+    "-s",
+    type=click.Choice(LISTED_STATES),
+    default="queued",
+    show_default=True,
+    help="Which jobs: failed lists the dead letters.",
+)
+@click.option("--task", "-t", default=None, help="Only jobs of this task.")
+@click.option("--limit", "-n", type=click.IntRange(1, MAX_LIMIT), default=50, show_default=True)
+@click.option("--after", default=None, metavar="CURSOR", help="The cursor a previous page printed.")
+@click.option("--newest-first", is_flag=True, help="Newest first (scheduled: latest due first).")
+@click.option("--json", "as_json", is_flag=True, help="The page as one JSON object.")
+@connection_options
+def list_(
+    app_spec: str,
+    queue: str | None,
+    state: ListedState,
+    task: str | None,
+    limit: int,
+    after: str | None,
+    newest_first: bool,
+    as_json: bool,
+    **connection: str | None,
+) -> None:
+    """One page of the jobs in a state, oldest first (scheduled: by due time), then the
+    cursor of the next page (pass it as --after). Runs as the operator.
+
+    \b
+    ENQUEUED/DUE  when it was enqueued; for a scheduled job when it is due (UTC)
+    WORKER        the worker running it (its id in `jsworker workers`)
+    """
+    configure_logging("warning")
+    app = load_connected_app(app_spec, connection)
+
+    async def listing() -> JobPage:
+        async with Admin(app, purpose="jobs") as admin:
+            return await admin.jobs(queue, state, task, limit, after, newest_first=newest_first)
+
+    with command_errors():
+        page = asyncio.run(listing())
+    if as_json:
+        doc = {"items": [job.as_dict() for job in page.items], "next_after": page.next_after}
+        click.echo(json.dumps(doc))
+        return
+    _page_table(page, state)
+
+
+def _page_table(page: JobPage, state: str) -> None:
+    def when(moment: datetime | None) -> str:
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else "-"
+
+    rows = [
+        (
+            *(printable(value, 64) for value in (job.id, job.task, job.queue)),
+            job.state.value,
+            str(job.attempts) if job.attempts is not None else "-",
+            when(job.scheduled_for if job.state is JobState.SCHEDULED else job.enqueued_at),
+            printable(job.worker, 64) if job.worker else "-",
+        )
+        for job in page.items
+    ]
+    if not rows:
+        click.echo(f"no {state} jobs")
+    else:
+        widths = [max(len(r[i]) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
+        for row in [_COLUMNS, *rows]:
+            click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    # The cursor as the shell takes it back: its tokens are names and digits.
+    click.echo(f"next: --after {page.next_after}" if page.next_after is not None else "(end)")
 
 
 @jobs.command()

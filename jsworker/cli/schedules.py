@@ -1,5 +1,4 @@
-"""``jsworker schedules`` (an app's periodic schedules on the server) and ``jsworker jobs``
-(delayed jobs).
+"""``jsworker schedules``: an app's periodic schedules on the server, through :class:`~jsworker.admin.Admin`.
 
 Exit codes as for every command: 0 ok, 1 crashed, 2 usage error (an unknown schedule, a server
 too old for schedules), 3 cannot connect.
@@ -14,9 +13,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..app import App
+from ..admin import Admin
 from ..observability.logging import configure_logging, printable
-from ..scheduling.admin import Schedules
 from ..scheduling.periodic import ScheduleState
 from .connection import connection_options, load_connected_app
 from .errors import EXIT_USAGE, command_errors, fail
@@ -27,14 +25,14 @@ _APP = click.argument("app_spec", metavar="MODULE[:ATTR]")
 _NAME = click.argument("name")
 
 
-def _run(app_spec: str, connection: dict[str, Any], work: Callable[[App, Schedules], Awaitable[T]]) -> T:
-    """Load the app, run ``work`` with its schedules, and turn failures into one line and a code."""
+def _run(app_spec: str, connection: dict[str, Any], work: Callable[[Admin], Awaitable[T]]) -> T:
+    """Load the app, run ``work`` with its Admin, and turn failures into one line and a code."""
     configure_logging("warning")
     app = load_connected_app(app_spec, connection)
 
     async def main() -> T:
-        async with Schedules(app) as schedules:
-            return await work(app, schedules)
+        async with Admin(app, purpose="schedules") as admin:
+            return await work(admin)
 
     with command_errors():
         return asyncio.run(main())
@@ -55,7 +53,7 @@ def list_(app_spec: str, as_json: bool, **connection: str | None) -> None:
     Columns: name, task, expression (as the server fires it: six-field cron or @every), time
     zone, next run (UTC), paused; "stale" marks one the loaded code does not declare.
     """
-    found = _run(app_spec, connection, lambda app, s: s.list())
+    found = _run(app_spec, connection, lambda admin: admin.schedules())
     if as_json:
         for state in found:
             click.echo(json.dumps(schedule_json(state)))
@@ -102,7 +100,7 @@ def schedule_json(state: ScheduleState) -> dict[str, Any]:
 @connection_options
 def sync(app_spec: str, prune: bool, **connection: str | None) -> None:
     """Install the app's declared schedules, as every worker does at start."""
-    report = _run(app_spec, connection, lambda app, s: s.sync(prune=prune))
+    report = _run(app_spec, connection, lambda admin: admin.sync_schedules(prune=prune))
     for what in ("created", "updated", "unchanged", "removed"):
         names = getattr(report, what)
         if names:
@@ -118,7 +116,7 @@ def sync(app_spec: str, prune: bool, **connection: str | None) -> None:
 @connection_options
 def trigger(app_spec: str, name: str, **connection: str | None) -> None:
     """Enqueue one job of schedule NAME now (its cadence is unchanged); prints the job id."""
-    job = _run(app_spec, connection, lambda app, s: s.trigger(name))
+    job = _run(app_spec, connection, lambda admin: admin.trigger_schedule(name))
     click.echo(job.id)
 
 
@@ -128,7 +126,7 @@ def _toggle(verb: str, done: str, already: str) -> click.Command:
     @_NAME
     @connection_options
     def command(app_spec: str, name: str, **connection: str | None) -> None:
-        changed = _run(app_spec, connection, lambda app, s: getattr(s, verb)(name))
+        changed = _run(app_spec, connection, lambda admin: getattr(admin, f"{verb}_schedule")(name))
         click.echo(f"{name}: {done if changed else already}")
 
     command.__doc__ = f"{verb.capitalize()} schedule NAME."
@@ -145,6 +143,6 @@ resume = _toggle("resume", "resumed", "was not paused")
 @connection_options
 def remove(app_spec: str, name: str, **connection: str | None) -> None:
     """Remove schedule NAME from the server (a worker whose code declares it installs it again)."""
-    if not _run(app_spec, connection, lambda app, s: s.remove(name)):
+    if not _run(app_spec, connection, lambda admin: admin.remove_schedule(name)):
         fail(f"no schedule named {name!r} on the server", EXIT_USAGE)
     click.echo(f"{name}: removed")

@@ -14,10 +14,10 @@ from typing import TypeVar
 
 import click
 
+from ..admin import Admin
 from ..app import App
 from ..errors import ConnectError, TopologyError
-from ..jetstream.connection import Connection
-from ..status import QueueStatus, format_age, queue_status
+from ..status import QueueStatus, format_age
 from .connection import connection_options, load_connected_app
 from .errors import command_errors
 
@@ -87,32 +87,30 @@ async def _show(app: App, emit: Callable[[App, list[QueueStatus]], None], every:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    try:
-        conn = await _unless_stopped(stop, Connection.open(app.connect_options("operator", "status")))
-    except _Stopped:
-        return
-    try:
-        while True:
-            try:
-                queues = await _unless_stopped(stop, queue_status(app, conn, workers=True))
-            except (ConnectError, TopologyError) as exc:
-                # Watching is for riding through trouble: say what failed and try again.
-                if every is None or (isinstance(exc, TopologyError) and not exc.transient):
-                    raise
-                click.echo(f"warning: {exc}", err=True)
-            else:
-                emit(app, queues)
-            if every is None:
-                return
-            try:
-                await asyncio.wait_for(stop.wait(), every)
-                return
-            except TimeoutError:
-                pass
-    except _Stopped:
-        return
-    finally:
-        await conn.close()
+    async with Admin(app, purpose="status") as admin:
+        try:
+            # Connected before the first refresh: a server that cannot be reached at all is
+            # an error even with --watch, which only rides out trouble once it has worked.
+            await _unless_stopped(stop, admin.connection())
+            while True:
+                try:
+                    queues = await _unless_stopped(stop, admin.queues())
+                except (ConnectError, TopologyError) as exc:
+                    # Watching is for riding through trouble: say what failed and try again.
+                    if every is None or (isinstance(exc, TopologyError) and not exc.transient):
+                        raise
+                    click.echo(f"warning: {exc}", err=True)
+                else:
+                    emit(app, queues)
+                if every is None:
+                    return
+                try:
+                    await asyncio.wait_for(stop.wait(), every)
+                    return
+                except TimeoutError:
+                    pass
+        except _Stopped:
+            return
 
 
 async def _unless_stopped(stop: asyncio.Event, work: Awaitable[T]) -> T:

@@ -12,7 +12,9 @@ import time
 
 import click
 
-from ..fleet.registry import ENTRY_TTL, WorkerEntry, live_workers
+from ..admin import Admin
+from ..app import App
+from ..fleet.registry import ENTRY_TTL, WorkerEntry
 from ..observability.logging import configure_logging, printable
 from ..status import format_age
 from .connection import connection_options, load_connected_app
@@ -46,12 +48,17 @@ def workers(app_spec: str, as_json: bool, **connection: str | None) -> None:
     configure_logging("warning")
     app = load_connected_app(app_spec, connection)
     with command_errors("workers failed"):
-        entries = asyncio.run(live_workers(app))
+        entries = asyncio.run(_live(app))
     if as_json:
         for entry in entries:
             click.echo(json.dumps({"app": app.name, **entry.as_dict()}))
         return
     _table(app.name, entries)
+
+
+async def _live(app: App) -> list[WorkerEntry]:
+    async with Admin(app, purpose="workers") as admin:
+        return await admin.workers()
 
 
 def _table(app: str, entries: list[WorkerEntry]) -> None:

@@ -4,6 +4,8 @@ memory, and the actions it carries out."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,10 @@ from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
 from .secured import as_user, role_app
-from .workers import in_process_worker, start_worker, stop
+from .workers import APPS, cli, in_process_worker, start_worker, stop
+
+sys.path.insert(0, str(APPS))
+import life_cli_app
 
 pytestmark = pytest.mark.anyio
 
@@ -217,3 +222,31 @@ async def test_the_operator_role_may_do_all_of_it(secured: NatsServer, tmp_path:
     finally:
         assert stop(worker) == 0
     assert "permission" not in log.read_text().lower()
+
+
+def test_jobs_list_prints_a_page_and_the_next_cursor(nats_server: NatsServer) -> None:
+    url = nats_server.url
+    app: App = life_cli_app.app
+    app.servers = url
+    try:
+        jobs = [app.tasks["square"].delay(n) for n in range(3)]
+        later = app.tasks["square"].apply((9,), countdown=600)
+    finally:
+        app.close()
+    first = cli(url, "jobs", "list", "life_cli_app", "--limit", "2")
+    assert first.returncode == 0, first.stderr
+    header, *rows, cursor = first.stdout.splitlines()
+    assert header.split() == ["ID", "TASK", "QUEUE", "STATE", "ATTEMPTS", "ENQUEUED/DUE", "WORKER"]
+    assert [row.split()[:5] for row in rows] == [[j.id, "square", "default", "queued", "-"] for j in jobs[:2]]
+    assert cursor == f"next: --after {jobs[1].seq}"
+    rest = cli(url, "jobs", "list", "life_cli_app", "--limit", "2", *cursor.split()[1:])
+    assert rest.stdout.splitlines()[1].split()[0] == jobs[2].id and rest.stdout.endswith("(end)\n")
+    shown = json.loads(cli(url, "jobs", "list", "life_cli_app", "--state", "scheduled", "--json").stdout)
+    assert [(j["id"], j["state"]) for j in shown["items"]] == [(later.id, "scheduled")]
+    assert later.scheduled_for is not None
+    assert shown["items"][0]["scheduled_for"] == later.scheduled_for.isoformat()
+    assert shown["next_after"] is None
+    assert cli(url, "jobs", "list", "life_cli_app", "--state", "running").stdout == "no running jobs\n(end)\n"
+    bad = cli(url, "jobs", "list", "life_cli_app", "--after", "soon")
+    assert bad.returncode == 2 and "not a cursor" in bad.stderr, bad
+    assert cli(url, "jobs", "list", "life_cli_app", "--state", "done").returncode == 2
