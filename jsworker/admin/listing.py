@@ -48,12 +48,11 @@ from ..errors import ConfigurationError, ServerVersionError
 from ..fleet.registry import REGISTRY_SINCE, live_workers
 from ..jetstream.api import StreamRequestError
 from ..jetstream.connection import Connection
-from ..jetstream.inspect import consumer_facts
+from ..jetstream.inspect import consumer_facts, delivered_seq
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.pages import Reads, SubjectReader, subject_pages, take
 from ..jetstream.service import gather
 from ..lifecycle.bucket import Records
-from ..lifecycle.lookup import delivered_seq
 from ..lifecycle.state import JobRecord, JobState
 from ..naming import validate_name
 from ..paging import Page, seq_cursor

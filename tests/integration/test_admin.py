@@ -112,6 +112,9 @@ async def test_running_and_retrying_jobs_are_listed_with_their_worker(nats_serve
         newest = await admin.jobs(queue="default", state="running", newest_first=True)
         assert [j.id for j in newest.items] == [j.id for j in reversed(held)]
         assert (await admin.jobs(state="queued")).items == ()
+        assert len((await admin.jobs(state="running", task="hold")).items) == 3
+        assert (await admin.jobs(state="running", task="flaky")).items == ()
+        assert [j.id for j in (await admin.jobs(state="retrying", task="flaky")).items] == [failing.id]
         gate.set()
 
 
