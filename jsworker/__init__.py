@@ -58,13 +58,13 @@ from .errors import (
     UnsupportedColumnError,
     WriteRefused,
 )
-from .fleet.registry import WorkerEntry, live_workers
 from .job import Job, JobContext, current_job
 from .lifecycle.state import JobError, JobState, JobStatus
 from .middleware import Middleware, OutgoingJob, Settled
 from .scheduling.admin import Schedules
 from .serializers import JSONSerializer, Serializer
 from .task import Task
+from .workers import WorkerEntry, live_workers
 
 if TYPE_CHECKING:
     from .cli.loader import AppNotFound

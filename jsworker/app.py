@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -12,22 +13,28 @@ from prometheus_client import CollectorRegistry
 
 from .app_options import AppArguments as AppArguments
 from .app_options import AppOptions, QueueOptions, split_arguments
+from .bridge import SyncBridge
 from .calls import check_job_id
 from .config import from_environment
+from .connections import ConnectionPool
 from .errors import ConfigurationError
+from .events.emit import emit_enqueued
 from .hooks import H, Hooks, State
 from .jetstream.connection import Connection, ConnectOptions
-from .jetstream.topology import ReplicasDiffer, ensure_consumer, ensure_stream
+from .jetstream.topology import ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from .job import Job
 from .jobstatus import JobStatus
-from .layout import consumer_spec, stream_specs
+from .layout import consumer_spec, dlq_spec, events_spec, job_stream_spec
+from .lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
 from .lifecycle.client import JobLifecycle
 from .middleware import Middleware, MiddlewareChain
 from .named import named_task
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
-from .scheduling.declare import Schedule, build_schedule
+from .scheduling.claims import claims_spec
+from .scheduling.declare import DELAYED_SINCE, Schedule, build_schedule
+from .scheduling.delayed import DelayedJobs
 from .scheduling.periodic import check_schedule_size
 from .serializers import JSONSerializer, Serializer
 from .task import Task
@@ -100,7 +107,16 @@ class App:
         self.hooks = Hooks()
         #: What start hooks keep for tasks, per worker process (see :class:`~jsworker.hooks.State`).
         self.state = State()
-        self.producer = Producer(self)
+        #: The connections enqueues and job reads use, one per event loop.
+        self.connections = ConnectionPool(functools.partial(self.connect_options, "producer"))
+        #: How sync callers (``task.delay``, ``job.result``) run on a background event loop;
+        #: a forked child forgets the parent's loop and the connections on it.
+        self.bridge = SyncBridge(on_fork=self.connections.forget)
+        # The app is where the features join the core: the producer stores delayed jobs the
+        # scheduling feature's way and tells stored jobs to the job events.
+        self.producer = Producer(
+            self, DelayedJobs(), functools.partial(emit_enqueued, self.namespace, self.metrics)
+        )
         #: Results, status and cancels of this app's jobs (what ``Job`` and ``App`` delegate to).
         self.lifecycle = JobLifecycle(self)
 
@@ -297,7 +313,7 @@ class App:
 
     def status(self, job_id: str) -> JobStatus:
         """Sync form of :meth:`astatus`."""
-        return self.producer.run_sync(self.astatus, job_id)
+        return self.bridge.run_sync(self.astatus, job_id)
 
     async def acancel(self, job_id: str) -> bool:
         """Cancel job ``job_id`` before it finishes: True when it was scheduled, queued,
@@ -308,7 +324,7 @@ class App:
 
     def cancel(self, job_id: str) -> bool:
         """Sync form of :meth:`acancel`."""
-        return self.producer.run_sync(self.acancel, job_id)
+        return self.bridge.run_sync(self.acancel, job_id)
 
     def queue(self, name: str, *, max_running: int | None = None, priority: int = 0) -> QueueOptions:
         """Declare how queue ``name`` is served: ``max_running`` jobs at most at once across
@@ -369,10 +385,25 @@ class App:
         waits = [t.options.ack_wait for t in self.tasks.values() if t.queue == queue]
         return max(waits, default=self.defaults.ack_wait)
 
+    def stream_specs(self, server_version: tuple[int, ...]) -> list[StreamSpec]:
+        """Every stream of the app on a server of ``server_version``: the job and dead-letter
+        streams, the jobs bucket (servers with per-message TTLs), the claims stream (servers
+        with schedules) and the events stream if the app emits events."""
+        schedules = server_version >= DELAYED_SINCE
+        specs = [job_stream_spec(self, schedules), dlq_spec(self)]
+        if server_version >= RECORDS_SINCE:
+            batched = server_version >= BATCHED_SINCE
+            specs.append(jobs_bucket_spec(self.namespace, self.options.replicas, batched=batched))
+        if schedules:
+            specs.append(claims_spec(self.namespace, self.options.replicas))
+        if self.options.events:
+            specs.append(events_spec(self))
+        return specs
+
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:
-        """Create or update the app's streams (:func:`~jsworker.layout.stream_specs`);
+        """Create or update the app's streams (:meth:`stream_specs`);
         returns the existing streams whose replicas differ from ``replicas`` (left as they are)."""
-        found = [await ensure_stream(conn, spec) for spec in stream_specs(self, conn.server_version)]
+        found = [await ensure_stream(conn, spec) for spec in self.stream_specs(conn.server_version)]
         return [differ for differ in found if differ is not None]
 
     async def provision(
@@ -380,7 +411,7 @@ class App:
     ) -> list[ReplicasDiffer]:
         """Create or update streams and queue consumers (idempotent; workers do it at start);
         returns the existing streams whose replicas differ from ``replicas``."""
-        conn = conn or await self.producer.connection()
+        conn = conn or await self.connections.connection()
         differ = await self.provision_streams(conn)
         for queue in queues if queues is not None else self.queues:
             await ensure_consumer(conn, consumer_spec(self, queue))
@@ -390,8 +421,9 @@ class App:
 
     async def aclose(self) -> None:
         """Close the connection enqueues on this event loop used."""
-        await self.producer.aclose()
+        await self.connections.aclose()
 
     def close(self) -> None:
-        """Close the background connection sync enqueues used."""
-        self.producer.close()
+        """Close the background connection sync enqueues used, and stop its thread (both start
+        again on next use)."""
+        self.bridge.close(self.connections.aclose)

@@ -16,8 +16,8 @@ from .current import running_job as running_job
 from .errors import ConfigurationError, JsworkerError
 
 if TYPE_CHECKING:
-    from .app import App
-    from .lifecycle.state import JobStatus
+    from .appview import AppView
+    from .jobstatus import JobStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,14 +39,14 @@ class Job:
     seq: int
     duplicate: bool = False
     scheduled_for: datetime | None = None
-    app: App | None = field(default=None, repr=False, compare=False)
+    app: AppView | None = field(default=None, repr=False, compare=False)
 
     @property
     def from_id(self) -> bool:
         """True for a handle made from an id alone (:meth:`App.job <jsworker.App.job>`)."""
         return self.seq == 0 and not self.task
 
-    def _owner(self) -> App:
+    def _owner(self) -> AppView:
         if self.app is None:
             raise JsworkerError(f"job {self.id}: this receipt was made without its app")
         return self.app
@@ -67,12 +67,16 @@ class Job:
                 f"task {self.task} keeps no results: declare it with store_result=True "
                 "(or App(results=True)) to wait for them"
             )
-        return await app.lifecycle.result(self, timeout)
+        seq: int | None = None  # a handle from the id alone: the lifecycle finds the message
+        if not self.from_id:
+            # A receipt names the very message of its job; a delayed job's names its schedule.
+            seq = self.seq if self.scheduled_for is None else 0
+        return await app.lifecycle.result(self.id, seq, timeout)
 
     def result(self, timeout: float | None = None) -> Any:
         """Sync form of :meth:`aresult`."""
         app = self._owner()
-        return app.producer.run_sync(self.aresult, timeout)
+        return app.bridge.run_sync(self.aresult, timeout)
 
     async def astatus(self) -> JobStatus:
         """The job's status now (see :meth:`App.astatus <jsworker.App.astatus>`)."""
@@ -80,7 +84,7 @@ class Job:
 
     def status(self) -> JobStatus:
         """Sync form of :meth:`astatus`."""
-        return self._owner().producer.run_sync(self.astatus)
+        return self._owner().bridge.run_sync(self.astatus)
 
     async def acancel(self) -> bool:
         """Cancel the job (see :meth:`App.acancel <jsworker.App.acancel>`)."""
@@ -88,4 +92,4 @@ class Job:
 
     def cancel(self) -> bool:
         """Sync form of :meth:`acancel`."""
-        return self._owner().producer.run_sync(self.acancel)
+        return self._owner().bridge.run_sync(self.acancel)

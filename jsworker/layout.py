@@ -1,22 +1,20 @@
-"""What an app keeps on the server: its streams (jobs and schedules, dead letters, the jobs
-bucket, claims, events) and one durable pull consumer per queue, as specs that
-:mod:`jsworker.jetstream.topology` creates or updates."""
+"""What an app keeps on the server, as specs that :mod:`jsworker.jetstream.topology` creates or
+updates: its own streams (jobs and schedules, dead letters, events) and one durable pull
+consumer per queue. The features' streams (the jobs bucket, claims) are theirs; the app joins
+them all (:meth:`jsworker.App.stream_specs`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from .jetstream.topology import ConsumerSpec, StreamSpec
-from .lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
 from .naming import validate_name
-from .scheduling.claims import claims_spec
-from .scheduling.declare import DELAYED_SINCE
 
 if TYPE_CHECKING:
-    from .app import App
+    from .appview import AppView
 
 
-def job_stream_spec(app: App, schedules: bool = True) -> StreamSpec:
+def job_stream_spec(app: AppView, schedules: bool = True) -> StreamSpec:
     """The job stream; it also holds the schedules, which it allows when ``schedules``
     (servers before 2.12 have none)."""
     ns = app.namespace
@@ -30,7 +28,7 @@ def job_stream_spec(app: App, schedules: bool = True) -> StreamSpec:
     )
 
 
-def dlq_spec(app: App) -> StreamSpec:
+def dlq_spec(app: AppView) -> StreamSpec:
     """The dead-letter stream."""
     ns, options = app.namespace, app.options
     return StreamSpec(
@@ -44,7 +42,7 @@ def dlq_spec(app: App) -> StreamSpec:
     )
 
 
-def events_spec(app: App) -> StreamSpec:
+def events_spec(app: AppView) -> StreamSpec:
     """The job-event stream (used when the app emits events)."""
     ns, options = app.namespace, app.options
     return StreamSpec(
@@ -59,23 +57,7 @@ def events_spec(app: App) -> StreamSpec:
     )
 
 
-def stream_specs(app: App, server_version: tuple[int, ...]) -> list[StreamSpec]:
-    """Every stream of ``app`` on a server of ``server_version``: the job and dead-letter
-    streams, the jobs bucket (servers with per-message TTLs), the claims stream (servers with
-    schedules) and the events stream if the app emits events."""
-    schedules = server_version >= DELAYED_SINCE
-    specs = [job_stream_spec(app, schedules), dlq_spec(app)]
-    if server_version >= RECORDS_SINCE:
-        batched = server_version >= BATCHED_SINCE
-        specs.append(jobs_bucket_spec(app.namespace, app.options.replicas, batched=batched))
-    if schedules:
-        specs.append(claims_spec(app.namespace, app.options.replicas))
-    if app.options.events:
-        specs.append(events_spec(app))
-    return specs
-
-
-def consumer_spec(app: App, queue: str) -> ConsumerSpec:
+def consumer_spec(app: AppView, queue: str) -> ConsumerSpec:
     """The durable pull consumer of ``queue``: ``max_ack_pending`` is the queue's
     ``max_running`` when it declares one, else the app's ``max_ack_pending``."""
     declared = app.queue_options.get(queue)

@@ -10,16 +10,13 @@ when a worker runs the job. A task the app does declare goes through all its che
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .naming import validate_name
-from .task import Task
-
-if TYPE_CHECKING:
-    from .app import App
+from .task import Task, TaskOwner
 
 
-def named_task(app: App, name: str, queue: str | None = None) -> Task[..., Any]:
+def named_task(app: TaskOwner, name: str, queue: str | None = None) -> Task[..., Any]:
     """The task ``name`` of ``app``: the declared one if this process has it, else a stand-in
     that enqueues to ``queue`` (the app's default queue when None) and cannot run here."""
     declared = app.tasks.get(name)

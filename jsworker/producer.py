@@ -1,36 +1,32 @@
-"""Publishing jobs for an app from async code and from sync code.
+"""Publishing jobs for an app: a task's calls become stored jobs and receipts.
 
-Async callers use one connection per event loop (a worker's tasks share the worker's).
-Sync callers share one connection that lives on a background thread with its own event loop,
-started on first use; a forked child notices it is not the parent and starts its own.
+The connections are the app's (:mod:`jsworker.connections`, one per event loop), sync callers
+come through its bridge (:mod:`jsworker.bridge`). What features add to an enqueue is given to
+the producer by the app: how a delayed job is stored (the scheduling feature), and what is
+told once jobs are stored (job events); a unique call's lookup is the app's job lifecycle.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
 import time
-import warnings
-import weakref
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .appview import AppView
 from .errors import (
     ConfigurationError,
-    ConnectError,
     EnqueueError,
     JsworkerError,
     PermissionDeniedError,
     TopologyError,
 )
-from .events.emit import EventEmitter
 from .jetstream.connection import Connection
 from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .job import Job
-from .lifecycle.state import Form, JobState, JobStatus
-from .scheduling.declare import DELAYED_SINCE
-from .scheduling.delayed import delayed_message
+from .jobstatus import Form, JobState, JobStatus
+from .naming import Namespace
 from .serializers import encode_call
 from .wire import (
     CONTENT_TYPE,
@@ -43,6 +39,10 @@ from .wire import (
     TASK,
 )
 
+if TYPE_CHECKING:
+    from .calls import Call
+    from .task import Task
+
 # A unique call that finds its key held by a job that has finished, its ack not yet stored,
 # tries again after 5 ms, then twice as long each time; past a second it takes the job for
 # one that will run again (its worker died before the ack) and names it as the duplicate.
@@ -51,62 +51,46 @@ _SETTLE_PATIENCE = 1.0
 # The states of a job whose message is in the stream (as against scheduled).
 _IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING})
 
-if TYPE_CHECKING:
-    from .app import App
-    from .calls import Call
-    from .task import Task
-
-T = TypeVar("T")
-
 # One publish attempt waits this long for its acknowledgement; the app's publish_timeout
 # bounds all attempts of one enqueue together.
 _ATTEMPT_TIMEOUT = 5.0
 
 
+class DelayedStore(Protocol):
+    """How a delayed job is stored on the server: the scheduling feature's part of an enqueue
+    (:class:`jsworker.scheduling.delayed.DelayedJobs`)."""
+
+    def check(self, conn: Connection) -> None:
+        """Raise when the server behind ``conn`` cannot keep delayed jobs."""
+        ...
+
+    def message(self, namespace: Namespace, queue: str, job: OutMessage, due: datetime) -> OutMessage:
+        """The message that stores ``job`` until ``due``, then puts it in ``queue``."""
+        ...
+
+
+#: Told of the jobs one enqueue stored (connection, queue, each job's headers), when the app
+#: emits job events.
+EnqueuedHook = Callable[[Connection, str, list[Mapping[str, str]]], Awaitable[None]]
+
+
 class Producer:
     """Turns task calls into stored jobs for one app."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: AppView, delayed: DelayedStore, enqueued: EnqueuedHook | None = None) -> None:
         self._app = app
-        self._conns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connection] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._thread_lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = os.getpid()
-        self._warned = False
+        self._delayed = delayed
+        self._enqueued = enqueued
 
     # -- connections ----------------------------------------------------------------------
 
     def bind(self, conn: Connection) -> None:
-        """Use ``conn`` for enqueues made on its event loop (a worker shares its own)."""
-        self._conns[conn.loop] = conn
+        """Use ``conn`` for enqueues made on its event loop (``app.connections.bind``)."""
+        self._app.connections.bind(conn)
 
     async def connection(self) -> Connection:
-        """This event loop's connection, opened on first use."""
-        loop = asyncio.get_running_loop()
-        conn = self._conns.get(loop)
-        if conn is not None and not conn.is_closed:
-            return conn
-        lock = self._locks.setdefault(loop, asyncio.Lock())
-        async with lock:
-            conn = self._conns.get(loop)
-            if conn is None or conn.is_closed:
-                try:
-                    conn = await Connection.open(self._app.connect_options("producer"))
-                except ConnectError as exc:
-                    raise EnqueueError(f"cannot enqueue: {exc}") from exc
-                self._conns[loop] = conn
-        return conn
-
-    async def aclose(self) -> None:
-        """Close this event loop's connection (if this producer opened one)."""
-        conn = self._conns.pop(asyncio.get_running_loop(), None)
-        if conn is not None:
-            await conn.close()
+        """This event loop's connection, opened on first use (``app.connections``)."""
+        return await self._app.connections.connection()
 
     # -- sending --------------------------------------------------------------------------
 
@@ -145,7 +129,7 @@ class Producer:
             headers=headers,
         )
         if call.due is not None:
-            return delayed_message(app.namespace, queue, msg, call.due)
+            return self._delayed.message(app.namespace, queue, msg, call.due)
         return msg
 
     async def send(self, task: Task[Any, Any], call: Call, settling: float = 0.0) -> Job:
@@ -155,7 +139,7 @@ class Producer:
         if call.due is not None:
             # Checked before anything is sent: an older server would store the schedule as
             # a plain message on a subject no worker reads.
-            (await self.connection()).require_version("delayed jobs", DELAYED_SINCE)
+            self._delayed.check(await self.connection())
         # A unique call also looks for its key in the other form (scheduled or queued); an
         # explicit id is checked in its own form only, as that lookup costs a round trip.
         if call.unique and (held := await self._held(task, call, other_form=True)) is not None:
@@ -249,13 +233,10 @@ class Producer:
     async def _emit_enqueued(
         self, task: Task[Any, Any], msgs: list[OutMessage], stored: list[Stored]
     ) -> None:
-        app = self._app
-        if not app.options.events:
+        if self._enqueued is None or not self._app.options.events:
             return
-        events = EventEmitter(await self.connection(), app.namespace, app.metrics)
-        for msg, receipt in zip(msgs, stored, strict=True):
-            if not receipt.duplicate:
-                await events.enqueued(task.queue, msg.headers)
+        fresh = [msg.headers for msg, receipt in zip(msgs, stored, strict=True) if not receipt.duplicate]
+        await self._enqueued(await self.connection(), task.queue, fresh)
 
     async def _with_topology(
         self,
@@ -317,76 +298,3 @@ class Producer:
             scheduled_for=call.due,
             app=self._app,
         )
-
-    # -- the sync bridge ------------------------------------------------------------------
-
-    def run_sync(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``fn(*args)`` on the background loop and wait for its result.
-
-        A plain loop on a daemon thread and ``run_coroutine_threadsafe``, not an anyio
-        blocking portal: through a portal, ``task.delay()`` made 2.2k jobs/s against 3.0-3.2k
-        this way (same server, same run), and anyio's own portal thread would also keep a
-        process from exiting until the app is closed.
-        """
-        if not self._warned:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                pass
-            else:
-                self._warned = True
-                warnings.warn(
-                    "jsworker: a sync enqueue (.delay/.apply) inside a running event loop blocks that "
-                    "loop until the server answers; use 'await task.adelay(...)' there",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-        loop = self._background_loop()
-
-        async def run() -> T:
-            return await fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(run(), loop).result()
-
-    def _background_loop(self) -> asyncio.AbstractEventLoop:
-        with self._thread_lock:
-            if self._pid != os.getpid():
-                # Forked: the parent's thread does not exist here and its socket is the
-                # parent's. Forget both (never close them: that would hit the parent's).
-                self._pid = os.getpid()
-                self._loop = None
-                self._conns = weakref.WeakKeyDictionary()
-                self._locks = weakref.WeakKeyDictionary()
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                # Daemon: a process must be able to exit without closing the app first.
-                thread = threading.Thread(target=_serve, args=(loop,), name="jsworker-producer", daemon=True)
-                thread.start()
-                self._loop = loop
-            return self._loop
-
-    def close(self) -> None:
-        """Close the background connection and stop its thread (it is restarted on next use)."""
-        with self._thread_lock:
-            loop, self._loop = self._loop, None
-        if loop is None or self._pid != os.getpid():
-            return
-        asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-
-
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    """The background thread: run ``loop`` until :meth:`Producer.close` stops it, then let
-    what is left (tasks the client cancelled on close) finish and close it, as
-    ``asyncio.run`` does."""
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-        left = asyncio.all_tasks(loop)
-        for task in left:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()

@@ -18,13 +18,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import TopologyError
-from .fleet.registry import REGISTRY_SINCE, live_workers
 from .jetstream.api import StreamRequestError
 from .jetstream.connection import Connection
 from .jetstream.inspect import ConsumerFacts, StreamFacts, consumer_facts, first_stored_times, stream_facts
+from .workers import REGISTRY_SINCE, live_workers
 
 if TYPE_CHECKING:
-    from .app import App
+    from .appview import AppView
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ def _per_queue(facts: StreamFacts, parse: Callable[[str], tuple[str, str] | None
 
 
 async def queue_status(
-    app: App, conn: Connection | None = None, *, workers: bool = False
+    app: AppView, conn: Connection | None = None, *, workers: bool = False
 ) -> list[QueueStatus]:
     """The status of every queue of ``app``, sorted by name; with ``workers``, the live
     workers of each queue too (off by default: every worker reads these figures every few
@@ -184,7 +184,7 @@ async def queue_status(
     return result
 
 
-async def _workers_per_queue(app: App, conn: Connection, wanted: bool) -> Counter[str] | None:
+async def _workers_per_queue(app: AppView, conn: Connection, wanted: bool) -> Counter[str] | None:
     """How many live workers pull from each queue; None when not ``wanted`` or on a server
     without the registry."""
     if not wanted or conn.server_version < REGISTRY_SINCE:

@@ -9,24 +9,49 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
+from .appview import AppView
 from .arguments import TypedArguments, positional_names
 from .calls import Call, CallArgs, due_time, new_job_id
 from .calls import check_job_id as check_job_id
 from .config import check_ahead
 from .errors import ConfigurationError
 from .job import Job
+from .middleware import MiddlewareChain
 from .naming import validate_name
 from .task_options import TaskArguments as TaskArguments
 from .task_options import TaskOptions
 from .wire import check_headers
 
-if TYPE_CHECKING:
-    from .app import App
-
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class Sender(Protocol):
+    """What stores a task's calls as jobs (:class:`jsworker.producer.Producer`)."""
+
+    async def send(self, task: Task[Any, Any], call: Call, settling: float = 0.0) -> Job:
+        """Store one job; its receipt."""
+        ...
+
+    async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
+        """Store many jobs; their receipts, in order."""
+        ...
+
+
+class TaskOwner(AppView, Protocol):
+    """An app as its tasks see it: an :class:`~jsworker.appview.AppView` with the producer
+    that stores their jobs and the middleware that stamps them."""
+
+    @property
+    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
+
+    @property
+    def producer(self) -> Sender: ...
+
+    @property
+    def middleware(self) -> MiddlewareChain: ...
 
 
 def unique_key(task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
@@ -87,7 +112,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: App,
+        app: TaskOwner,
         fn: Callable[P, R],
         name: str,
         options: TaskOptions,
@@ -258,7 +283,7 @@ class Task(Generic[P, R]):
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue a job from sync code (a long-lived connection on a background thread)."""
         call = self.make_call(args, kwargs, None)
-        return self.app.producer.run_sync(self.app.producer.send, self, call)
+        return self.app.bridge.run_sync(self.app.producer.send, self, call)
 
     def apply(
         self,
@@ -274,9 +299,9 @@ class Task(Generic[P, R]):
     ) -> Job:
         """Sync form of :meth:`aapply`."""
         call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
-        return self.app.producer.run_sync(self.app.producer.send, self, call)
+        return self.app.bridge.run_sync(self.app.producer.send, self, call)
 
     def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:
         """Sync form of :meth:`adelay_many`."""
         calls = self._calls(items)
-        return self.app.producer.run_sync(self.app.producer.send_many, self, calls)
+        return self.app.bridge.run_sync(self.app.producer.send_many, self, calls)

@@ -18,9 +18,9 @@ import builtins
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING
 
 from .. import wire
+from ..appview import AppView
 from ..calls import check_job_id
 from ..errors import ConfigurationError
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
@@ -35,9 +35,6 @@ from ..paging import Page, check_limit, seq_cursor
 from .format import task_token
 from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, job_id_of
 
-if TYPE_CHECKING:
-    from ..app import App
-
 REPLAYED_FROM = "Jsw-Replayed-From"
 """Header of a replayed job: the sequence its dead letter had in the dead-letter stream."""
 
@@ -49,7 +46,7 @@ _LETTER_ONLY = {wire.QUEUE.lower(), wire.ORIGINAL_SUBJECT.lower()}
 _CHUNK = 100
 
 
-class DeadLetters(OperatorSession):
+class DeadLetters(OperatorSession[AppView]):
     """The dead letters of ``app``: list, get, replay, purge, count.
 
     Opens its own connection on first use, on the event loop it is used from; close it with
@@ -58,7 +55,7 @@ class DeadLetters(OperatorSession):
     :class:`~jsworker.jetstream.limits_stream.LimitsStreamError`.
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: AppView) -> None:
         super().__init__(app, "dlq")
 
     async def _stream(self) -> LimitsStream:

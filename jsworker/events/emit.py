@@ -82,3 +82,13 @@ class EventEmitter:
                 "scheduled", queue, headers[TASK], job_id, ts=at, enqueued_at=at,
                 delay=max(0.0, int(due) / 1000 - at), headers=own,
             )  # fmt: skip
+
+
+async def emit_enqueued(
+    namespace: Namespace, metrics: Metrics, conn: Connection, queue: str, headers: list[Mapping[str, str]]
+) -> None:
+    """Publish ``enqueued`` (or ``scheduled``) for each job one enqueue stored with these
+    ``headers``: the app gives this to its producer (see :data:`jsworker.producer.EnqueuedHook`)."""
+    events = EventEmitter(conn, namespace, metrics)
+    for each in headers:
+        await events.enqueued(queue, each)

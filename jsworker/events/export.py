@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..app import App
+from ..appview import AppView
 from ..jetstream.connection import Connection
 from .reader import When, read_event_rows
 from .rows import Row, arrow_schema, require_pyarrow, rows_to_batch
@@ -45,7 +45,7 @@ class ExportReport:
 
 
 def export_events(
-    app: App,
+    app: AppView,
     to: str | os.PathLike[str],
     *,
     since: When | None = None,
@@ -66,7 +66,7 @@ def export_events(
 
 
 async def aexport_events(
-    app: App,
+    app: AppView,
     to: str | os.PathLike[str],
     *,
     since: When | None = None,

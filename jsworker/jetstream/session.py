@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import Any, Generic, Literal, Protocol, Self
 
-from .connection import Connection
+from typing_extensions import TypeVar
 
-if TYPE_CHECKING:
-    from ..app import App
+from .connection import Connection, ConnectOptions
 
 
-class OperatorSession:
+class OperatorApp(Protocol):
+    """What a session needs of its app: how it connects as an operator (any app does)."""
+
+    def connect_options(self, role: Literal["operator"], purpose: str | None = None) -> ConnectOptions:
+        """The options of an ``operator`` connection named after ``purpose``."""
+        ...
+
+
+# The app type a subclass keeps in ``self.app``: what its own methods read of the app. A
+# subclass that names none gets Any (this layer knows no app type to default to).
+AppT = TypeVar("AppT", bound=OperatorApp, default=Any)
+
+
+class OperatorSession(Generic[AppT]):
     """Opens an ``operator`` connection of ``app`` on first use, on the event loop it is
     used from; close it with :meth:`aclose` or use the object as ``async with``."""
 
-    def __init__(self, app: App, purpose: str) -> None:
+    def __init__(self, app: AppT, purpose: str) -> None:
         self.app = app
         self._purpose = purpose
         self._conn: Connection | None = None

@@ -35,7 +35,7 @@ from .bucket import RECORDS_SINCE, Records
 from .state import JobRecord, JobState
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..appview import AppView
 
 # A worker writing a retrying record at the same instant can move the record under a cancel
 # a few times at most; more means something else keeps writing.
@@ -51,7 +51,7 @@ _HOLDER_WAIT = 1.0
 _HOLDER_LINGER = 0.05
 
 
-async def cancel_job(app: App, conn: Connection, job_id: str) -> bool:
+async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
     """Cancel ``job_id``: True when it was waiting or running and now never runs (again),
     False when there was nothing to cancel (unknown, or already finished)."""
     ns = app.namespace
@@ -97,7 +97,7 @@ async def cancel_job(app: App, conn: Connection, job_id: str) -> bool:
 
 
 async def _record(
-    app: App, records: Records, job_id: str, queue: str, task: str, seq: int, last: int | None = None
+    app: AppView, records: Records, job_id: str, queue: str, task: str, seq: int, last: int | None = None
 ) -> bool:
     """Write the ``cancelled`` record over the one at ``last`` (None: whatever is there);
     False when a worker finished the job first."""

@@ -25,8 +25,7 @@ from .state import Form, JobRecord, JobState, JobStatus
 from .waiter import ResultWaiter
 
 if TYPE_CHECKING:
-    from ..app import App
-    from ..job import Job
+    from ..appview import AppView
 
 
 T = TypeVar("T")
@@ -37,35 +36,35 @@ _IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING})
 class JobLifecycle:
     """An app's view of its jobs after enqueue, on the app's producer connections."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: AppView) -> None:
         self.app = app
         self._waiters: weakref.WeakKeyDictionary[Connection, ResultWaiter] = weakref.WeakKeyDictionary()
 
     async def _connection(self, feature: str) -> Connection:
-        conn = await self.app.producer.connection()
+        conn = await self.app.connections.connection()
         conn.require_version(feature, RECORDS_SINCE)
         return conn
 
-    async def result(self, job: Job, timeout: float | None) -> Any:
-        """The return value of ``job``, waiting up to ``timeout`` seconds for it (see
-        :meth:`Job.aresult <jsworker.Job.aresult>`)."""
+    async def result(self, job_id: str, seq: int | None, timeout: float | None) -> Any:
+        """The return value of job ``job_id``, waiting up to ``timeout`` seconds for it (see
+        :meth:`Job.aresult <jsworker.Job.aresult>`). ``seq`` is the sequence of the job's
+        message a receipt names (0 for a delayed job: its schedule's is not the job's); None
+        for a handle made from the id alone."""
         conn = await self._connection("job results")
         waiter = self._waiters.get(conn)
         if waiter is None:
             waiter = self._waiters[conn] = ResultWaiter(conn, self.app.namespace)
-        # A receipt names the very message of its job; a delayed job's names its schedule.
-        seq = job.seq if job.scheduled_for is None else 0
-        if job.from_id:
+        if seq is None:
             # A handle names the job's message while there is one: a unique job's earlier run
             # left a record under the same id.
-            status = await self.status(job.id)
+            status = await self.status(job_id)
             seq = status.seq or 0 if status.state in _IN_STREAM else 0
             if status.state is JobState.UNKNOWN:
                 raise JobNotFound(
-                    f"no job {job.id} in app {self.app.name}: never enqueued, or its record is "
+                    f"no job {job_id} in app {self.app.name}: never enqueued, or its record is "
                     "gone (expired, or its task does not keep results)"
                 )
-        return self._value(job.id, await waiter.wait(job.id, seq, timeout))
+        return self._value(job_id, await waiter.wait(job_id, seq, timeout))
 
     def _value(self, job_id: str, record: JobRecord) -> Any:
         if record.state is JobState.SUCCEEDED:
@@ -99,7 +98,7 @@ class JobLifecycle:
 
     async def cancel(self, job_id: str) -> bool:
         """Cancel ``job_id`` (see :meth:`App.acancel <jsworker.App.acancel>`)."""
-        conn = await self.app.producer.connection()
+        conn = await self.app.connections.connection()
         answer = await self._ask(conn, "cancel", job_id, b"")
         if answer is not None:
             return bool(answer)

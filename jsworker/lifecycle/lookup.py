@@ -35,14 +35,14 @@ from .bucket import Records
 from .state import Form, JobRecord, JobState, JobStatus
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..appview import AppView
 
 # How long a status waits for the worker running a job to say so: a live one answers within
 # milliseconds.
 _HELD_WAIT = 0.5
 
 
-async def job_status(app: App, conn: Connection, job_id: str, form: Form | None = None) -> JobStatus:
+async def job_status(app: AppView, conn: Connection, job_id: str, form: Form | None = None) -> JobStatus:
     """The status of job ``job_id`` (``unknown`` when nothing is known of it); with ``form``,
     only whether it is in that form (see :data:`Form`)."""
     ns = app.namespace
@@ -72,7 +72,7 @@ async def job_status(app: App, conn: Connection, job_id: str, form: Form | None 
     return JobStatus(job_id, JobState.UNKNOWN)
 
 
-async def _scheduled(app: App, conn: Connection, job_id: str) -> JobStatus | None:
+async def _scheduled(app: AppView, conn: Connection, job_id: str) -> JobStatus | None:
     """The status of ``job_id`` as a delayed job waiting for its time, None when it is not."""
     ns = app.namespace
     schedule = await LimitsStream(conn, ns.stream).next(ns.delayed_filter(job_id=job_id))
@@ -90,14 +90,14 @@ async def _scheduled(app: App, conn: Connection, job_id: str) -> JobStatus | Non
     )
 
 
-async def current_message(app: App, conn: Connection, job_id: str) -> StoredMessage | None:
+async def current_message(app: AppView, conn: Connection, job_id: str) -> StoredMessage | None:
     """The message of ``job_id`` while it waits or runs, None once it has left the stream."""
     return await LimitsStream(conn, app.namespace.stream).next(app.namespace.job_filter(job_id))
 
 
 async def _in_stream(
     conn: Connection,
-    app: App,
+    app: AppView,
     job_id: str,
     message: StoredMessage,
     record: JobRecord | None,

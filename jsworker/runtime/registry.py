@@ -1,7 +1,7 @@
-"""A worker process's entry in the app's worker registry (:mod:`jsworker.fleet.registry`).
+"""A worker process's entry in the app's worker registry (:mod:`jsworker.workers`).
 
 The announcer writes the entry once the worker has started, rewrites it every
-:data:`~jsworker.fleet.registry.REFRESH_INTERVAL` seconds, and writes a delete marker over it
+:data:`~jsworker.workers.REFRESH_INTERVAL` seconds, and writes a delete marker over it
 when the worker stops cleanly. It reads the worker's counters only when it writes, so a job
 costs nothing more for it.
 
@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from .._version import __version__
-from ..fleet.registry import REFRESH_INTERVAL, REGISTRY_SINCE, REMOVED, WorkerEntry, workers_bucket_spec
 from ..jetstream.connection import Connection
 from ..jetstream.stored import write
 from ..jetstream.topology import ensure_stream
 from ..observability.logging import get_logger
+from ..workers import REFRESH_INTERVAL, REGISTRY_SINCE, REMOVED, WorkerEntry, workers_bucket_spec
 from .observe import warn_replicas_differ
 from .settlement import OutcomeKind
 

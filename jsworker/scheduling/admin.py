@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from ..calls import new_job_id
 from ..jetstream.publish import OutMessage, Publisher, SubjectTaken
 from ..jetstream.session import OperatorSession
 from ..job import Job
 from ..wire import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID, SCHEDULE_NAME, TASK
-from .declare import PERIODIC_SINCE
+from .declare import PERIODIC_SINCE, SchedulingApp
 from .periodic import (
     ScheduleNotFound,
     ScheduleState,
@@ -22,11 +21,8 @@ from .periodic import (
     sync_schedules,
 )
 
-if TYPE_CHECKING:
-    from ..app import App
 
-
-class Schedules(OperatorSession):
+class Schedules(OperatorSession[SchedulingApp]):
     """The periodic schedules of ``app`` on the server: list, sync, trigger, pause, resume,
     remove. Use as ``async with Schedules(app) as schedules:`` (or call :meth:`aclose`).
 
@@ -34,7 +30,7 @@ class Schedules(OperatorSession):
     an unknown name raises :class:`ScheduleNotFound`.
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: SchedulingApp) -> None:
         super().__init__(app, "schedules")
 
     async def list(self) -> list[ScheduleState]:

@@ -6,8 +6,9 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..appview import AppView
 from ..config import check_seconds
 from ..errors import ConfigurationError
 from ..serializers import encode_call
@@ -15,7 +16,6 @@ from ..wire import check_headers
 from .cron import Cron, check_zone, every_seconds, go_duration, quoted
 
 if TYPE_CHECKING:
-    from ..app import App
     from ..task import Task
 
 #: nats-server versions that store and fire schedules: ``@at`` (delayed jobs) and the
@@ -153,7 +153,7 @@ def args_tuple(name: str, args: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def build_schedule(
-    app: App,
+    app: AppView,
     task: Task[Any, Any],
     name: str,
     *,
@@ -191,3 +191,11 @@ def build_schedule(
         headers=dict(call.headers or {}),
         enabled=bool(enabled),
     )
+
+
+class SchedulingApp(AppView, Protocol):
+    """An app as its periodic schedules see it: an :class:`~jsworker.appview.AppView` with the
+    schedules it declares (``app.schedule``, ``@app.task(cron=...)``), by name."""
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]: ...

@@ -22,10 +22,10 @@ from ..wire import (
     TASK,
 )
 from .claims import CANCELLED, claim
-from .declare import at_expression
+from .declare import DELAYED_SINCE, at_expression
 
 if TYPE_CHECKING:
-    from ..app import App
+    from ..appview import AppView
     from ..jetstream.connection import Connection
     from ..naming import Namespace
 
@@ -57,7 +57,21 @@ def delayed_message(namespace: Namespace, queue: str, job: OutMessage, due: date
     return OutMessage(namespace.delayed_subject(queue, at, job_id), job.body, headers)
 
 
-async def cancel_delayed(app: App, conn: Connection, job_id: str) -> tuple[str, str] | None:
+class DelayedJobs:
+    """The producer's part of delayed jobs (a :class:`jsworker.producer.DelayedStore`): the
+    server must keep message schedules, and a job is stored as one firing at its due time."""
+
+    def check(self, conn: Connection) -> None:
+        """:class:`~jsworker.ServerVersionError` on a server without message schedules: it
+        would store the schedule as a plain message on a subject no worker reads."""
+        conn.require_version("delayed jobs", DELAYED_SINCE)
+
+    def message(self, namespace: Namespace, queue: str, job: OutMessage, due: datetime) -> OutMessage:
+        """The schedule that stores ``job`` until ``due`` (see :func:`delayed_message`)."""
+        return delayed_message(namespace, queue, job, due)
+
+
+async def cancel_delayed(app: AppView, conn: Connection, job_id: str) -> tuple[str, str] | None:
     """Remove every schedule of delayed job ``job_id`` that has not fired; the queue and task
     of the one removed, or None when none was.
 

@@ -46,10 +46,9 @@ from ..wire import (
     caller_headers,
 )
 from .cron import Cron, duration_seconds, zone
-from .declare import NEXT_TICK, Schedule
+from .declare import NEXT_TICK, Schedule, SchedulingApp
 
 if TYPE_CHECKING:
-    from ..app import App
     from ..jetstream.connection import Connection
 
 # Writers racing on one schedule settle in one or two rounds; more means something keeps
@@ -117,7 +116,7 @@ def written_header_block(msg: OutMessage, expect_last: int | None = None) -> int
     return size
 
 
-def check_schedule_size(app: App, schedule: Schedule) -> None:
+def check_schedule_size(app: SchedulingApp, schedule: Schedule) -> None:
     """ConfigurationError naming ``schedule`` when the server would refuse its message for
     the size of its headers (a very long cron expression: it travels twice, as the schedule
     and as its declaration). The body is checked at install, against the server's
@@ -132,7 +131,7 @@ def check_schedule_size(app: App, schedule: Schedule) -> None:
         )
 
 
-def _message(app: App, state: ScheduleState, paused: bool) -> OutMessage:
+def _message(app: SchedulingApp, state: ScheduleState, paused: bool) -> OutMessage:
     ns = app.namespace
     headers = {
         **state.headers,
@@ -158,7 +157,7 @@ def _message(app: App, state: ScheduleState, paused: bool) -> OutMessage:
     return OutMessage(ns.periodic_subject(state.name), state.body, headers)
 
 
-def _declared_state(app: App, schedule: Schedule) -> ScheduleState:
+def _declared_state(app: SchedulingApp, schedule: Schedule) -> ScheduleState:
     return ScheduleState(
         name=schedule.name,
         task=schedule.task,
@@ -178,7 +177,7 @@ def _declared_state(app: App, schedule: Schedule) -> ScheduleState:
     )
 
 
-def _stored_state(app: App, msg: StoredMessage) -> ScheduleState | None:
+def _stored_state(app: SchedulingApp, msg: StoredMessage) -> ScheduleState | None:
     h = msg.headers
     name = app.namespace.parse_periodic_subject(msg.subject)
     if name is None or TASK not in h or QUEUE not in h or SCHEDULE_SPEC not in h:
@@ -208,7 +207,7 @@ def _target_id(target: str) -> str | None:
     return parts[5] if len(parts) == 6 else None
 
 
-async def read_schedules(app: App, conn: Connection) -> dict[str, ScheduleState]:
+async def read_schedules(app: SchedulingApp, conn: Connection) -> dict[str, ScheduleState]:
     """Every periodic schedule of the app on the server, by name."""
     ns = app.namespace
     facts = await stream_facts(conn, ns.stream, ns.periodic_filter)
@@ -222,7 +221,7 @@ async def read_schedules(app: App, conn: Connection) -> dict[str, ScheduleState]
     return found
 
 
-async def read_schedule(app: App, conn: Connection, name: str) -> ScheduleState | None:
+async def read_schedule(app: SchedulingApp, conn: Connection, name: str) -> ScheduleState | None:
     """Periodic schedule ``name`` as the server holds it; None when there is none."""
     subject = app.namespace.periodic_subject(validate_name("schedule", name))
     msg = await LimitsStream(conn, app.namespace.stream).last(subject)
@@ -230,7 +229,12 @@ async def read_schedule(app: App, conn: Connection, name: str) -> ScheduleState 
 
 
 async def _install(
-    app: App, conn: Connection, wanted: ScheduleState, current: ScheduleState | None, *, off: bool = False
+    app: SchedulingApp,
+    conn: Connection,
+    wanted: ScheduleState,
+    current: ScheduleState | None,
+    *,
+    off: bool = False,
 ) -> str:
     """Bring one schedule to ``wanted`` (keeping its paused state; paused when ``off``: code
     switched it off); ``created``, ``updated`` or ``unchanged``. :class:`ScheduleRefused`
@@ -270,7 +274,7 @@ async def write_message(conn: Connection, msg: OutMessage, expect_last: int) -> 
     await write(conn, msg.subject, msg.body, msg.headers, expect_last=expect_last)
 
 
-async def sync_schedules(app: App, conn: Connection, *, prune: bool = False) -> SyncReport:
+async def sync_schedules(app: SchedulingApp, conn: Connection, *, prune: bool = False) -> SyncReport:
     """Install the app's declared schedules: create missing ones, replace changed ones, leave
     identical ones untouched (their timing goes on undisturbed). Schedules on the server that
     the app does not declare are reported as stale, and removed only with ``prune``.
@@ -301,7 +305,7 @@ async def sync_schedules(app: App, conn: Connection, *, prune: bool = False) -> 
     return report
 
 
-async def set_paused(app: App, conn: Connection, name: str, paused: bool) -> bool:
+async def set_paused(app: SchedulingApp, conn: Connection, name: str, paused: bool) -> bool:
     """Pause or resume schedule ``name``; True when that changed something, False when it
     already was so. :class:`ScheduleNotFound` when there is no such schedule."""
     for _ in range(_ROUNDS):
@@ -318,7 +322,7 @@ async def set_paused(app: App, conn: Connection, name: str, paused: bool) -> boo
     raise ConfigurationError(f"schedule {name!r} keeps changing under this process")
 
 
-async def remove_schedule(app: App, conn: Connection, name: str) -> bool:
+async def remove_schedule(app: SchedulingApp, conn: Connection, name: str) -> bool:
     """Remove schedule ``name`` from the server; False when there was none. A worker starting
     with code that declares it installs it again."""
     state = await read_schedule(app, conn, name)

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .cluster import NatsCluster
-    from .process import NatsServer
+
+class Owner(Protocol):
+    """A server or a cluster (:class:`~.process.NatsServer`, :class:`~.cluster.NatsCluster`):
+    both register here, so this module names neither."""
+
+    def stop(self) -> None:
+        """Stop it and remove what it owns."""
+        ...
+
 
 # Servers that own a process or a temporary directory and were not stopped yet, so that an
 # interpreter exiting without stop() (a test run interrupted at the wrong moment, a failed
 # start nobody cleaned up) leaves neither a running server nor a directory behind.
-OWNED: set[NatsServer | NatsCluster] = set()
+OWNED: set[Owner] = set()
 
 
 @atexit.register

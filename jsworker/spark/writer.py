@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from pyspark.sql.types import StructType
 
 from ..app import App
+from ..appview import AppView
 from ..errors import ConfigurationError
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection
@@ -103,7 +104,7 @@ def _boolean(option: str, raw: str) -> bool:
     return value == "true"
 
 
-async def ensure_streams(app: App) -> None:
+async def ensure_streams(app: AppView) -> None:
     """Create the app's streams when its job stream does not exist; an existing one is left as it is."""
     conn = await Connection.open(app.connect_options("producer", "spark"))
     try:

@@ -316,7 +316,7 @@ async def test_a_job_not_started_in_time_expires_unrun(nats_server: NatsServer) 
     assert (await app.astatus(fresh.id)).state is JobState.UNKNOWN  # a first-attempt success keeps no record
     assert app.metrics.expired.labels("later", "stale")._value.get() == 1
     with pytest.raises(JobExpired):
-        await app.lifecycle.result(old, timeout=1)
+        await app.lifecycle.result(old.id, old.seq, timeout=1)
     await app.aclose()
 
 

@@ -52,9 +52,9 @@ def test_sync_enqueues_share_one_connection(app: App, nats_server: NatsServer) -
     """Many .delay calls reuse the background connection instead of connecting per call."""
     job = _task(app)
     job.delay(1)
-    first = app.producer._loop
+    first = app.bridge._loop
     receipts = [job.delay(i) for i in range(50)]
-    assert app.producer._loop is first
+    assert app.bridge._loop is first
     assert len({r.seq for r in receipts}) == 50
     assert _stored(nats_server.url) == 51
 

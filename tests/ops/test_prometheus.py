@@ -120,7 +120,7 @@ def _round(url: str) -> None:
     twice = ops_app.later.apply(countdown=DUE_IN)
     doomed = ops_app.later.apply(countdown=DUE_IN)
     asyncio.run(_store_a_second_schedule(url, twice))
-    holder = ops_app.app.producer.run_sync(_claim_as_cancelled, doomed)
+    holder = ops_app.app.bridge.run_sync(_claim_as_cancelled, doomed)
     assert holder is None, f"{doomed.id} fired and was claimed by {holder} before the test's claim"
 
 

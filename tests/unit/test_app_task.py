@@ -23,7 +23,7 @@ def app(monkeypatch: pytest.MonkeyPatch) -> App:
     def no_network(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the producer was reached")
 
-    monkeypatch.setattr(a.producer, "run_sync", no_network)
+    monkeypatch.setattr(a.bridge, "run_sync", no_network)
     monkeypatch.setattr(a.producer, "send", no_network)
     monkeypatch.setattr(a.producer, "send_many", no_network)
     return a

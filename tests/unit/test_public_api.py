@@ -12,7 +12,7 @@ import sys
 
 import jsworker
 import jsworker.errors
-import jsworker.fleet.registry
+import jsworker.workers
 from jsworker import JsworkerError, TaskControl, WorkerEntry, live_workers
 
 # Exceptions that never leave the module that raises them: their callers catch them (or, for
@@ -209,8 +209,8 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 
 
 def test_live_workers_and_their_entries_are_public() -> None:
-    assert live_workers is jsworker.fleet.registry.live_workers
-    assert WorkerEntry is jsworker.fleet.registry.WorkerEntry
+    assert live_workers is jsworker.workers.live_workers
+    assert WorkerEntry is jsworker.workers.WorkerEntry
     assert {"live_workers", "WorkerEntry"} <= set(jsworker.__all__)
     assert inspect.iscoroutinefunction(live_workers)
     assert "jsworker workers" in (live_workers.__doc__ or "")
