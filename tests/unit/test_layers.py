@@ -118,7 +118,6 @@ def imports(path: str) -> Iterator[tuple[str, int]]:
     package = path.rpartition("/")[0].replace("/", ".")
     tree = ast.parse(MODULES[path].read_text(), path)
     for node in ast.walk(tree):
-        names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -129,6 +128,8 @@ def imports(path: str) -> Iterator[tuple[str, int]]:
                 origin = node.module or ""
             # `from . import wire` imports a module; `from .job import Job` a name of one.
             names = [f"{origin}.{alias.name}" for alias in node.names]
+        else:
+            continue
         for name in names:
             found = _target(name)
             if found is not None and found != path:
