@@ -56,6 +56,7 @@ from .errors import (
     TaskControl,
     TopologyError,
     UnsupportedColumnError,
+    WorkflowFailed,
     WriteRefused,
 )
 from .job import Job, JobContext, current_job
@@ -67,18 +68,21 @@ from .task import Task
 from .workers import WorkerEntry, live_workers
 
 if TYPE_CHECKING:
+    from .admin import Admin
     from .cli.loader import AppNotFound
 
-# The one exception still defined outside errors.py, in the command line's module, which
-# `import jsworker` does not load otherwise: imported when first asked for.
+# Names whose modules `import jsworker` does not load otherwise (the admin API reads dead
+# letters; one exception is still defined in the command line's module): imported when
+# first asked for.
 _LAZY = {
+    "Admin": ".admin",
     "AppNotFound": ".cli.loader",
 }
 
 if not TYPE_CHECKING:  # the checker sees the imports above instead
 
     def __getattr__(name: str) -> Any:
-        """The exceptions of :data:`_LAZY`, imported on first use (PEP 562)."""
+        """The names of :data:`_LAZY`, imported on first use (PEP 562)."""
         module = _LAZY.get(name)
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -93,6 +97,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Admin",
     "ApiError",
     "App",
     "AppNotFound",
@@ -148,6 +153,7 @@ __all__ = [
     "TopologyError",
     "UnsupportedColumnError",
     "WorkerEntry",
+    "WorkflowFailed",
     "WriteRefused",
     "__version__",
     "current_job",

@@ -39,6 +39,7 @@ from .scheduling.periodic import check_schedule_size
 from .serializers import JSONSerializer, Serializer
 from .task import Task
 from .task_options import TaskArguments, TaskOptions
+from .workflows.handle import Workflow
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -303,6 +304,10 @@ class App:
         """A handle on job ``job_id`` from an id kept elsewhere (a web request, another
         process): the same ``result``/``status``/``cancel`` as an enqueue's receipt."""
         return Job(id=check_job_id(job_id), task="", queue="", seq=0, app=self)
+
+    def workflow(self, flow_id: str) -> Workflow:
+        """A handle on workflow ``flow_id`` (a chain, group or chord): its status and result."""
+        return Workflow(self, check_job_id(flow_id))
 
     async def astatus(self, job_id: str) -> JobStatus:
         """Where job ``job_id`` is in its lifecycle: ``scheduled``, ``queued``, ``running``,

@@ -55,10 +55,16 @@ class AppOptions:
         True,
         help="Check annotated task arguments at enqueue and convert them back to their types at run.",
     )
+    workflows: bool = option(
+        False, help="Chains, groups and chords: workers advance them (nats-server 2.12+)."
+    )
+    workflow_ttl: float = option(
+        7 * _DAY, env="WORKFLOW_TTL", help="Seconds a workflow's state is kept after its last step."
+    )
 
     def __post_init__(self) -> None:
         # Values from JSWORKER_* variables arrive as strings.
-        for what in ("duplicate_window", "dlq_max_age", "events_max_age", "publish_timeout"):
+        for what in ("duplicate_window", "dlq_max_age", "events_max_age", "publish_timeout", "workflow_ttl"):
             object.__setattr__(
                 self, what, check_seconds(what, parse_number(what, getattr(self, what), float))
             )
@@ -71,6 +77,7 @@ class AppOptions:
             object.__setattr__(self, what, parse_size(what, getattr(self, what)))
         object.__setattr__(self, "events", bool(self.events))
         object.__setattr__(self, "validate_arguments", bool(self.validate_arguments))
+        object.__setattr__(self, "workflows", bool(self.workflows))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +133,8 @@ class AppArguments(TypedDict, total=False):
     max_ack_pending: int
     publish_timeout: float
     validate_arguments: bool
+    workflows: bool
+    workflow_ttl: float
     user: str | None
     password: str | None
     token: str | None

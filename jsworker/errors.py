@@ -335,3 +335,16 @@ class Reject(TaskControl):
 
 class StartupError(JsworkerError):
     """An ``@app.on_startup`` hook raised: the worker stops before its first job (exit code 1)."""
+
+
+class WorkflowFailed(JsworkerError):
+    """A workflow ended without its result: a step was dead-lettered, cancelled or expired.
+
+    ``flow_id`` names the workflow, ``step`` the step that ended it (``"2"``: a chain's third
+    step, ``"m5"``: a group's sixth member), ``state`` how (``failed``, ``cancelled``,
+    ``expired``) and ``reason`` why.
+    """
+
+    def __init__(self, flow_id: str, step: str | None, state: str, reason: str) -> None:
+        super().__init__(f"workflow {flow_id} {state} at step {step}: {reason}")
+        self.flow_id, self.step, self.state, self.reason = flow_id, step, state, reason

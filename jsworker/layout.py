@@ -18,13 +18,17 @@ def job_stream_spec(app: AppView, schedules: bool = True) -> StreamSpec:
     """The job stream; it also holds the schedules, which it allows when ``schedules``
     (servers before 2.12 have none)."""
     ns = app.namespace
+    # Workflows keep their definitions and states beside their jobs: a step and the state
+    # write that records it are stored in one atomic batch (servers with schedules have those).
+    flows = app.options.workflows and schedules
     return StreamSpec(
         name=ns.stream,
-        subjects=(ns.job_subjects, ns.schedule_subjects),
+        subjects=(ns.job_subjects, ns.schedule_subjects, *([ns.flow_subjects] if flows else [])),
         work_queue=True,
         replicas=app.options.replicas,
         duplicate_window=app.options.duplicate_window,
         schedules=schedules,
+        atomic=flows,
     )
 
 

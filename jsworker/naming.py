@@ -159,6 +159,12 @@ class Namespace:
             return None
         return parts[4]
 
+    @property
+    def flow_subjects(self) -> str:
+        """Wildcard covering every workflow subject of the app (in the job stream): their
+        definitions, states and group members' results."""
+        return f"jsw.{self.app}.flow.>"
+
     def claim_subject(self, job_id: str, due_ms: int) -> str:
         """Subject of the claim on the firing of ``job_id`` due at ``due_ms``."""
         return f"jsw.{self.app}.claim.{job_id}.{due_ms}"

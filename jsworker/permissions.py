@@ -74,6 +74,11 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             "enqueue delayed jobs (one-shot `@at` schedules; a worker dead-letters any other firing)",
             _PRODUCING,
         ),
+        Grant(
+            f"jsw.{ns.app}.flow.def.*",
+            "start workflows (`App(workflows=True)`): a definition, stored once with the first jobs",
+            _PRODUCING,
+        ),
         *(
             Grant(
                 ns.event_subject("*", "*", kind),
@@ -116,6 +121,11 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         Grant(ns.halt_subject(), "tell the worker holding a cancelled job to drop or stop it", _TRUSTED),
         Grant(ns.held_subject(), "ask which worker runs a job (status: running)", _TRUSTED),
         Grant(ns.periodic_filter, "install, pause and remove periodic schedules", _TRUSTED),
+        Grant(
+            f"jsw.{ns.app}.flow.*.>",
+            "advance workflows: their states and members' results (each written once, by compare-and-set)",
+            _TRUSTED,
+        ),
         # -- workers ---------------------------------------------------------------------
         Grant(ns.dlq_subjects, "store dead letters", _WORKER),
         Grant(ns.events_subjects, "store job events", _WORKER),

@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
@@ -17,6 +18,7 @@ from .calls import Call, CallArgs, due_time, new_job_id
 from .calls import check_job_id as check_job_id
 from .config import check_ahead
 from .errors import ConfigurationError
+from .jetstream.message import OutMessage
 from .job import Job
 from .middleware import MiddlewareChain
 from .naming import validate_name
@@ -37,6 +39,10 @@ class Sender(Protocol):
 
     async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
         """Store many jobs; their receipts, in order."""
+        ...
+
+    def message(self, task: Task[Any, Any], call: Call) -> OutMessage:
+        """The message that carries ``call`` of ``task``, not sent."""
         ...
 
 
@@ -305,3 +311,57 @@ class Task(Generic[P, R]):
         """Sync form of :meth:`adelay_many`."""
         calls = self._calls(items)
         return self.app.bridge.run_sync(self.app.producer.send_many, self, calls)
+
+    # -- workflow steps -------------------------------------------------------------------
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task with these arguments bound, for a workflow step: the previous step's
+        result comes before them (see :mod:`jsworker.workflows`)."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """As :meth:`s`, for a step that takes no previous result."""
+        return Signature(self, args, kwargs, immutable=True)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """``task`` called with ``args`` and ``kwargs``, not enqueued yet: made with
+    ``task.s(...)`` (the previous step's result comes first in its arguments) or
+    ``task.si(...)`` (``immutable``: it takes no result). ``queue`` and ``headers`` apply to
+    its job as ``apply``'s do."""
+
+    task: Task[Any, Any]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    immutable: bool = False
+    queue: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def set(self, *, queue: str | None = None, headers: Mapping[str, str] | None = None) -> Signature:
+        """This signature with its job sent to ``queue`` and/or carrying ``headers``."""
+        if queue is not None:
+            validate_name("queue", queue)
+        if headers is not None:
+            try:
+                headers = check_headers(headers)
+            except ValueError as exc:
+                raise ConfigurationError(f"task {self.task.name}: {exc}") from None
+        return replace(
+            self,
+            queue=queue if queue is not None else self.queue,
+            headers={**self.headers, **(headers or {})},
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """What a workflow's definition keeps of this signature. Its arguments are kept as
+        given: the app's serializer must encode them (a step's own result is added when its
+        job is made)."""
+        return {
+            "task": self.task.name,
+            "queue": self.queue or self.task.queue,
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "immutable": self.immutable,
+            "headers": dict(self.headers),
+        }

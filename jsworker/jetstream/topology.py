@@ -45,6 +45,8 @@ class StreamSpec:
     kv: bool = False
     #: Fast batch publishing (servers 2.14+).
     batched: bool = False
+    #: Atomic batch publishing and per-message TTLs (servers 2.12+): workflows.
+    atomic: bool = False
 
     def config(self) -> StreamConfig:
         """The nats-py config for this spec."""
@@ -66,8 +68,9 @@ class StreamSpec:
             allow_msg_schedules=True if self.schedules else None,
             allow_direct=True if self.kv else None,
             allow_rollup_hdrs=self.kv,
-            allow_msg_ttl=True if self.kv else None,
+            allow_msg_ttl=True if self.kv or self.atomic else None,
             allow_batched=True if self.batched else None,
+            allow_atomic=True if self.atomic else None,
         )
 
 
@@ -166,7 +169,8 @@ async def _reconcile_stream(
         and (current.max_msgs_per_subject or -1) == wanted.max_msgs_per_subject
         # Schedules, once allowed, cannot be turned off again; a spec without them leaves them.
         and (bool(current.allow_msg_schedules) or not spec.schedules)
-        and (bool(current.allow_msg_ttl) or not spec.kv)
+        and (bool(current.allow_msg_ttl) or not (spec.kv or spec.atomic))
+        and (bool(current.allow_atomic) or not spec.atomic)
         and (bool(current.allow_batched) or not spec.batched)
     ):
         return differ

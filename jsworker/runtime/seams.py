@@ -21,6 +21,7 @@ from ..job import running_job
 from ..middleware import MiddlewareChain, Settled, SettledState
 from ..observability.logging import get_logger
 from .execution import Executor, JobRun, failed
+from .flows import FinalStep
 from .schedules import CANCELLED_AS_FIRED
 from .settlement import Decision, Outcome, OutcomeKind, Verb
 
@@ -48,6 +49,8 @@ class RunSeams:
     gates: list[Gate] = field(default_factory=list)
     starts: list[StartStep] = field(default_factory=list)
     ends: list[EndStep] = field(default_factory=list)
+    #: Steps before a final outcome (not a success, not a retry) is sent to the server.
+    finals: list[FinalStep] = field(default_factory=list)
 
     def admission(self, executor: Executor, recheck: Callable[[JobRun], Awaitable[None]]) -> Admission:
         """The check before each run: the job's own, then the gates."""

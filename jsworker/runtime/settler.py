@@ -8,6 +8,7 @@ worker's loop; everything else comes here.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..deadletters.format import dead_letter_message
@@ -16,6 +17,7 @@ from ..jetstream.connection import Connection
 from ..jetstream.publish import Publisher
 from ..observability.logging import get_logger
 from .execution import JobRun
+from .flows import FinalStep
 from .handbacks import HandBacks
 from .lifecycle import JobBook
 from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide, is_failure
@@ -35,8 +37,17 @@ _DLQ_RETRY_DELAY = 5.0
 class Settler:
     """Settles the jobs of one worker that fail, retry, expire or succeed after retries."""
 
-    def __init__(self, app: App, conn: Connection, book: JobBook, handbacks: HandBacks) -> None:
+    def __init__(
+        self,
+        app: App,
+        conn: Connection,
+        book: JobBook,
+        handbacks: HandBacks,
+        finals: Sequence[FinalStep] = (),
+    ) -> None:
         self.app = app
+        #: Steps before a final outcome is sent (a workflow's end): see :mod:`.flows`.
+        self._finals = tuple(finals)
         self.conn = conn
         self._book = book
         self._handbacks = handbacks
@@ -69,6 +80,12 @@ class Settler:
             await job.delivery.ack()
             self._book.finished.append(job.delivery.stream_seq)
             return outcome, decision
+        if self._finals and decision.verb is not Verb.NAK and outcome.kind is not OutcomeKind.CANCELLED:
+            for final in self._finals:
+                if not await final(job, outcome, decision):
+                    # Not recorded where it had to be: the job ends later, when that works.
+                    decision = Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"end not recorded: {decision.reason}")
+                    break
         decision = await self._settle(job, outcome, decision)
         await self._book.record(job, outcome, decision, started)
         if decision.verb is not Verb.NAK and outcome.kind not in _NOT_FINISHED:

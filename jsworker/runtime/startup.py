@@ -8,22 +8,35 @@ import asyncio
 import dataclasses
 import functools
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from .. import __version__
+from .._version import __version__
 from ..errors import TopologyError
 from ..events.emit import EventEmitter
 from ..jetstream.connection import Connection, ConnectOptions
 from ..observability.logging import get_logger
+from ..workflows.advance import Continuations
 from .execution import Executor
+from .flows import flow_call, flow_final
 from .lifecycle import JobBook
 from .observe import emit_job_end, emit_job_start, warn_replicas_differ
 from .schedules import FiredJobs
 from .seams import RunSeams, settled_step, wrapped_call
+from .settings import WorkerSettings
 
 if TYPE_CHECKING:
     from ..app import App
-    from .worker import Worker
+
+
+class _Running(Protocol):
+    """What the metrics read of a worker."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def settings(self) -> WorkerSettings: ...
+
 
 log = get_logger("jsworker.worker")
 
@@ -31,7 +44,7 @@ log = get_logger("jsworker.worker")
 _PROVISION_PATIENCE = 30.0
 
 
-def announce(app: App, conn: Connection, worker: Worker, queues: list[str]) -> None:
+def announce(app: App, conn: Connection, worker: _Running, queues: list[str]) -> None:
     """Set the worker's metrics and log the connection's losses and returns."""
     metrics = app.metrics
     metrics.count_in_flight(worker)
@@ -98,4 +111,8 @@ def build_seams(app: App, conn: Connection, executor: Executor, book: JobBook) -
         seams.ends.append(functools.partial(emit_job_end, events))
     if app.middleware.settles:
         seams.ends.append(settled_step(app.middleware))
+    if app.options.workflows:
+        flows = Continuations(app, conn)
+        seams.call = flow_call(seams.call, flows)
+        seams.finals.append(flow_final(flows))
     return seams

@@ -106,7 +106,7 @@ class Worker:
         self.conn = conn = records_conn = await Connection.open(options)
         hooked = False
         try:
-            app.producer.bind(conn)
+            app.connections.bind(conn)
             announce(app, conn, self, self.queues)
             await provision(app, conn, self.queues)
             if settings.schedules:
@@ -129,7 +129,7 @@ class Worker:
             # End steps come after the ack, which a kept result's record holds back.
             self._book.track_acks = bool(self._seams.ends)
             answers = await answer_questions(app, conn)
-            self._settler = Settler(app, conn, self._book, self._handbacks)
+            self._settler = Settler(app, conn, self._book, self._handbacks, self._seams.finals)
             self._registry = WorkerAnnouncer(app, conn, self)
             await self._registry.start()
             # The pull loops and the worker's own services run in one task group; each job

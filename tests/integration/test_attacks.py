@@ -93,6 +93,10 @@ def test_a_producer_can_only_add_work(secured: NatsServer, tmp_path: Path) -> No
                 await _refused(conn, f"jsw.perm.halt.{running.id}", str(running.seq).encode())
                 await _refused(conn, f"jsw.perm.claim.{delayed.id}.{due_ms}", b"1")
                 await _refused(conn, f"jsw.perm.claim.{running.id}.back", b"")
+                # A workflow's state and its members' results are the workers' to write: a
+                # forged state could skip a chain's steps or fire a chord's callback early.
+                await _refused(conn, "jsw.perm.flow.state.flow1", b'{"step":5}')
+                await _refused(conn, "jsw.perm.flow.done.flow1.0", b'{"ok":1}')
                 for verb, request in (
                     ("MSG.GET", {"seq": running.seq}),
                     ("MSG.DELETE", {"seq": running.seq}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,4 +24,25 @@ def test_quickstart_runs_every_job() -> None:
     # flaky_report fails its first attempt: one more start, one failure, one retry.
     assert "job events: 6 enqueued, 7 started, 6 succeeded, 1 failed, 1 retried" in result.stdout
     assert "worker stopped (exit code 0)" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_the_task_tracking_example_keeps_every_jobs_final_state(tmp_path: Path) -> None:
+    """examples/task_tracking: one middleware keeps a row per job, from enqueued to its end."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "task_tracking" / "run.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TRACKING_DB": str(tmp_path / "tracking.sqlite3")},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split()[1:4] for line in result.stdout.splitlines()[1:]]
+    assert sorted(rows) == [
+        ["charge", "succeeded", "1"],
+        ["charge", "succeeded", "2"],  # failed once, retried
+        ["report", "cancelled", "1"],
+        ["ship", "failed", "1"],
+    ]
     assert "Traceback" not in result.stderr

@@ -26,6 +26,7 @@ def test_producer_may_only_add_work_and_read_records() -> None:
     assert producer.publish == (
         "jsw.shop.q.>",
         "jsw.shop.sched.at.*.>",
+        "jsw.shop.flow.def.*",
         "jsw.shop.ev.*.*.enqueued",
         "jsw.shop.ev.*.*.scheduled",
         "$JS.API.STREAM.MSG.GET.KV_jsw_shop_jobs",

@@ -20,6 +20,7 @@ from jsworker import JsworkerError, TaskControl, WorkerEntry, live_workers
 INTERNAL = {
     "NobodyAnswered": "jsworker.jetstream.service",  # a question no worker listens to
     "SubjectMoved": "jsworker.jetstream.stored",  # a compare-and-set write that lost
+    "BatchConflict": "jsworker.jetstream.atomic",  # an atomic batch whose write was made before
     "TLSNotOfferedError": "jsworker.jetstream.client",  # a connect attempt, then ConnectError
     "TaskProcessError": "jsworker.runtime.processes",  # what a process task raised, in the worker
     "ResultError": "jsworker.runtime.processes",
@@ -33,6 +34,7 @@ ELSEWHERE = {"AppNotFound": "jsworker.cli.loader"}
 # What `from jsworker import ...` offers, sorted. A name added to or removed from the package's
 # __all__ is a change of the public API: make it here too, on purpose.
 PUBLIC = [
+    "Admin",
     "ApiError",
     "App",
     "AppNotFound",
@@ -88,6 +90,7 @@ PUBLIC = [
     "TopologyError",
     "UnsupportedColumnError",
     "WorkerEntry",
+    "WorkflowFailed",
     "WriteRefused",
     "__version__",
     "current_job",

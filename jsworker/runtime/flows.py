@@ -1,0 +1,65 @@
+"""Workflows in the worker (``App(workflows=True)``): a step's continuation runs before the
+server is told the step ended (see :mod:`jsworker.workflows.advance`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from ..errors import JsworkerError
+from ..observability.logging import get_logger
+from ..workflows.advance import Continuations
+from ..workflows.definition import FLOW
+from .execution import JobRun
+from .settlement import Decision, Outcome, OutcomeKind, Verb
+
+log = get_logger("jsworker.workflows")
+
+#: A step before the server is told of a final outcome (not a success's, not a retry's):
+#: returns False when it could not be done (the job is then tried again later).
+FinalStep = Callable[[JobRun, Outcome, Decision], Awaitable[bool]]
+
+_FINAL_STATES = {
+    OutcomeKind.ABORTED: "cancelled",
+    OutcomeKind.EXPIRED: "expired",
+}
+
+
+def flow_call(
+    call: Callable[[JobRun], Awaitable[Outcome]], flows: Continuations
+) -> Callable[[JobRun], Awaitable[Outcome]]:
+    """``call``, then, for a workflow's step that succeeded, what comes next."""
+
+    async def run(job: JobRun) -> Outcome:
+        outcome = await call(job)
+        headers = job.delivery.headers
+        if outcome.kind is OutcomeKind.SUCCEEDED and FLOW in headers:
+            try:
+                await flows.ended(dict(headers), True, outcome.value, "succeeded", "", None)
+            except JsworkerError as exc:
+                # Not recorded: the step runs again later, and its next step is enqueued then.
+                return Outcome(OutcomeKind.FAILED, f"could not enqueue what follows it: {exc}", error=exc)
+        return outcome
+
+    return run
+
+
+def flow_final(flows: Continuations) -> FinalStep:
+    """The step that ends a workflow whose step failed for good, was cancelled or expired."""
+
+    async def step(job: JobRun, outcome: Outcome, decision: Decision) -> bool:
+        headers = job.delivery.headers
+        if FLOW not in headers:
+            return True
+        state = "failed" if decision.verb is Verb.DEAD_LETTER else _FINAL_STATES.get(outcome.kind)
+        if state is None:
+            return True
+        try:
+            await flows.ended(
+                dict(headers), False, None, state, decision.reason or outcome.reason, outcome.error
+            )
+        except JsworkerError as exc:
+            log.error("workflow.end_not_recorded", error=str(exc), **job.log_fields())
+            return False
+        return True
+
+    return step

@@ -1,0 +1,122 @@
+"""Workflows: chains, groups and chords whose steps are enqueued exactly once, advanced by the
+workers as each step ends (no waiting task, no polling process).
+
+``chain(a.s(1), b.s(), c.s())``: each step after the one before it succeeded, with its result
+first in its arguments; ``group(resize.s(p) for p in paths)``: members run together, all
+enqueued or none; ``chord(group, zip_all.s())``: the callback once every member ended, with
+their results in order. See :mod:`.advance` for how exactly-once is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError
+from ..task import Signature
+from .definition import FlowDef, OnFailure
+from .handle import Workflow, WorkflowStatus
+from .start import describe_all, group_flow, new_flow_id, start
+
+if TYPE_CHECKING:
+    from ..task import TaskOwner
+
+__all__ = ["Chain", "Chord", "Group", "Signature", "Workflow", "WorkflowStatus", "chain", "chord", "group"]
+
+
+def _app_of(sigs: Iterable[Signature]) -> TaskOwner:
+    apps = {id(s.task.app): s.task.app for s in sigs if isinstance(s, Signature)}
+    if len(apps) != 1:
+        raise ConfigurationError("a workflow's signatures must all be tasks of one app")
+    return next(iter(apps.values()))
+
+
+class _Startable:
+    """Something that starts as a workflow: ``apply`` / ``aapply`` return its handle."""
+
+    def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
+        raise NotImplementedError
+
+    async def aapply(self) -> Workflow:
+        """Start it: its definition and first jobs are stored all or none."""
+        app, flow, first = self._flow()
+        await start(app, flow, first)
+        return Workflow(app, flow.id)
+
+    def apply(self) -> Workflow:
+        """Sync form of :meth:`aapply`."""
+        app, _, _ = self._flow()
+        return app.bridge.run_sync(self.aapply)
+
+
+class Chain(_Startable):
+    """Steps run one after the other (see :func:`chain`)."""
+
+    def __init__(self, steps: list[Signature], on_error: Signature | None, flow_id: str | None) -> None:
+        self.steps, self.on_error, self.id = steps, on_error, new_flow_id(flow_id)
+
+    def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
+        described = describe_all(self.steps, "chain")
+        if not self.steps[0].immutable and self.steps[0].task is not None:
+            # The first step takes no previous result: its arguments must be whole now.
+            self.steps[0].task.make_call(self.steps[0].args, self.steps[0].kwargs, None)
+        error = self.on_error.describe() if self.on_error is not None else None
+        flow = FlowDef(self.id, "chain", described, None, error)
+        return _app_of(self.steps), flow, {"0": described[0]}
+
+
+class Group(_Startable):
+    """Members run together (see :func:`group`)."""
+
+    def __init__(self, members: list[Signature], on_failure: OnFailure, flow_id: str | None) -> None:
+        self.members, self.on_failure, self.flow_id = members, on_failure, flow_id
+        self.id = new_flow_id(flow_id)
+
+    def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
+        flow = group_flow(self.id, self.members, None, None, self.on_failure)
+        for sig in self.members:
+            sig.task.make_call(sig.args, sig.kwargs, None)  # arguments checked before anything is sent
+        return _app_of(self.members), flow, {f"m{i}": d for i, d in enumerate(flow.steps)}
+
+
+class Chord(_Startable):
+    """A group whose callback runs once every member ended (see :func:`chord`)."""
+
+    def __init__(self, members: Group, callback: Signature, on_error: Signature | None) -> None:
+        self.members, self.callback, self.error = members, callback, on_error
+
+    def on_error(self, sig: Signature) -> Chord:
+        """This chord with ``sig`` run (once) when it fails, with the failure's details."""
+        return Chord(self.members, self.callback, sig)
+
+    def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
+        g = self.members
+        flow = group_flow(g.id, g.members, self.callback, self.error, g.on_failure)
+        for sig in g.members:
+            sig.task.make_call(sig.args, sig.kwargs, None)
+        return _app_of([*g.members, self.callback]), flow, {f"m{i}": d for i, d in enumerate(flow.steps)}
+
+
+def chain(*steps: Signature, on_error: Signature | None = None, id: str | None = None) -> Chain:
+    """Steps that run one after the other, each after the one before it succeeded, with its
+    result as the first argument (``.si()`` for a step that takes none). A step that ends
+    dead-lettered, cancelled or expired stops the chain; ``on_error`` then runs once with the
+    failure's details (a dict: flow, step, task, reason) as its first argument."""
+    return Chain(list(steps), on_error, id)
+
+
+def group(members: Iterable[Signature], *, on_failure: OnFailure = "stop", id: str | None = None) -> Group:
+    """Members that run together, enqueued all or none (up to 999 in one atomic batch; more go
+    in batches of 1,000, each all or none). ``on_failure``: ``stop`` (a member that ends
+    without a result fails the group), ``continue`` (its failure's details take its place in
+    the results), ``ignore`` (it is left out of them)."""
+    return Group(list(members), on_failure, id)
+
+
+def chord(
+    members: Group | Iterable[Signature], callback: Signature, *, on_error: Signature | None = None
+) -> Chord:
+    """``callback`` runs exactly once, after every member ended, with their results in order
+    as its first argument; when the group fails (see :func:`group`'s ``on_failure``) it does
+    not run, and ``on_error`` runs once instead."""
+    return Chord(members if isinstance(members, Group) else group(members), callback, on_error)

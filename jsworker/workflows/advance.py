@@ -1,0 +1,251 @@
+"""The worker's part of a workflow: when a step ends, record it and enqueue what comes next,
+exactly once, before the server is told the step is done.
+
+A chain's step that succeeded enqueues the next step (its result first in the arguments) in
+one atomic batch with the state write that records it; the state write expects the state the
+worker read, and the next job's id derives from the workflow's, so a redelivered step (its
+worker died before the ack) finds the batch refused and enqueues nothing. A group's member
+writes its result under ``jsw.<app>.flow.done.<id>.<member>`` with the state write that sets
+its bit; the member that sets the last bit enqueues the callback, with every member's result,
+in that same batch. A step that failed for good (dead-lettered), was cancelled or expired ends
+the workflow the same way, with the error callback when there is one.
+
+Doing this before the ack means a worker that dies in between runs the step again (as any job
+whose worker died); it never loses the continuation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JsworkerError, SerializationError
+from ..jetstream.atomic import BatchConflict, publish_atomic
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.message import OutMessage
+from ..jetstream.stored import SubjectMoved, write
+from ..observability.logging import get_logger
+from ..wire import EXPECTED_LAST_SUBJECT_SEQ, caller_headers
+from .build import step_message
+from .definition import FLOW, FLOW_STEP, FlowDef, FlowState, def_subject, done_subject, state_subject
+
+if TYPE_CHECKING:
+    from ..jetstream.connection import Connection
+    from ..task import TaskOwner
+
+log = get_logger("jsworker.workflows")
+
+# Definitions a worker keeps read (they never change): a chain's steps come back to it often.
+_KEPT = 1024
+# A group member's state write that lost to another member's tries again, this many times.
+_TRIES = 200
+
+
+class Continuations:
+    """Advances the workflows whose steps this worker runs."""
+
+    def __init__(self, app: TaskOwner, conn: Connection) -> None:
+        self.app = app
+        self.conn = conn
+        self._stream = LimitsStream(conn, app.namespace.stream)
+        self._defs: OrderedDict[str, FlowDef] = OrderedDict()
+        self._ttl = str(int(app.options.workflow_ttl))
+
+    async def definition(self, flow_id: str) -> FlowDef | None:
+        """The workflow's definition: the first message of its subject (a later one, which
+        only a producer could have added, is never read)."""
+        flow = self._defs.get(flow_id)
+        if flow is not None:
+            return flow
+        found = await self._stream.next(def_subject(self.app.namespace, flow_id), 1)
+        if found is None or not found.body:
+            return None
+        flow = FlowDef.decode(self.app.serializer, found.body)
+        self._defs[flow_id] = flow
+        while len(self._defs) > _KEPT:
+            self._defs.popitem(last=False)
+        return flow
+
+    async def state(self, flow_id: str) -> FlowState:
+        """The workflow's state now."""
+        found = await self._stream.last(state_subject(self.app.namespace, flow_id))
+        if found is None or not found.body:
+            return FlowState()
+        return FlowState.decode(found.seq, found.body)
+
+    async def ended(
+        self, headers: dict[str, str], succeeded: bool, value: Any, state: str, reason: str, error: Any
+    ) -> None:
+        """Advance the workflow of the step with ``headers`` (its message's), which ended:
+        ``succeeded`` with ``value``, or for good as ``state`` (failed, cancelled, expired)
+        for ``reason`` (``error``: the exception, if any). Raises JsworkerError when the
+        server could not store it (the step is then retried)."""
+        flow_id, step = headers.get(FLOW), headers.get(FLOW_STEP, "")
+        if flow_id is None:
+            return
+        flow = await self.definition(flow_id)
+        if flow is None:
+            log.warning("workflow.unknown", flow_id=flow_id, step=step)
+            return
+        carried = caller_headers(headers)
+        if step.startswith("m") and step[1:].isdigit() and flow.kind == "group":
+            await self._member(flow, int(step[1:]), succeeded, value, state, reason, error, carried)
+        elif step.isdigit() and flow.kind == "chain":
+            await self._step(flow, int(step), succeeded, value, state, reason, carried)
+        # The callbacks' own ends (cb, err) advance nothing.
+
+    async def _step(
+        self, flow: FlowDef, index: int, succeeded: bool, value: Any, state: str, reason: str,
+        carried: dict[str, str],
+    ) -> None:  # fmt: skip
+        now = await self.state(flow.id)
+        if now.ended is not None or now.step > index:
+            return  # recorded already: a redelivery of this step
+        batch: list[OutMessage] = []
+        if succeeded and index + 1 < len(flow.steps):
+            try:
+                batch.append(
+                    step_message(self.app, flow.id, str(index + 1), flow.steps[index + 1], [value], carried)
+                )
+            except SerializationError as exc:
+                succeeded, state, reason = (
+                    False,
+                    "failed",
+                    f"step {index} returned what cannot be sent on: {exc}",
+                )
+            else:
+                now.step = index + 1
+        elif succeeded:
+            now.ended, now.at = "succeeded", str(index)
+            try:
+                batch.append(self._done(flow, index, {"ok": value}))
+            except Exception as exc:  # an encoder may raise anything on a foreign object
+                succeeded, state, reason = (
+                    False,
+                    "failed",
+                    f"step {index} returned what cannot be kept: {exc}",
+                )
+                batch = []
+        if not succeeded:
+            now.ended, now.at, now.reason = state, str(index), reason
+            batch += self._on_error(flow, index, state, reason, carried)
+        with contextlib.suppress(_Lost):  # another delivery of this step recorded it first
+            await self._write(flow, now, batch)
+
+    async def _member(
+        self, flow: FlowDef, index: int, succeeded: bool, value: Any, state: str, reason: str, error: Any,
+        carried: dict[str, str],
+    ) -> None:  # fmt: skip
+        if succeeded:
+            kept: dict[str, Any] = {"ok": value}
+        elif flow.on_failure == "continue":
+            kept = {
+                "error": {"state": state, "reason": reason, "type": type(error).__name__ if error else None}
+            }
+        else:
+            kept = {"ignored": True}
+        try:
+            body = self.app.serializer.dumps(kept)
+        except Exception as exc:  # an encoder may raise anything on a foreign object
+            succeeded, state, reason = False, "failed", f"member {index} returned what cannot be kept: {exc}"
+            body = b""
+        stops = not succeeded and flow.on_failure == "stop"
+        if not stops:
+            # The result first, on its own: the state's bit for it, set next, is then never
+            # without it. A result stored before (a redelivery) stays as it was.
+            with contextlib.suppress(SubjectMoved):
+                msg = self._done_message(flow, index, body)
+                await write(self.conn, msg.subject, msg.body, msg.headers, expect_last=0)
+        for _ in range(_TRIES):
+            if await self._count(flow, index, succeeded, stops, (state, reason), kept, carried):
+                return
+            # Another member wrote first: read again. Spread out, so that members finishing
+            # together do not retry in lockstep.
+            await asyncio.sleep(random.random() * 0.01)
+        raise JsworkerError(f"workflow {flow.id}: member {index} could not record its end")
+
+    async def _count(
+        self, flow: FlowDef, index: int, succeeded: bool, stops: bool, why: tuple[str, str],
+        kept: dict[str, Any], carried: dict[str, str],
+    ) -> bool:  # fmt: skip
+        """One try at recording a member's end in the state: False when another write came
+        first. The member that completes the group enqueues its callback in the same write."""
+        now = await self.state(flow.id)
+        bit = 1 << index
+        if now.done & bit or (stops and index in now.failed):
+            return True  # recorded already
+        batch: list[OutMessage] = []
+        if stops:
+            if now.ended is None:
+                now.ended, now.at, now.reason = why[0], f"m{index}", why[1]
+                batch += self._on_error(flow, index, *why, carried)
+            now.failed = sorted({*now.failed, index})
+        else:
+            now.done |= bit
+            if not succeeded:
+                now.failed = sorted({*now.failed, index})
+            if now.count() == len(flow.steps) and now.ended is None:
+                now.ended, now.at = "succeeded", "cb" if flow.callback else None
+                if flow.callback is not None:
+                    results = await self._results(flow, index, kept)
+                    batch.append(step_message(self.app, flow.id, "cb", flow.callback, [results], carried))
+        try:
+            await self._write(flow, now, batch)
+        except _Lost:
+            return False
+        return True
+
+    async def _results(self, flow: FlowDef, index: int, own: dict[str, Any]) -> list[Any]:
+        """Every member's result in order (this member's from ``own``), as the callback gets
+        them: an error's details in place of a result under ``continue``, nothing under
+        ``ignore``."""
+
+        async def read(i: int) -> dict[str, Any]:
+            if i == index:
+                return own
+            found = await self._stream.last(done_subject(self.app.namespace, flow.id, i))
+            if found is None or not found.body:
+                raise JsworkerError(f"workflow {flow.id}: member {i}'s result is gone")
+            kept = self.app.serializer.loads(found.body)
+            return kept if isinstance(kept, dict) else {"ignored": True}
+
+        kept = await asyncio.gather(*(read(i) for i in range(len(flow.steps))))
+        return [k["ok"] if "ok" in k else k["error"] for k in kept if "ignored" not in k]
+
+    def _done(self, flow: FlowDef, index: int, kept: dict[str, Any]) -> OutMessage:
+        return self._done_message(flow, index, self.app.serializer.dumps(kept))
+
+    def _done_message(self, flow: FlowDef, index: int, body: bytes) -> OutMessage:
+        """A step's result, stored once."""
+        headers = {EXPECTED_LAST_SUBJECT_SEQ: "0", "Nats-TTL": self._ttl}
+        return OutMessage(done_subject(self.app.namespace, flow.id, index), body, headers)
+
+    def _on_error(
+        self, flow: FlowDef, index: int, state: str, reason: str, carried: dict[str, str]
+    ) -> list[OutMessage]:
+        if flow.on_error is None or state != "failed":
+            return []
+        failed_step = flow.steps[index]
+        details = {"flow": flow.id, "step": index, "task": failed_step["task"], "reason": reason}
+        return [step_message(self.app, flow.id, "err", flow.on_error, [details], carried)]
+
+    async def _write(self, flow: FlowDef, state: FlowState, batch: list[OutMessage]) -> None:
+        """Store the new state with ``batch``, all or none; :class:`_Lost` when another write
+        came first."""
+        msg = state.message(self.app.namespace, flow.id, self.app.options.workflow_ttl)
+        try:
+            if batch:
+                await publish_atomic(self.conn, [msg, *batch])
+            else:
+                # A state write alone needs no batch: the server holds few batches open at once.
+                headers = {k: v for k, v in msg.headers.items() if k != EXPECTED_LAST_SUBJECT_SEQ}
+                await write(self.conn, msg.subject, msg.body, headers, expect_last=state.seq)
+        except (BatchConflict, SubjectMoved) as exc:
+            raise _Lost(str(exc)) from exc
+
+
+class _Lost(Exception):
+    """A state write found the state changed since it was read."""

@@ -1,0 +1,163 @@
+"""Workflows on a real server with an in-process worker: chains pass results on, groups are
+stored all or none, a chord's callback runs once with every result in order, and failures
+stop what they must and run the error callback once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from jsworker import App, Reject, WorkflowFailed, current_job
+from jsworker.testing import NatsServer
+from jsworker.workflows import chain, chord, group
+from jsworker.workflows.definition import FlowDef
+
+from ..support import wait_until_async
+from .workers import in_process_worker
+
+pytestmark = pytest.mark.anyio
+
+
+def make_app(url: str, ran: Counter[str], errors: list[Any]) -> App:
+    app = App("wf", url, workflows=True, max_retries=1, retry_backoff=0.05)
+
+    @app.task
+    async def add(x: int, y: int) -> int:
+        ran[f"add {x} {y}"] += 1
+        return x + y
+
+    @app.task
+    async def double(x: int) -> int:
+        ran[f"double {x}"] += 1
+        return 2 * x
+
+    @app.task(store_result=True)
+    async def total(values: list[int], extra: int = 0) -> int:
+        ran["total"] += 1
+        return sum(values) + extra
+
+    @app.task
+    async def refuse(x: int) -> int:
+        ran[f"refuse {x}"] += 1
+        raise Reject(f"no {x}")
+
+    @app.task
+    async def flaky(x: int) -> int:
+        ran[f"flaky {x} attempt {current_job().attempt}"] += 1
+        if current_job().attempt == 1:
+            raise ValueError("once")
+        return x
+
+    @app.task
+    async def report(details: dict[str, Any]) -> None:
+        errors.append(details)
+
+    return app
+
+
+async def test_a_chain_passes_each_result_on_and_returns_the_last(nats_server: NatsServer) -> None:
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    add, double = app.tasks["add"], app.tasks["double"]
+    async with in_process_worker(app):
+        flow = await chain(add.s(1, 2), double.s(), double.s(), add.si(10, 20)).aapply()
+        assert await flow.aresult(timeout=30) == 30
+        status = await flow.astatus()
+    assert status.state == "succeeded" and status.kind == "chain"
+    assert ran == {"add 1 2": 1, "double 3": 1, "double 6": 1, "add 10 20": 1}
+
+
+async def test_a_failed_step_stops_the_chain_and_runs_the_error_callback_once(
+    nats_server: NatsServer,
+) -> None:
+    ran: Counter[str] = Counter()
+    errors: list[Any] = []
+    app = make_app(nats_server.url, ran, errors)
+    add, refuse, double = app.tasks["add"], app.tasks["refuse"], app.tasks["double"]
+    async with in_process_worker(app):
+        flow = await chain(add.s(1, 1), refuse.s(), double.s(), on_error=app.tasks["report"].s()).aapply()
+        with pytest.raises(WorkflowFailed) as failed:
+            await flow.aresult(timeout=30)
+        await wait_until_async(lambda: errors, timeout=10, message="the error callback")
+    assert (failed.value.step, failed.value.state) == ("1", "failed") and "no 2" in failed.value.reason
+    assert errors == [{"flow": flow.id, "step": 1, "task": "refuse", "reason": "no 2"}]
+    assert "double 4" not in ran  # the chain stopped
+
+
+async def test_a_chord_calls_back_once_with_every_result_in_order(nats_server: NatsServer) -> None:
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    double, flaky = app.tasks["double"], app.tasks["flaky"]
+    members = [double.s(i) for i in range(20)] + [flaky.s(100)]
+    async with in_process_worker(app, concurrency=8):
+        flow = await chord(members, app.tasks["total"].s(extra=1)).aapply()
+        assert await flow.aresult(timeout=60) == sum(2 * i for i in range(20)) + 100 + 1
+    assert ran["total"] == 1
+    assert ran["flaky 100 attempt 1"] == ran["flaky 100 attempt 2"] == 1  # retried member counted once
+
+
+async def test_a_group_returns_its_members_results_and_keeps_failures_as_told(
+    nats_server: NatsServer,
+) -> None:
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    double, refuse = app.tasks["double"], app.tasks["refuse"]
+    async with in_process_worker(app):
+        kept = await group([double.s(1), refuse.s(2), double.s(3)], on_failure="continue").aapply()
+        ignored = await group([double.s(1), refuse.s(2), double.s(3)], on_failure="ignore").aapply()
+        stopped = await group([double.s(1), refuse.s(2), double.s(3)]).aapply()
+        got = await kept.aresult(timeout=30)
+        assert got[0] == 2 and got[2] == 6 and got[1]["reason"] == "no 2"
+        assert await ignored.aresult(timeout=30) == [2, 6]
+        with pytest.raises(WorkflowFailed):
+            await stopped.aresult(timeout=30)
+
+
+async def test_a_chord_whose_member_fails_runs_on_error_not_the_callback(nats_server: NatsServer) -> None:
+    ran: Counter[str] = Counter()
+    errors: list[Any] = []
+    app = make_app(nats_server.url, ran, errors)
+    double, refuse = app.tasks["double"], app.tasks["refuse"]
+    async with in_process_worker(app):
+        flow = (
+            await chord([double.s(1), refuse.s(7)], app.tasks["total"].s())
+            .on_error(app.tasks["report"].s())
+            .aapply()
+        )
+        with pytest.raises(WorkflowFailed):
+            await flow.aresult(timeout=30)
+        await wait_until_async(lambda: errors, timeout=10, message="the error callback")
+        await asyncio.sleep(0)  # nothing more should come; the counts below say so
+    assert ran["total"] == 0 and len(errors) == 1 and errors[0]["task"] == "refuse"
+
+
+async def test_starting_the_same_workflow_twice_stores_nothing_the_second_time(
+    nats_server: NatsServer,
+) -> None:
+    app = make_app(nats_server.url, Counter(), [])
+    double = app.tasks["double"]
+    await app.provision()
+    await group([double.s(1), double.s(2)], id="once").aapply()
+    with pytest.raises(Exception, match="exists already"):
+        await group([double.s(1), double.s(2)], id="once").aapply()
+    await app.aclose()
+
+
+async def test_a_second_definition_published_later_changes_nothing(nats_server: NatsServer) -> None:
+    """Producers may publish definitions; the workers read a workflow's first one only."""
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    add, double = app.tasks["add"], app.tasks["double"]
+    await app.provision()
+    flow = await chain(add.s(1, 2), double.s()).aapply()
+    forged = FlowDef(flow.id, "chain", [add.s(1, 2).describe(), add.si(100, 100).describe()])
+    conn = await app.connections.connection()
+    await conn.nc.publish(f"jsw.wf.flow.def.{flow.id}", forged.encode(app.serializer))
+    await conn.nc.flush()
+    await app.aclose()
+    async with in_process_worker(app):
+        assert await flow.aresult(timeout=30) == 6
+    assert "add 100 100" not in ran
