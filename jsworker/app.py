@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from .app_options import AppArguments as AppArguments
 from .app_options import AppOptions, QueueOptions, split_arguments
 from .bridge import SyncBridge
-from .calls import check_job_id
+from .calls import Call, check_job_id
 from .config import from_environment
 from .connections import ConnectionPool
 from .errors import ConfigurationError
@@ -37,9 +37,10 @@ from .scheduling.declare import DELAYED_SINCE, Schedule, build_schedule
 from .scheduling.delayed import DelayedJobs
 from .scheduling.periodic import check_schedule_size
 from .serializers import JSONSerializer, Serializer
-from .task import Task
+from .task import Signature, Task
 from .task_options import TaskArguments, TaskOptions
 from .workflows.handle import Workflow
+from .workflows.start import start_linked
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -304,6 +305,12 @@ class App:
         """A handle on job ``job_id`` from an id kept elsewhere (a web request, another
         process): the same ``result``/``status``/``cancel`` as an enqueue's receipt."""
         return Job(id=check_job_id(job_id), task="", queue="", seq=0, app=self)
+
+    async def send_linked(
+        self, task: Task[Any, Any], call: Call, link: Signature | None, link_error: Signature | None
+    ) -> Job:
+        """Store ``call`` as a workflow's first step, ``link`` after it (see ``Task.aapply``)."""
+        return await start_linked(self, task, call, link, link_error)
 
     def workflow(self, flow_id: str) -> Workflow:
         """A handle on workflow ``flow_id`` (a chain, group or chord): its status and result."""

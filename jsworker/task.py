@@ -59,6 +59,13 @@ class TaskOwner(AppView, Protocol):
     @property
     def middleware(self) -> MiddlewareChain: ...
 
+    async def send_linked(
+        self, task: Task[Any, Any], call: Call, link: Signature | None, link_error: Signature | None
+    ) -> Job:
+        """Store ``call`` as the first step of a workflow that runs ``link`` after it (or
+        ``link_error`` when it fails); its receipt."""
+        ...
+
 
 def unique_key(task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     """The job id of a unique task's call: ``<task>-u<hash>``, the hash (sha256, 32 hex digits)
@@ -265,6 +272,8 @@ class Task(Generic[P, R]):
         expires: float | None = None,
         queue: str | None = None,
         headers: Mapping[str, str] | None = None,
+        link: Signature | None = None,
+        link_error: Signature | None = None,
     ) -> Job:
         """Enqueue with explicit arguments and, optionally, your own job id (dedup key).
 
@@ -276,9 +285,19 @@ class Task(Generic[P, R]):
         ``queue`` sends this one job to another queue (whose workers must know the task);
         ``headers`` are your own, read in the task as ``current_job().headers`` and kept in
         its dead letter (names starting ``Nats-`` or ``Jsw-`` are refused).
+
+        ``link`` runs once after the job succeeded, with its result first in its arguments;
+        ``link_error`` once after it failed for good, with the failure's details (a dict:
+        flow, step, task, reason). Either makes the job a two-step workflow
+        (``App(workflows=True)``, see :mod:`jsworker.workflows`) whose id is the job's.
         """
         call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
-        return await self.app.producer.send(self, call)
+        return await self._send(call, link, link_error)
+
+    async def _send(self, call: Call, link: Signature | None, link_error: Signature | None) -> Job:
+        if link is None and link_error is None:
+            return await self.app.producer.send(self, call)
+        return await self.app.send_linked(self, call, link, link_error)
 
     async def adelay_many(self, items: Iterable[CallArgs]) -> list[Job]:
         """Enqueue many jobs with many publishes in flight; one receipt per item, in order."""
@@ -302,10 +321,12 @@ class Task(Generic[P, R]):
         expires: float | None = None,
         queue: str | None = None,
         headers: Mapping[str, str] | None = None,
+        link: Signature | None = None,
+        link_error: Signature | None = None,
     ) -> Job:
         """Sync form of :meth:`aapply`."""
         call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
-        return self.app.bridge.run_sync(self.app.producer.send, self, call)
+        return self.app.bridge.run_sync(self._send, call, link, link_error)
 
     def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:
         """Sync form of :meth:`adelay_many`."""

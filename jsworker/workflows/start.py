@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING, Any
 from ..calls import check_job_id
 from ..errors import ConfigurationError, EnqueueError, PermissionDeniedError, TopologyError, WriteRefused
 from ..jetstream.atomic import MAX_BATCH, BatchConflict, publish_atomic
+from ..jetstream.message import OutMessage
+from ..job import Job
 from ..task import Signature
 from .build import step_message
-from .definition import WORKFLOWS_SINCE, FlowDef, OnFailure
+from .definition import FLOW, FLOW_STEP, WORKFLOWS_SINCE, FlowDef, OnFailure
 
 if TYPE_CHECKING:
+    from ..calls import Call
     from ..jetstream.connection import Connection
-    from ..jetstream.message import OutMessage
-    from ..task import TaskOwner
+    from ..jetstream.message import Stored
+    from ..task import Task, TaskOwner
 
 
 def new_flow_id(flow_id: str | None) -> str:
@@ -46,13 +49,8 @@ async def start(app: TaskOwner, flow: FlowDef, first: dict[str, Any]) -> None:
     """Store ``flow``'s definition and the jobs of its first steps (``first``: step label ->
     description): in one atomic batch when they fit one, else the definition with the first
     batch and the rest in batches of their own, each all or none."""
-    if not app.options.workflows:
-        raise ConfigurationError(
-            f"app {app.name} runs no workflows: declare it with App(..., workflows=True), in the "
-            "producers and the workers"
-        )
+    await _check(app)
     conn = await app.connections.connection()
-    conn.require_version("workflows", WORKFLOWS_SINCE)
     ttl = app.options.workflow_ttl
     msgs = [flow.message(app.namespace, app.serializer, ttl)]
     msgs += [step_message(app, flow.id, step, described) for step, described in first.items()]
@@ -65,9 +63,9 @@ async def start(app: TaskOwner, flow: FlowDef, first: dict[str, Any]) -> None:
         raise EnqueueError(f"cannot start workflow {flow.id}: {exc}", job_id=flow.id) from exc
 
 
-async def _publish(app: TaskOwner, conn: Connection, msgs: list[OutMessage], first: bool) -> None:
+async def _publish(app: TaskOwner, conn: Connection, msgs: list[OutMessage], first: bool) -> Stored:
     try:
-        await publish_atomic(conn, msgs)
+        return await publish_atomic(conn, msgs)
     except WriteRefused as exc:
         if not first or exc.err_code:
             raise
@@ -75,7 +73,17 @@ async def _publish(app: TaskOwner, conn: Connection, msgs: list[OutMessage], fir
         # (a user that may not waits for a worker to) and try once more.
         with contextlib.suppress(PermissionDeniedError, TopologyError):
             await app.provision_streams(conn)
-        await publish_atomic(conn, msgs)
+        return await publish_atomic(conn, msgs)
+
+
+async def _check(app: TaskOwner) -> None:
+    """ConfigurationError unless the app runs workflows on a server that has them."""
+    if not app.options.workflows:
+        raise ConfigurationError(
+            f"app {app.name} runs no workflows: declare it with App(..., workflows=True), in the "
+            "producers and the workers"
+        )
+    (await app.connections.connection()).require_version("workflows", WORKFLOWS_SINCE)
 
 
 def group_flow(
@@ -95,3 +103,35 @@ def group_flow(
         on_error.describe() if on_error is not None else None,
         on_failure,
     )  # fmt: skip
+
+
+async def start_linked(
+    app: TaskOwner, task: Task[Any, Any], call: Call, link: Signature | None, link_error: Signature | None
+) -> Job:
+    """Store ``call`` of ``task`` as a workflow of two steps, the job then ``link`` (with
+    ``link_error`` for its failure), under the job's own id; the job's receipt."""
+    if call.unique:
+        raise ConfigurationError(f"task {task.name} is unique: its jobs take no link or link_error")
+    if call.due is not None:
+        raise ConfigurationError(
+            "a delayed job takes no link or link_error"
+        )
+    first = {
+        "task": task.name, "queue": call.queue or task.queue, "args": list(call.args),
+        "kwargs": dict(call.kwargs), "immutable": True, "headers": dict(call.headers or {}),
+    }  # fmt: skip
+    steps = [first] + ([link.describe()] if link is not None else [])
+    flow = FlowDef(call.job_id, "chain", steps, None, link_error.describe() if link_error else None)
+    msg = app.producer.message(task, call)
+    job = OutMessage(msg.subject, msg.body, {**msg.headers, FLOW: flow.id, FLOW_STEP: "0"})
+    await _check(app)
+    conn = await app.connections.connection()
+    try:
+        stored = await _publish(
+            app, conn, [flow.message(app.namespace, app.serializer, app.options.workflow_ttl), job], True
+        )
+    except BatchConflict as exc:
+        raise EnqueueError(f"job {flow.id} exists already: {exc}", job_id=flow.id) from exc
+    except WriteRefused as exc:
+        raise EnqueueError(f"cannot enqueue job {flow.id}: {exc}", job_id=flow.id) from exc
+    return Job(flow.id, task.name, call.queue or task.queue, stored.seq, False, None, app)

@@ -161,3 +161,39 @@ async def test_a_second_definition_published_later_changes_nothing(nats_server: 
     async with in_process_worker(app):
         assert await flow.aresult(timeout=30) == 6
     assert "add 100 100" not in ran
+
+
+async def test_link_runs_after_a_job_and_link_error_after_its_failure(nats_server: NatsServer) -> None:
+    ran: Counter[str] = Counter()
+    errors: list[Any] = []
+    app = make_app(nats_server.url, ran, errors)
+    add, double, flaky = app.tasks["add"], app.tasks["double"], app.tasks["flaky"]
+    report, refuse = app.tasks["report"], app.tasks["refuse"]
+    async with in_process_worker(app):
+        job = await add.aapply((2, 3), job_id="linked-1", link=double.s(), link_error=report.s())
+        assert job.id == "linked-1"
+        assert await app.workflow(job.id).aresult(timeout=30) == 10
+        retried = await flaky.aapply((7,), link=double.s())  # linked once, after its last attempt
+        assert await app.workflow(retried.id).aresult(timeout=30) == 14
+        failed = await refuse.aapply((9,), link=double.s(), link_error=report.s())
+        with pytest.raises(WorkflowFailed):
+            await app.workflow(failed.id).aresult(timeout=30)
+        await wait_until_async(lambda: errors, timeout=10, message="link_error to run")
+    assert ran["double 5"] == 1 and ran["double 7"] == 1 and "double 9" not in ran
+    assert errors == [{"flow": failed.id, "step": 0, "task": "refuse", "reason": "no 9"}]
+
+
+async def test_a_step_whose_result_cannot_be_sent_on_ends_the_chain_with_that_reason(
+    nats_server: NatsServer,
+) -> None:
+    app = make_app(nats_server.url, Counter(), [])
+
+    @app.task
+    async def opaque() -> object:
+        return object()
+
+    async with in_process_worker(app):
+        flow = await chain(opaque.s(), app.tasks["double"].s()).aapply()
+        with pytest.raises(WorkflowFailed) as failed:
+            await flow.aresult(timeout=30)
+    assert failed.value.step == "0" and "cannot be sent on" in failed.value.reason
