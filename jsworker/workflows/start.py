@@ -113,9 +113,7 @@ async def start_linked(
     if call.unique:
         raise ConfigurationError(f"task {task.name} is unique: its jobs take no link or link_error")
     if call.due is not None:
-        raise ConfigurationError(
-            "a delayed job takes no link or link_error"
-        )
+        raise ConfigurationError("a delayed job takes no link or link_error")
     first = {
         "task": task.name, "queue": call.queue or task.queue, "args": list(call.args),
         "kwargs": dict(call.kwargs), "immutable": True, "headers": dict(call.headers or {}),
