@@ -24,7 +24,7 @@ from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from .job import Job
 from .jobstatus import JobStatus
-from .layout import consumer_spec, dlq_spec, events_spec, job_stream_spec
+from .layout import consumer_spec, dlq_spec, events_spec, job_stream_spec, tally_spec
 from .lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
 from .lifecycle.client import JobLifecycle
 from .middleware import Middleware, MiddlewareChain
@@ -410,6 +410,8 @@ class App:
             specs.append(claims_spec(self.namespace, self.options.replicas))
         if self.options.events:
             specs.append(events_spec(self))
+        if self.options.workflows and schedules:
+            specs.append(tally_spec(self))
         return specs
 
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:

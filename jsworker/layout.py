@@ -74,3 +74,17 @@ def consumer_spec(app: AppView, queue: str) -> ConsumerSpec:
         if declared is not None and declared.max_running is not None
         else app.options.max_ack_pending,
     )
+
+
+def tally_spec(app: AppView) -> StreamSpec:
+    """The workflows' tallies: one counter a workflow, kept as long as its state."""
+    ns, options = app.namespace, app.options
+    return StreamSpec(
+        name=ns.tally_stream,
+        subjects=(ns.tally_subject(),),
+        work_queue=False,
+        replicas=options.replicas,
+        duplicate_window=min(options.duplicate_window, options.workflow_ttl),
+        max_age=options.workflow_ttl,
+        counter=True,
+    )

@@ -160,6 +160,15 @@ class Namespace:
         return parts[4]
 
     @property
+    def tally_stream(self) -> str:
+        """Stream of the workflows' tallies: how many members of a group have ended."""
+        return f"{self.stream}_TALLY"
+
+    def tally_subject(self, flow_id: str = "*") -> str:
+        """The counter of workflow ``flow_id``'s ended members (``*``: every workflow's)."""
+        return f"jsw.{self.app}.tally.{flow_id}"
+
+    @property
     def flow_subjects(self) -> str:
         """Wildcard covering every workflow subject of the app (in the job stream): their
         definitions, states and group members' results."""

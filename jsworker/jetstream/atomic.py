@@ -8,7 +8,9 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+
+from nats.aio.msg import Msg
 
 from ..errors import WriteRefused
 from .api import REQUEST_ERRORS, classify, parse_reply
@@ -58,18 +60,29 @@ async def publish_atomic(
 async def _send(conn: Connection, msgs: Sequence[OutMessage], timeout: float) -> Stored:
     batch = uuid.uuid4().hex
     last = len(msgs)
+
+    def sent(i: int, msg: OutMessage) -> Awaitable[Msg]:
+        headers = {**headers_of(msg), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i)}
+        if i == last:
+            headers["Nats-Batch-Commit"] = "1"
+        # Every message is a request: the server refuses a batch whose messages have no reply
+        # subject, and answers the first ones with empty replies (an error, if one fails).
+        return conn.nc.request(msg.subject, msg.body, timeout=timeout, headers=headers)
+
+    # All in flight at once: the server reads one connection's messages in order, and a
+    # thousand round trips one after the other would make a large group slow to start.
+    answers: list[asyncio.Future[Msg]] = []
     try:
         for i, msg in enumerate(msgs, 1):
-            headers = {**headers_of(msg), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i)}
-            if i == last:
-                headers["Nats-Batch-Commit"] = "1"
-            # Every message is a request: the server refuses a batch whose messages have no reply
-            # subject, and answers the first ones with empty replies.
-            answer = await conn.nc.request(msg.subject, msg.body, timeout=timeout, headers=headers)
-            if i == last or answer.data:
-                reply = parse_reply(answer.data, answer.headers)
+            answers.append(asyncio.ensure_future(sent(i, msg)))
+        for answer in answers:
+            got = await answer
+            if got.data or answer is answers[-1]:
+                reply = parse_reply(got.data, got.headers)
         return stored_from(reply)
     except REQUEST_ERRORS as exc:
+        for answer in answers:
+            answer.cancel()
         failure = classify(exc)
         if failure.err_code in _ALREADY:
             raise BatchConflict(failure.text) from exc

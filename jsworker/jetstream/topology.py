@@ -47,6 +47,8 @@ class StreamSpec:
     batched: bool = False
     #: Atomic batch publishing and per-message TTLs (servers 2.12+): workflows.
     atomic: bool = False
+    #: Every message adds to its subject's counter (servers 2.12+): workflows' tallies.
+    counter: bool = False
 
     def config(self) -> StreamConfig:
         """The nats-py config for this spec."""
@@ -71,6 +73,7 @@ class StreamSpec:
             allow_msg_ttl=True if self.kv or self.atomic else None,
             allow_batched=True if self.batched else None,
             allow_atomic=True if self.atomic else None,
+            allow_msg_counter=True if self.counter else None,
         )
 
 

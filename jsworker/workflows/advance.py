@@ -5,9 +5,11 @@ A chain's step that succeeded enqueues the next step (its result first in the ar
 one atomic batch with the state write that records it; the state write expects the state the
 worker read, and the next job's id derives from the workflow's, so a redelivered step (its
 worker died before the ack) finds the batch refused and enqueues nothing. A group's member
-writes its result under ``jsw.<app>.flow.done.<id>.<member>`` with the state write that sets
-its bit; the member that sets the last bit enqueues the callback, with every member's result,
-in that same batch. A step that failed for good (dead-lettered), was cancelled or expired ends
+stores its result once under ``jsw.<app>.flow.done.<id>.<member>``, then adds one to the
+group's tally (a server-side counter: no read, no retry, however many members end at once).
+The member that brings the tally to the group's size checks that every result is stored and
+enqueues the callback, with every result, in one atomic batch with the state write that
+records it. A step that failed for good (dead-lettered), was cancelled or expired ends
 the workflow the same way, with the error callback when there is one.
 
 Doing this before the ack means a worker that dies in between runs the step again (as any job
@@ -20,10 +22,12 @@ import asyncio
 import contextlib
 import random
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JsworkerError, SerializationError
 from ..jetstream.atomic import BatchConflict, publish_atomic
+from ..jetstream.counter import increment
 from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.message import OutMessage
 from ..jetstream.stored import SubjectMoved, write
@@ -152,51 +156,67 @@ class Continuations:
         except Exception as exc:  # an encoder may raise anything on a foreign object
             succeeded, state, reason = False, "failed", f"member {index} returned what cannot be kept: {exc}"
             body = b""
-        stops = not succeeded and flow.on_failure == "stop"
-        if not stops:
-            # The result first, on its own: the state's bit for it, set next, is then never
-            # without it. A result stored before (a redelivery) stays as it was.
-            with contextlib.suppress(SubjectMoved):
-                msg = self._done_message(flow, index, body)
-                await write(self.conn, msg.subject, msg.body, msg.headers, expect_last=0)
-        for _ in range(_TRIES):
-            if await self._count(flow, index, succeeded, stops, (state, reason), kept, carried):
-                return
-            # Another member wrote first: read again. Spread out, so that members finishing
-            # together do not retry in lockstep.
-            await asyncio.sleep(random.random() * 0.01)
-        raise JsworkerError(f"workflow {flow.id}: member {index} could not record its end")
-
-    async def _count(
-        self, flow: FlowDef, index: int, succeeded: bool, stops: bool, why: tuple[str, str],
-        kept: dict[str, Any], carried: dict[str, str],
-    ) -> bool:  # fmt: skip
-        """One try at recording a member's end in the state: False when another write came
-        first. The member that completes the group enqueues its callback in the same write."""
-        now = await self.state(flow.id)
-        bit = 1 << index
-        if now.done & bit or (stops and index in now.failed):
-            return True  # recorded already
-        batch: list[OutMessage] = []
-        if stops:
-            if now.ended is None:
-                now.ended, now.at, now.reason = why[0], f"m{index}", why[1]
-                batch += self._on_error(flow, index, *why, carried)
-            now.failed = sorted({*now.failed, index})
-        else:
-            now.done |= bit
-            if not succeeded:
-                now.failed = sorted({*now.failed, index})
-            if now.count() == len(flow.steps) and now.ended is None:
-                now.ended, now.at = "succeeded", "cb" if flow.callback else None
-                if flow.callback is not None:
-                    results = await self._results(flow, index, kept)
-                    batch.append(step_message(self.app, flow.id, "cb", flow.callback, [results], carried))
+        if not succeeded and flow.on_failure == "stop":
+            await self._settle(flow, lambda now: self._stopped(flow, now, index, state, reason, carried))
+            return
+        # The result first: the tally counts only members whose result is stored.
+        msg = self._done_message(flow, index, body)
         try:
-            await self._write(flow, now, batch)
-        except _Lost:
-            return False
-        return True
+            await write(self.conn, msg.subject, msg.body, msg.headers, expect_last=0)
+            first = True
+        except SubjectMoved:
+            first = False  # stored by an earlier delivery, which may or may not have counted it
+        ns, size = self.app.namespace, len(flow.steps)
+        total = await increment(self.conn, ns.tally_subject(flow.id), dedup=f"{flow.id}-m{index}")
+        if first and total is not None and total < size:
+            return  # not the last one: no read of the results stored so far
+        # Perhaps the last: the results stored decide (a tally counted twice, past the
+        # duplicate window, cannot fire the callback early).
+        if await self._stream.count(done_subject(ns, flow.id)) < size:
+            return
+        await self._settle(flow, lambda now: self._completed(flow, now, index, kept, carried))
+
+    async def _settle(
+        self, flow: FlowDef, change: Callable[[FlowState], Awaitable[list[OutMessage] | None]]
+    ) -> None:
+        """Write the state ``change`` makes of the current one, with the messages it returns,
+        reading again when another write came first; nothing when it returns None."""
+        for _ in range(_TRIES):
+            now = await self.state(flow.id)
+            batch = await change(now)
+            if batch is None:
+                return
+            try:
+                await self._write(flow, now, batch)
+                return
+            except _Lost:
+                # Spread out, so that writers that met do not meet again.
+                await asyncio.sleep(random.random() * 0.01)
+        raise JsworkerError(f"workflow {flow.id}: its state could not be written")
+
+    async def _stopped(
+        self, flow: FlowDef, now: FlowState, index: int, state: str, reason: str, carried: dict[str, str]
+    ) -> list[OutMessage] | None:
+        """A member ended without a result under ``stop``: the group fails (once)."""
+        if index in now.failed:
+            return None
+        now.failed = sorted({*now.failed, index})
+        if now.ended is not None:
+            return []
+        now.ended, now.at, now.reason = state, f"m{index}", reason
+        return self._on_error(flow, index, state, reason, carried)
+
+    async def _completed(
+        self, flow: FlowDef, now: FlowState, index: int, kept: dict[str, Any], carried: dict[str, str]
+    ) -> list[OutMessage] | None:
+        """Every member ended: the group succeeded, and its callback is enqueued (once)."""
+        if now.ended is not None:
+            return None
+        now.ended, now.at = "succeeded", "cb" if flow.callback else None
+        if flow.callback is None:
+            return []
+        results = await self._results(flow, index, kept)
+        return [step_message(self.app, flow.id, "cb", flow.callback, [results], carried)]
 
     async def _results(self, flow: FlowDef, index: int, own: dict[str, Any]) -> list[Any]:
         """Every member's result in order (this member's from ``own``), as the callback gets

@@ -45,8 +45,9 @@ def state_subject(ns: Namespace, flow_id: str) -> str:
     return f"jsw.{ns.app}.flow.state.{flow_id}"
 
 
-def done_subject(ns: Namespace, flow_id: str, member: int) -> str:
-    """Subject of a group member's result (and of a chain's final result, at its last step)."""
+def done_subject(ns: Namespace, flow_id: str, member: int | str = "*") -> str:
+    """Subject of a group member's result (and of a chain's final result, at its last step);
+    ``*``: every member's."""
     return f"jsw.{ns.app}.flow.done.{flow_id}.{member}"
 
 
@@ -94,14 +95,13 @@ class FlowDef:
 
 @dataclass
 class FlowState:
-    """Where a workflow is: the chain step running, the group members that ended (``done``,
-    a bit per member), and how it ended (``ended``: ``succeeded``, ``failed``, ``cancelled``,
+    """Where a workflow is: the chain step running, the group members that failed under
+    ``stop``, and how it ended (``ended``: ``succeeded``, ``failed``, ``cancelled``,
     ``expired``; ``at``: the step; ``reason``). ``seq`` is the state message's sequence (0:
     none written yet)."""
 
     seq: int = 0
     step: int = 0
-    done: int = 0
     failed: list[int] = field(default_factory=list)
     ended: str | None = None
     at: str | None = None
@@ -114,7 +114,6 @@ class FlowState:
         return cls(
             seq,
             int(raw.get("step", 0)),
-            int(raw.get("done", "0"), 16),
             list(raw.get("failed", [])),
             raw.get("ended"),
             raw.get("at"),
@@ -124,13 +123,9 @@ class FlowState:
     def message(self, ns: Namespace, flow_id: str, ttl: float) -> OutMessage:
         """The write of this state over the one at :attr:`seq` (refused if that moved)."""
         body = json.dumps(
-            {"step": self.step, "done": format(self.done, "x"), "failed": self.failed,
+            {"step": self.step, "failed": self.failed,
              "ended": self.ended, "at": self.at, "reason": self.reason},
             separators=(",", ":"),
         ).encode()  # fmt: skip
         headers = {EXPECTED_LAST_SUBJECT_SEQ: str(self.seq), _TTL: str(int(ttl)), _ROLLUP: "sub"}
         return OutMessage(state_subject(ns, flow_id), body, headers)
-
-    def count(self) -> int:
-        """How many members have ended."""
-        return self.done.bit_count()

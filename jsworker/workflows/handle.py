@@ -24,7 +24,7 @@ class WorkflowStatus:
     """Where a workflow is: ``state`` is ``running``, ``succeeded``, ``failed``, ``cancelled``
     or ``expired`` (``at``: the step that ended it, ``reason``: why); ``steps`` the status of
     each step's job (a chain's steps not enqueued yet are ``None``); ``ended_members`` how
-    many of a group's members have ended."""
+    many of a group's members have stored their result (a chain's last step, once it did)."""
 
     id: str
     kind: str
@@ -74,11 +74,18 @@ class Workflow:
         if flow.callback is not None:
             labels.append("cb")
             known += state.at == "cb"
-        statuses: list[JobStatus | None] = []
-        for i, label in enumerate(labels):
-            statuses.append(await self.app.lifecycle.status(step_id(self.id, label)) if i < known else None)
+        # Read together, a few at a time: a group of 1,000 members is 1,000 questions.
+        limit = asyncio.Semaphore(32)
+
+        async def read(label: str) -> JobStatus:
+            async with limit:
+                return await self.app.lifecycle.status(step_id(self.id, label))
+
+        statuses: list[JobStatus | None] = list(await asyncio.gather(*(read(lb) for lb in labels[:known])))
+        statuses += [None] * (len(labels) - known)
+        ended = await (await self._stream()).count(done_subject(self.app.namespace, self.id))
         return WorkflowStatus(
-            self.id, flow.kind, state.ended or "running", state.at, state.reason, statuses, state.count()
+            self.id, flow.kind, state.ended or "running", state.at, state.reason, statuses, ended
         )
 
     def status(self) -> WorkflowStatus:

@@ -197,3 +197,15 @@ async def test_a_step_whose_result_cannot_be_sent_on_ends_the_chain_with_that_re
         with pytest.raises(WorkflowFailed) as failed:
             await flow.aresult(timeout=30)
     assert failed.value.step == "0" and "cannot be sent on" in failed.value.reason
+
+
+async def test_a_chord_of_1000_members_takes_two_batches_and_calls_back_once(nats_server: NatsServer) -> None:
+    """Past the server's batch of 1,000 messages the members go in batches of their own."""
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    double = app.tasks["double"]
+    async with in_process_worker(app, concurrency=50):
+        flow = await chord([double.s(i) for i in range(1000)], app.tasks["total"].s()).aapply()
+        assert await flow.aresult(timeout=120) == 2 * sum(range(1000))
+        status = await flow.astatus()
+    assert ran["total"] == 1 and status.ended_members == 1000
