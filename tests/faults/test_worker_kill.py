@@ -52,11 +52,18 @@ def test_sigkill_worker_mid_run_loses_nothing(
     a.wait_started()
     b.wait_started()
 
-    def a_has_done_its_share() -> bool:
+    def a_has_done_its_share_and_is_busy() -> bool:
         done = records.of("done")
-        return len(done) >= 1500 and any(r.pid == a.pid for r in done)
+        if len(done) < 1500 or not any(r.pid == a.pid for r in done):
+            return False
+        # Killed while it runs many jobs: a worker between two pulls may run none for a moment,
+        # and under load the kill can come some milliseconds after this look.
+        running = {r.job_id for r in records.of("start") if r.pid == a.pid}
+        running -= {r.job_id for r in done if r.pid == a.pid}
+        return len(running) >= 50
 
-    wait_until(a_has_done_its_share, timeout=60, interval=0.01, message="1,500 completions, some by worker A")
+    wait_until(a_has_done_its_share_and_is_busy, timeout=60, interval=0.01,
+               message="1,500 completions, some by worker A, and A running 50 jobs")  # fmt: skip
     completions_at_kill = len(records.done_ids())
     killed_at = time.monotonic()
     a.kill()
