@@ -30,9 +30,14 @@ class ConnectionPool:
             weakref.WeakKeyDictionary()
         )
 
-    def bind(self, conn: Connection) -> None:
-        """Use ``conn`` on its event loop (a worker shares its own with its tasks' enqueues)."""
+    async def bind(self, conn: Connection) -> None:
+        """Use ``conn`` on its event loop (a worker shares its own with its tasks' enqueues);
+        the connection enqueues on that loop used until now is closed."""
+        old = self._conns.get(conn.loop)
         self._conns[conn.loop] = conn
+        if old is not None and old is not conn and not old.is_closed:
+            # Nothing reaches it any more: left open, it would only leak its socket.
+            await old.close()
 
     async def connection(self) -> Connection:
         """This event loop's connection, opened on first use; :class:`~jsworker.EnqueueError`

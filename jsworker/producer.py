@@ -84,10 +84,6 @@ class Producer:
 
     # -- connections ----------------------------------------------------------------------
 
-    def bind(self, conn: Connection) -> None:
-        """Use ``conn`` for enqueues made on its event loop (``app.connections.bind``)."""
-        self._app.connections.bind(conn)
-
     async def connection(self) -> Connection:
         """This event loop's connection, opened on first use (``app.connections``)."""
         return await self._app.connections.connection()

@@ -106,7 +106,7 @@ class Worker:
         self.conn = conn = records_conn = await Connection.open(options)
         hooked = False
         try:
-            app.connections.bind(conn)
+            await app.connections.bind(conn)
             announce(app, conn, self, self.queues)
             await provision(app, conn, self.queues)
             if settings.schedules:
