@@ -348,3 +348,16 @@ class WorkflowFailed(JsworkerError):
     def __init__(self, flow_id: str, step: str | None, state: str, reason: str) -> None:
         super().__init__(f"workflow {flow_id} {state} at step {step}: {reason}")
         self.flow_id, self.step, self.state, self.reason = flow_id, step, state, reason
+
+
+class Snooze(TaskControl):
+    """Raise inside a task to run the job again in ``delay`` seconds, as if it had not run:
+    not a failure and not an attempt (``max_retries`` and ``max_crashes`` do not count it).
+    A job's status counts its snoozes (``snoozes``), and so does ``jsworker_jobs_snoozed``."""
+
+    def __init__(self, delay: float, reason: str = "snoozed") -> None:
+        super().__init__(reason)
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or not 0 <= delay < _MAX_DELAY:
+            raise ValueError(f"Snooze delay must be between 0 and {_MAX_DELAY:.0f} seconds, not {delay!r}")
+        self.delay = float(delay)
+        self.reason = reason

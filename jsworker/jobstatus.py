@@ -30,11 +30,17 @@ class JobState(enum.StrEnum):
     QUEUED = "queued"  # in its queue, not handed to a worker yet
     RUNNING = "running"  # handed to a worker, not settled
     RETRYING = "retrying"  # failed an attempt, waiting for the next
+    SNOOZED = "snoozed"  # put back by its task (Snooze), waiting for its time: no failure
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # dead-lettered
     CANCELLED = "cancelled"
     EXPIRED = "expired"  # not started within its expiry: never run
     UNKNOWN = "unknown"  # no trace of it: never enqueued, or finished and forgotten
+
+    @property
+    def resting(self) -> bool:
+        """True for a job handed back to wait for its next run: retrying, or snoozed."""
+        return self in _RESTING
 
     @property
     def finished(self) -> bool:
@@ -43,6 +49,7 @@ class JobState(enum.StrEnum):
 
 
 _FINISHED = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED})
+_RESTING = frozenset({JobState.RETRYING, JobState.SNOOZED})
 
 #: What a status may be limited to: ``scheduled`` (only a delayed job's schedule is looked
 #: for) or ``waiting`` (only a message waiting or running); the rest reads as ``unknown``. A
@@ -82,6 +89,8 @@ class JobStatus:
     error: JobError | None = None
     reason: str | None = None
     seq: int | None = None
+    #: How often its task snoozed it (``Snooze``), when it did.
+    snoozes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601 strings)."""

@@ -29,7 +29,7 @@ log = get_logger("jsworker.middleware")
 #: it is declared: the headers added then ride with every tick it fires).
 EnqueueKind = Literal["job", "delayed", "schedule"]
 #: How a delivery of a job ended.
-SettledState = Literal["succeeded", "retrying", "failed", "cancelled", "expired", "handed_back"]
+SettledState = Literal["succeeded", "retrying", "snoozed", "failed", "cancelled", "expired", "handed_back"]
 
 
 @dataclass(slots=True)
@@ -58,6 +58,7 @@ class Settled:
     """How one delivery of a job ended, as :meth:`Middleware.on_settled` sees it.
 
     ``state`` is ``succeeded``; ``retrying`` (it runs again in ``retry_in`` seconds);
+    ``snoozed`` (its task raised ``Snooze``: again in ``retry_in`` seconds, no attempt spent);
     ``failed`` (dead-lettered: ``reason`` says why); ``cancelled`` (on request, before or
     while it ran); ``expired`` (not started in time); or ``handed_back`` (the worker stopped
     while it ran: another worker runs it again, and this run counts as no attempt).

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 _SETTLE_STEP = 0.005
 _SETTLE_PATIENCE = 1.0
 # The states of a job whose message is in the stream (as against scheduled).
-_IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING})
+_IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING, JobState.SNOOZED})
 
 # One publish attempt waits this long for its acknowledgement; the app's publish_timeout
 # bounds all attempts of one enqueue together.

@@ -177,7 +177,7 @@ class JobListing:
             record = entry[1] if entry is not None and entry[1].seq == msg.seq else None
             resting = (
                 record is not None
-                and record.state is JobState.RETRYING
+                and record.state.resting
                 and (record.next_attempt_at or 0.0) > now
             )
             if resting == (state is JobState.RETRYING):

@@ -76,7 +76,7 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
     record = found[1] if found is not None and found[1].seq == message.seq else None
     resting = (
         record is not None
-        and record.state is JobState.RETRYING
+        and record.state.resting
         and (record.next_attempt_at or 0.0) > time.time() + _HOLDER_WAIT
     )
     if not resting and await delivered_seq(conn, ns.stream, queue) >= message.seq:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 # States in which a job has a message in the stream: its sequence names this run.
-_IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING})
+_IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING, JobState.SNOOZED})
 
 
 class JobLifecycle:

@@ -106,7 +106,7 @@ async def _in_stream(
 ) -> JobStatus:
     ns = app.namespace
     queue, task = ns.parse_job_subject(message.subject) or ("", "")
-    retrying = record is not None and record.state is JobState.RETRYING and record.seq == message.seq
+    retrying = record is not None and record.state.resting and record.seq == message.seq
     if record is not None and retrying and (record.next_attempt_at or 0.0) > time.time():
         return record.status(job_id)
     delivered = await delivered_seq(conn, ns.stream, queue)

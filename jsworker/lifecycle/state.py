@@ -37,6 +37,8 @@ class JobRecord:
     #: The task's own failures so far (raised, timed out): what ``max_retries`` counts. A run
     #: that ended with no outcome (a crash) is an attempt but no failure.
     failures: int = 0
+    #: Runs its task ended with ``Snooze``: neither failures nor crashes.
+    snoozes: int = 0
     started_at: float | None = None
     finished_at: float | None = None
     next_attempt_at: float | None = None
@@ -55,6 +57,8 @@ class JobRecord:
                 doc[name] = value
         if self.failures:
             doc["failures"] = self.failures
+        if self.snoozes:
+            doc["snoozes"] = self.snoozes
         if self.error is not None:
             doc["error"] = {
                 "type": self.error.type,
@@ -89,6 +93,7 @@ class JobRecord:
                 seq=int(doc.get("seq", 0)),
                 attempts=int(doc.get("attempts", 0)),
                 failures=int(doc.get("failures", 0)),
+                snoozes=int(doc.get("snoozes", 0)),
                 started_at=doc.get("started_at"),
                 finished_at=doc.get("finished_at"),
                 next_attempt_at=doc.get("next_attempt_at"),
@@ -127,6 +132,7 @@ class JobRecord:
             error=self.error,
             reason=self.reason,
             seq=self.seq or None,
+            snoozes=self.snoozes or None,
         )
 
 

@@ -28,6 +28,7 @@ _COUNTERS = (
     ("failed", "jsworker_jobs_failed", "Job runs that raised (retried or not)."),
     ("retried", "jsworker_jobs_retried", "Job runs given back for a retry."),
     ("timed_out", "jsworker_jobs_timed_out", "Job runs cancelled by their timeout."),
+    ("snoozed", "jsworker_jobs_snoozed", "Job runs that ended with Snooze: put back, no attempt spent."),
 )
 _HISTOGRAMS = (
     ("duration", "jsworker_job_duration_seconds", "Time a job ran."),
@@ -53,11 +54,11 @@ class Distribution:
 class TaskMetrics:
     """What happened to the jobs of one (queue, task) pair in this process."""
 
-    __slots__ = ("dead_lettered", "duration", "failed", "queue_wait", "retried", "started", "succeeded",
-                 "timed_out")  # fmt: skip
+    __slots__ = ("dead_lettered", "duration", "failed", "queue_wait", "retried", "snoozed", "started",
+                 "succeeded", "timed_out")  # fmt: skip
 
     def __init__(self) -> None:
-        self.started = self.succeeded = self.failed = self.retried = self.timed_out = 0
+        self.started = self.succeeded = self.failed = self.retried = self.timed_out = self.snoozed = 0
         self.dead_lettered = dict.fromkeys(DEAD_LETTER_OUTCOMES, 0)
         self.duration = Distribution()
         self.queue_wait = Distribution()

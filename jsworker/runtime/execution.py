@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobTimeout, Reject, Retry, SerializationError
+from ..errors import JobTimeout, Reject, Retry, SerializationError, Snooze
 from ..job import JobContext, running_job
 from ..observability.logging import get_logger
 from ..scheduling.firing import Firing, firing
@@ -60,6 +60,8 @@ class JobRun:
     #: The task's own failures in earlier runs, once read from the job's record (None: not
     #: read; a first delivery has none): what ``max_retries`` counts.
     failures: int | None = None
+    #: Runs of the job its task ended with ``Snooze``, once read with :attr:`failures`.
+    snoozes: int = 0
     #: Resolved once a kept result is stored and the job acked, for steps that must come
     #: after the ack (``on_settled`` middleware); None when nothing waits for it.
     acked: asyncio.Future[None] | None = None
@@ -189,7 +191,7 @@ class Executor:
                 f"task {task.name!r} belongs to queue {task.queue!r}, not {job.queue!r}",
             )
         max_crashes = task.options.max_crashes
-        if crashed_too_often(job.attempt, job.handed_back, job.failures or 0, max_crashes):
+        if crashed_too_often(job.attempt, job.handed_back, (job.failures or 0) + job.snoozes, max_crashes):
             return Outcome(
                 OutcomeKind.POISON,
                 f"delivered {job.attempt} times, of which more than {max_crashes} (max_crashes) ended "
@@ -238,6 +240,8 @@ class Executor:
                     value = await asyncio.shield(thread)
         except Retry as exc:
             return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
+        except Snooze as exc:
+            return Outcome(OutcomeKind.SNOOZED, exc.reason, error=exc, retry_delay=exc.delay)
         except Reject as exc:
             return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
         except TimeoutError as exc:
@@ -262,6 +266,8 @@ class Executor:
             value = await self.processes.run(call, timeout, self.app.serializer)
         except Retry as exc:
             return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
+        except Snooze as exc:
+            return Outcome(OutcomeKind.SNOOZED, exc.reason, error=exc, retry_delay=exc.delay)
         except Reject as exc:
             return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
         except TimeoutError as exc:  # the pool's clock: a task's own TimeoutError is a TaskProcessError

@@ -176,6 +176,7 @@ class JobBook:
                 else:
                     # A record from before failures were counted has its attempt number.
                     failures = record.failures or record.attempts
+                    job.snoozes = record.snoozes
         job.failures = failures
         return failures
 
@@ -259,7 +260,8 @@ class JobBook:
         elif kind is OutcomeKind.EXPIRED:
             state = JobState.EXPIRED
         elif decision.verb is Verb.NAK:
-            state, next_at = JobState.RETRYING, now + (decision.delay or 0.0)
+            waits = JobState.SNOOZED if kind is OutcomeKind.SNOOZED else JobState.RETRYING
+            state, next_at = waits, now + (decision.delay or 0.0)
         else:
             state = JobState.FAILED
         record = JobRecord(
@@ -269,6 +271,7 @@ class JobBook:
             seq=job.delivery.stream_seq,
             attempts=job.attempt if kind is not OutcomeKind.EXPIRED else job.attempt - 1,
             failures=(job.failures or 0) + is_failure(outcome),
+            snoozes=job.snoozes + (kind is OutcomeKind.SNOOZED),
             started_at=started if kind is not OutcomeKind.EXPIRED else None,
             finished_at=None if next_at is not None else now,
             next_attempt_at=next_at,

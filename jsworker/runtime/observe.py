@@ -66,12 +66,7 @@ class JobReporter:
         if kind is OutcomeKind.SKIPPED:
             return  # counted and logged where it was decided (the firing claim)
         if kind is OutcomeKind.EXPIRED or kind is OutcomeKind.ABORTED:
-            # Never run again, and no failure: the cancel counted itself where it was asked.
-            if kind is OutcomeKind.EXPIRED:
-                self.metrics.expired.labels(job.queue, _event_task(job)).inc()
-            elif outcome.reason == STOPPED_WHILE_RUNNING:
-                _observe_run(m, job, duration)  # it started: every start counts
-            self.log.info(f"job.{name}", reason=outcome.reason, **job.log_fields())
+            self._never_again(m, job, outcome, duration)
             return
         if kind not in _NOT_STARTED:
             _observe_run(m, job, duration)
@@ -79,6 +74,10 @@ class JobReporter:
             m.failed += 1
         elif kind is OutcomeKind.TIMED_OUT:
             m.timed_out += 1
+        if kind is OutcomeKind.SNOOZED:
+            m.snoozed += 1
+            self.log.info("job.snoozed", reason=outcome.reason, delay=decision.delay, **job.log_fields())
+            return
         if decision.verb is Verb.NAK:
             if kind is not OutcomeKind.CANCELLED:
                 m.retried += 1
@@ -94,6 +93,15 @@ class JobReporter:
                 duration=duration,
                 **job.log_fields(),
             )
+
+    def _never_again(self, m: TaskMetrics, job: JobRun, outcome: Outcome, duration: float) -> None:
+        """Count an expired or cancelled job: never run again, and no failure (the cancel
+        counted itself where it was asked)."""
+        if outcome.kind is OutcomeKind.EXPIRED:
+            self.metrics.expired.labels(job.queue, _event_task(job)).inc()
+        elif outcome.reason == STOPPED_WHILE_RUNNING:
+            _observe_run(m, job, duration)  # it started: every start counts
+        self.log.info(f"job.{_NAMES[outcome.kind]}", reason=outcome.reason, **job.log_fields())
 
 
 def _observe_run(m: TaskMetrics, job: JobRun, duration: float) -> None:
@@ -116,8 +124,8 @@ async def emit_job_end(
     if kind is OutcomeKind.SUCCEEDED:
         await events.emit("succeeded", queue, task, job_id, attempt=attempt, duration=duration)
         return
-    if kind is OutcomeKind.SKIPPED or kind is OutcomeKind.ABORTED:
-        return  # a cancel already told of itself
+    if kind is OutcomeKind.SKIPPED or kind is OutcomeKind.ABORTED or kind is OutcomeKind.SNOOZED:
+        return  # a cancel already told of itself; a snooze is no end (jsworker_jobs_snoozed counts it)
     if kind is OutcomeKind.EXPIRED:
         await events.emit("expired", queue, task, job_id, attempt=attempt, reason=outcome.reason)
         return

@@ -36,7 +36,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from ..errors import ConfigurationError, Reject, Retry
+from ..errors import ConfigurationError, Reject, Retry, Snooze
 from ..errors import ProcessExited as ProcessExited
 from ..job import JobContext, running_job
 from ..observability.logging import get_logger
@@ -84,7 +84,7 @@ class Returned(NamedTuple):
 
 
 class Raised(NamedTuple):
-    """The call raised (``kind`` ``"error"``, ``"retry"`` or ``"reject"``), or its return value
+    """The call raised (``kind`` ``"error"``, ``"retry"``, ``"snooze"`` or ``"reject"``), or its return value
     could not be encoded (``"result"``): the exception's class, message and traceback as text."""
 
     kind: str
@@ -208,6 +208,8 @@ def _run(call: ProcessCall, replies: Connection) -> Returned | Raised:
         value = task.fn(*args, **kwargs)
     except Retry as exc:
         return _raised("retry", exc, message=exc.reason, delay=exc.delay)
+    except Snooze as exc:
+        return _raised("snooze", exc, message=exc.reason, delay=exc.delay)
     except Reject as exc:
         return _raised("reject", exc, message=exc.reason)
     except BaseException as exc:  # sys.exit() in a task fails its job, as in a thread
@@ -252,6 +254,8 @@ def _rebuild(raised: Raised, content_type: str) -> BaseException:
     name = (raised.module, raised.qualname)
     if raised.kind == "retry":
         return _named(Retry, *name)(raised.delay, raised.message)
+    if raised.kind == "snooze":
+        return _named(Snooze, *name)(raised.delay or 0.0, raised.message)
     if raised.kind == "reject":
         return _named(Reject, *name)(raised.message)
     if raised.kind == "result":

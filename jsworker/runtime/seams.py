@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JsworkerError, Reject, Retry, StartupError
+from ..errors import JsworkerError, Reject, Retry, Snooze, StartupError
 from ..job import running_job
 from ..middleware import MiddlewareChain, Settled, SettledState
 from ..observability.logging import get_logger
@@ -189,6 +189,8 @@ def _raised(job: JobRun, exc: BaseException) -> Outcome:
     """The outcome of what a middleware raised, classified as the task's own would be."""
     if isinstance(exc, Retry):
         return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
+    if isinstance(exc, Snooze):
+        return Outcome(OutcomeKind.SNOOZED, exc.reason, error=exc, retry_delay=exc.delay)
     if isinstance(exc, Reject):
         return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
     task = job.task
@@ -212,6 +214,8 @@ def settled_of(outcome: Outcome, decision: Decision, duration: float) -> Settled
         state = "expired"
     elif kind is OutcomeKind.CANCELLED:
         state = "handed_back"
+    elif kind is OutcomeKind.SNOOZED:
+        return Settled("snoozed", outcome.reason, None, None, decision.delay, duration)
     elif decision.verb is Verb.NAK:
         return Settled(
             "retrying", decision.reason or outcome.reason, outcome.error, None, decision.delay, duration

@@ -11,6 +11,7 @@
 | cancelled by shutdown                           | nak at once, for another worker       |
 | skipped (a fired job's duplicate, or cancelled) | ack: it must never run                |
 | aborted (cancelled on request) or expired       | ack: it must never run again          |
+| snoozed (the task raised Snooze)                | nak with its delay: no attempt spent  |
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class OutcomeKind(enum.Enum):
     SKIPPED = "skipped"  # a fired job that must not run: a second copy of one firing, or cancelled
     ABORTED = "aborted"  # cancelled on request (app.cancel) before or while it ran
     EXPIRED = "expired"  # not started within its expiry
+    SNOOZED = "snoozed"  # the task raised Snooze: again later, neither a failure nor a crash
 
 
 # Not frozen: a task's return value makes an Outcome per job, and a frozen dataclass's
@@ -100,8 +102,9 @@ def backoff_delay(attempt: int, base: float, cap: float, rand: Callable[[], floa
 
 def crashed_too_often(attempt: int, handed_back: int, failures: int, max_crashes: int) -> bool:
     """True when the runs before delivery number ``attempt`` that ended with no outcome (not
-    given back by a stopping worker, not one of the task's ``failures``) are more than
-    ``max_crashes``: the job likely kills its worker (checked before running)."""
+    given back by a stopping worker, not one of the task's ``failures`` or snoozes, which
+    ``failures`` includes here) are more than ``max_crashes``: the job likely kills its
+    worker (checked before running)."""
     return attempt - 1 - handed_back - failures > max_crashes
 
 
@@ -120,6 +123,8 @@ def decide(
         return ACK
     if kind is OutcomeKind.CANCELLED:
         return _NAK_NOW
+    if kind is OutcomeKind.SNOOZED:
+        return Decision(Verb.NAK, delay=outcome.retry_delay or 0.0)
     if kind in _FINAL:
         return Decision(Verb.DEAD_LETTER, reason=outcome.reason or kind.value)
     if not outcome.retryable:

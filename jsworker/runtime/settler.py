@@ -20,7 +20,7 @@ from .execution import JobRun
 from .flows import FinalStep
 from .handbacks import HandBacks
 from .lifecycle import JobBook
-from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide, is_failure
+from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
 
 if TYPE_CHECKING:
     from ..app import App
@@ -70,8 +70,9 @@ class Settler:
         started = time.time() - (time.monotonic() - started)
         policy = self._policy(job)
         failures = job.failures or 0
-        if is_failure(outcome) and job.attempt > 1:
-            # Runs given back by stopping workers, and those that crashed, were no failures.
+        if job.attempt > 1 and outcome.kind not in _NOT_FINISHED:
+            # Runs given back by stopping workers, those that crashed and snoozes were no
+            # failures; the record keeps its count of failures and snoozes from run to run.
             await self._handbacks.read(job)
             failures = await self._book.read_failures(job)
         decision = decide(outcome, failures + 1, policy)

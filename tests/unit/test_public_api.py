@@ -80,6 +80,7 @@ PUBLIC = [
     "ServerStartError",
     "ServerVersionError",
     "Settled",
+    "Snooze",
     "StalledError",
     "StartupError",
     "StreamNotFoundError",
