@@ -13,6 +13,9 @@ from datetime import datetime
 
 from .errors import JsworkerError
 
+# A progress message is for a glance at a status, not a log: longer ones are cut.
+_MAX_PROGRESS_TEXT = 200
+
 
 @dataclass(frozen=True, slots=True)
 class JobContext:
@@ -41,6 +44,10 @@ class JobContext:
     scheduled_for: datetime | None = None
     seq: int = 0
     is_cancelled: Callable[[], bool] = field(default=lambda: False, repr=False, compare=False)
+    #: Where :meth:`set_progress` goes: the worker keeps the latest in memory.
+    on_progress: Callable[[float, str | None], None] = field(
+        default=lambda fraction, message: None, repr=False, compare=False
+    )
 
     @property
     def idempotency_key(self) -> str:
@@ -53,6 +60,17 @@ class JobContext:
     def cancelled(self) -> bool:
         """True once the job has been cancelled (``app.cancel``) while it runs."""
         return self.is_cancelled()
+
+    def set_progress(self, fraction: float, message: str | None = None) -> None:
+        """Say how far the job has come (``fraction`` from 0 to 1, and a short ``message``):
+        its status (``progress``, ``progress_message``) shows the latest while it runs. Kept
+        in the worker's memory and read only when someone asks: as cheap to call often as
+        rarely. ValueError for a fraction outside 0..1."""
+        if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
+            raise ValueError(f"progress is a fraction from 0 to 1, not {fraction!r}")
+        if message is not None:
+            message = str(message)[:_MAX_PROGRESS_TEXT]
+        self.on_progress(float(fraction), message)
 
     @property
     def is_last_attempt(self) -> bool:

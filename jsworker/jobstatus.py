@@ -91,6 +91,9 @@ class JobStatus:
     seq: int | None = None
     #: How often its task snoozed it (``Snooze``), when it did.
     snoozes: int | None = None
+    #: A running job's latest ``set_progress`` (0 to 1) and its message, when it set one.
+    progress: float | None = None
+    progress_message: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601 strings)."""

@@ -38,10 +38,9 @@ import contextlib
 import dataclasses
 import heapq
 import itertools
-import json
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..deadletters.admin import DeadLetters
 from ..errors import ConfigurationError, ServerVersionError
@@ -53,6 +52,7 @@ from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.pages import Reads, SubjectReader, subject_pages, take
 from ..jetstream.service import gather
 from ..lifecycle.bucket import Records
+from ..lifecycle.lookup import holder_said, progress_said
 from ..lifecycle.state import JobRecord, JobState
 from ..naming import validate_name
 from ..paging import Page, seq_cursor
@@ -175,11 +175,7 @@ class JobListing:
         kept: list[tuple[JobSummary, JobRecord | None]] = []
         for msg, entry in zip(chunk, found, strict=True):
             record = entry[1] if entry is not None and entry[1].seq == msg.seq else None
-            resting = (
-                record is not None
-                and record.state.resting
-                and (record.next_attempt_at or 0.0) > now
-            )
+            resting = record is not None and record.state.resting and (record.next_attempt_at or 0.0) > now
             if resting == (state is JobState.RETRYING):
                 kept.append((waiting_job(self.ns, msg, state), record))
         if state is JobState.RETRYING:
@@ -196,7 +192,7 @@ class JobListing:
                 for job, _ in jobs
             )
         )
-        holders = [_holder(answer) for answer in answers]
+        holders = [holder_said(answer) for answer in answers]
         names = await self._worker_ids() if any(h.get("worker") for h in holders) else {}
         out = []
         for (job, record), holder in zip(jobs, holders, strict=True):
@@ -209,6 +205,8 @@ class JobListing:
                     attempts=attempt,
                     started_at=utc(started) if isinstance(started, int | float) else None,
                     worker=names.get(worker, worker) if isinstance(worker, str) else None,
+                    progress=progress_said(holder)[0],
+                    progress_message=progress_said(holder)[1],
                 )
             )
         return out
@@ -285,16 +283,6 @@ def _due_cursor(after: str | int | None) -> _Due | None:
         raise ConfigurationError(
             f"not a cursor of scheduled jobs: {after!r} (<due ms>.<queue>.<job id>)"
         ) from None
-
-
-def _holder(answers: list[bytes]) -> dict[str, Any]:
-    """The first answer that reads as a holder's, else nothing."""
-    for raw in answers:
-        with contextlib.suppress(ValueError):
-            doc = json.loads(raw)
-            if isinstance(doc, dict):
-                return doc
-    return {}
 
 
 def _retrying(job: JobSummary, record: JobRecord) -> JobSummary:

@@ -47,6 +47,9 @@ class JobSummary:
     finished_at: datetime | None = None
     worker: str | None = None
     reason: str | None = None
+    #: A running job's latest ``set_progress`` (0 to 1) and its message.
+    progress: float | None = None
+    progress_message: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO 8601 strings)."""

@@ -117,7 +117,8 @@ async def _in_stream(
     # Handed out: the worker running it says who it is, when it started and which attempt
     # this is (no answer: it waits in a worker's buffer, or its worker is gone).
     held = await gather(conn, ns.held_subject(job_id), str(message.seq).encode(), wait=_HELD_WAIT, linger=0.0)
-    holder = _holder(held)
+    holder = holder_said(held)
+    progress, progress_message = progress_said(holder)
     return JobStatus(
         job_id,
         JobState.RUNNING,
@@ -127,11 +128,20 @@ async def _in_stream(
         started_at=datetime.fromtimestamp(holder["started_at"], UTC) if holder.get("started_at") else None,
         worker=holder.get("worker"),
         seq=message.seq,
+        progress=progress,
+        progress_message=progress_message,
     )
 
 
-def _holder(answers: list[bytes]) -> dict[str, Any]:
-    """The first answer that reads as a holder's, else nothing."""
+def progress_said(holder: dict[str, Any]) -> tuple[float | None, str | None]:
+    """The progress (fraction, message) a worker holding a job said, as far as it makes sense."""
+    fraction, message = holder.get("progress"), holder.get("progress_message")
+    ok = isinstance(fraction, int | float) and not isinstance(fraction, bool)
+    return (float(fraction) if ok else None), (message if isinstance(message, str) else None)  # type: ignore[arg-type]
+
+
+def holder_said(answers: list[bytes]) -> dict[str, Any]:
+    """The first answer to a ``held`` question that reads as a holder's, else nothing."""
     for raw in answers:
         with contextlib.suppress(ValueError):
             doc = json.loads(raw)

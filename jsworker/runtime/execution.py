@@ -60,6 +60,8 @@ class JobRun:
     #: The task's own failures in earlier runs, once read from the job's record (None: not
     #: read; a first delivery has none): what ``max_retries`` counts.
     failures: int | None = None
+    #: The latest ``set_progress`` of its run: (fraction, message), None before any.
+    progress: tuple[float, str | None] | None = None
     #: Runs of the job its task ended with ``Snooze``, once read with :attr:`failures`.
     snoozes: int = 0
     #: Resolved once a kept result is stored and the job acked, for steps that must come
@@ -120,11 +122,16 @@ class JobRun:
                 scheduled_for=None if (due := self.due_at) is None else datetime.fromtimestamp(due, UTC),
                 seq=self.delivery.stream_seq,
                 is_cancelled=self._is_cancelled,
+                on_progress=self._progress,
             )
         return ctx
 
     def _is_cancelled(self) -> bool:
         return self.cancel_requested
+
+    def _progress(self, fraction: float, message: str | None) -> None:
+        # One tuple assigned: whole for a reader on the loop, even from a sync task's thread.
+        self.progress = (fraction, message)
 
 
 def identify(app: App, queue: str, delivery: Delivery) -> JobRun:

@@ -22,7 +22,7 @@ import time
 import traceback
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EnqueueError, JsworkerError
 from ..jetstream.acked import AckedPublisher
@@ -144,14 +144,19 @@ class JobBook:
         for job in list(self._running):
             if job.job_id == job_id and str(job.delivery.stream_seq) == seq:
                 began = time.time() - (time.monotonic() - job.started) if job.started else None
-                return self._holder(began, job.attempt)
+                return self._holder(began, job.attempt, job.progress)
         for delivery in self._buffered():
             if str(delivery.stream_seq) == seq:
                 return self._holder(None, delivery.attempt)
         return None
 
-    def _holder(self, started_at: float | None, attempt: int) -> bytes:
-        return json.dumps({"worker": self.worker, "started_at": started_at, "attempt": attempt}).encode()
+    def _holder(
+        self, started_at: float | None, attempt: int, progress: tuple[float, str | None] | None = None
+    ) -> bytes:
+        said: dict[str, Any] = {"worker": self.worker, "started_at": started_at, "attempt": attempt}
+        if progress is not None:
+            said["progress"], said["progress_message"] = progress
+        return json.dumps(said).encode()
 
     async def read_failures(self, job: JobRun) -> int:
         """Set and return ``job.failures``: the task's own failures in the job's earlier runs,
