@@ -24,7 +24,7 @@ from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from .job import Job
 from .jobstatus import JobStatus
-from .layout import consumer_spec, dlq_spec, events_spec, job_stream_spec, tally_spec
+from .layout import consumer_spec, dlq_spec, events_spec, job_stream_spec, rates_spec, tally_spec
 from .lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
 from .lifecycle.client import JobLifecycle
 from .middleware import Middleware, MiddlewareChain
@@ -32,6 +32,7 @@ from .named import named_task
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
+from .rates import Rate, parse_rate
 from .scheduling.claims import claims_spec
 from .scheduling.declare import DELAYED_SINCE, Schedule, build_schedule
 from .scheduling.delayed import DelayedJobs
@@ -164,6 +165,7 @@ class App:
         tz: str | None = None,
         unique: bool = False,
         unique_key: Callable[..., str] | None = None,
+        rate_limit: str | None = None,
         **options: Unpack[TaskArguments],
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
@@ -177,6 +179,7 @@ class App:
         tz: str | None = None,
         unique: bool = False,
         unique_key: Callable[..., str] | None = None,
+        rate_limit: str | None = None,
         **options: Unpack[TaskArguments],
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task, bare (``@app.task``) or with options.
@@ -189,7 +192,10 @@ class App:
         (see :meth:`schedule`). ``unique=True`` makes one job per task and arguments at a time
         (``unique_key``: per the string a function of the arguments returns): while it is
         scheduled, queued or running, enqueueing it again makes no second job and returns a
-        receipt with ``duplicate=True`` naming it. Names and values are checked now, so a bad
+        receipt with ``duplicate=True`` naming it. ``rate_limit`` (``"10/s"``, ``"N/m"``,
+        ``"N/h"``) caps the starts of its jobs across every worker; a job waiting for its turn
+        holds its worker slot (a queue's ``rate_limit`` holds jobs back before they are taken:
+        give such a task a queue of its own). Names and values are checked now, so a bad
         one fails at import, not at enqueue.
         """
         if unique_key is not None and not callable(unique_key):
@@ -216,6 +222,8 @@ class App:
                 # The app's default executor is for its sync tasks: an async one runs on the loop.
                 declared = dataclasses.replace(declared, executor="thread")
             task = Task(self, func, task_name, declared, unique_key or bool(unique))
+            if rate_limit is not None:
+                task.rate_limit = parse_rate(rate_limit, f"task {task_name}: rate_limit")
             if cron is not None or tz is not None:
                 if cron is None:
                     raise ConfigurationError(f"task {task_name}: tz is for cron=...; give cron too")
@@ -338,12 +346,16 @@ class App:
         """Sync form of :meth:`acancel`."""
         return self.bridge.run_sync(self.acancel, job_id)
 
-    def queue(self, name: str, *, max_running: int | None = None, priority: int = 0) -> QueueOptions:
+    def queue(
+        self, name: str, *, max_running: int | None = None, priority: int = 0, rate_limit: str | None = None
+    ) -> QueueOptions:
         """Declare how queue ``name`` is served: ``max_running`` jobs at most at once across
-        all workers (the server enforces it; ``--concurrency`` is per worker process) and its
-        ``priority`` among the queues a worker serves. A worker applies a changed
-        ``max_running`` to the server when it starts."""
-        options = QueueOptions(max_running=max_running, priority=priority)
+        all workers (the server enforces it; ``--concurrency`` is per worker process), its
+        ``priority`` among the queues a worker serves, and ``rate_limit`` (``"50/s"``,
+        ``"N/m"``, ``"N/h"``) starts across all workers, taken before a worker takes a job.
+        A worker applies a changed ``max_running`` to the server when it starts."""
+        rate = parse_rate(rate_limit, f"queue {name!r}: rate_limit") if rate_limit is not None else None
+        options = QueueOptions(max_running=max_running, priority=priority, rate_limit=rate)
         self.queue_options[validate_name("queue", name)] = options
         return options
 
@@ -412,7 +424,16 @@ class App:
             specs.append(events_spec(self))
         if self.options.workflows and schedules:
             specs.append(tally_spec(self))
+        if schedules and self.rate_limits():
+            specs.append(rates_spec(self))
         return specs
+
+    def rate_limits(self) -> dict[str, Rate]:
+        """The app's rate limits by scope: ``q-<queue>`` for a queue's, ``t-<task>`` for a
+        task's."""
+        limits = {f"q-{q}": o.rate_limit for q, o in self.queue_options.items() if o.rate_limit}
+        limits.update({f"t-{t.name}": t.rate_limit for t in self.tasks.values() if t.rate_limit})
+        return limits
 
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:
         """Create or update the app's streams (:meth:`stream_specs`);

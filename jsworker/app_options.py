@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 from .config import check_seconds, option, option_fields, parse_number, parse_size
 from .errors import ConfigurationError
 from .jetstream.connection import ConnectOptions
+from .rates import Rate
 from .task_options import ExceptionTypes, ExecutorKind, TaskOptions
 
 _DAY = 86400.0
@@ -93,6 +94,8 @@ class QueueOptions:
 
     max_running: int | None = None
     priority: int = 0
+    #: Job starts allowed across every worker (see :mod:`jsworker.flow.rates`), None: no limit.
+    rate_limit: Rate | None = None
 
     def __post_init__(self) -> None:
         if self.max_running is not None and (

@@ -88,3 +88,19 @@ def tally_spec(app: AppView) -> StreamSpec:
         max_age=options.workflow_ttl,
         counter=True,
     )
+
+
+def rates_spec(app: AppView) -> StreamSpec:
+    """The rate limits' counters: one message a subject (the counter's latest), kept two hours
+    (past the longest window, a tenth of an hour)."""
+    ns, options = app.namespace, app.options
+    return StreamSpec(
+        name=ns.rates_stream,
+        subjects=(ns.rate_subject(),),
+        work_queue=False,
+        replicas=options.replicas,
+        duplicate_window=1.0,
+        max_age=7200.0,
+        max_msgs_per_subject=1,
+        counter=True,
+    )

@@ -160,6 +160,18 @@ class Namespace:
         return parts[4]
 
     @property
+    def rates_stream(self) -> str:
+        """Stream of the rate limits' counters (a counter a limit and window)."""
+        return f"{self.stream}_RATES"
+
+    def rate_subject(self, scope: str = "*", window: int | str = "*") -> str:
+        """The counter of rate limit ``scope`` (``q-<queue>``, ``t-<task>``) in ``window``;
+        with the defaults, every counter (``>``)."""
+        if scope == "*" and window == "*":
+            return f"jsw.{self.app}.rate.>"
+        return f"jsw.{self.app}.rate.{scope}.{window}"
+
+    @property
     def tally_stream(self) -> str:
         """Stream of the workflows' tallies: how many members of a group have ended."""
         return f"{self.stream}_TALLY"

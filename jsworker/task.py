@@ -22,6 +22,7 @@ from .jetstream.message import OutMessage
 from .job import Job
 from .middleware import MiddlewareChain
 from .naming import validate_name
+from .rates import Rate
 from .task_options import TaskArguments as TaskArguments
 from .task_options import TaskOptions
 from .wire import check_headers
@@ -135,6 +136,8 @@ class Task(Generic[P, R]):
         #: True (key: the arguments) or a function of the arguments giving the key: while a
         #: job of this task with that key is scheduled, queued or running, no second is made.
         self.unique = unique
+        #: Starts of its jobs allowed across every worker (``@app.task(rate_limit="10/s")``).
+        self.rate_limit: Rate | None = None
         self.fn = fn
         self.name = name
         self.options = options

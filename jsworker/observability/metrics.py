@@ -75,6 +75,12 @@ class Metrics:
             registry=r,
         )
         self.reconnects = Counter("jsworker_reconnects", "Reconnections to NATS.", registry=r)
+        self.rate_held = Counter(
+            "jsworker_rate_limited",
+            "Times a job start was refused a window of a rate limit and waited for the next.",
+            ("limit",),
+            registry=r,
+        )
         self.loop_blocked = Counter(
             "jsworker_event_loop_blocked", "Times the worker's event loop was blocked too long.", registry=r
         )

@@ -8,15 +8,19 @@ import asyncio
 import dataclasses
 import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .._version import __version__
 from ..errors import TopologyError
 from ..events.emit import EventEmitter
+from ..flow.rates import RateLimiter
 from ..jetstream.connection import Connection, ConnectOptions
+from ..jetstream.consume import EventHook, PullConsumer
+from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
 from ..workflows.advance import Continuations
-from .execution import Executor
+from .execution import Executor, JobRun
 from .flows import flow_call, flow_final
 from .lifecycle import JobBook
 from .observe import emit_job_end, emit_job_start, warn_replicas_differ
@@ -111,8 +115,55 @@ def build_seams(app: App, conn: Connection, executor: Executor, book: JobBook) -
         seams.ends.append(functools.partial(emit_job_end, events))
     if app.middleware.settles:
         seams.ends.append(settled_step(app.middleware))
+    limits = rate_limiters(app, conn)
+    tasks = {name[2:]: limiter for name, limiter in limits.items() if name.startswith("t-")}
+    if tasks:
+        seams.gates.append(functools.partial(_task_rate, tasks))
     if app.options.workflows:
         flows = Continuations(app, conn)
         seams.call = flow_call(seams.call, flows)
         seams.finals.append(flow_final(flows))
     return seams
+
+
+def rate_limiters(app: App, conn: Connection) -> dict[str, RateLimiter]:
+    """A limiter for each of the app's rate limits, by scope (``q-<queue>``, ``t-<task>``)."""
+    held = app.metrics.rate_held
+    return {
+        scope: RateLimiter(conn, app.namespace, scope, rate, held.labels(scope).inc)
+        for scope, rate in app.rate_limits().items()
+    }
+
+
+def _task_rate(limits: dict[str, RateLimiter], job: JobRun) -> Awaitable[None] | None:
+    """The gate of tasks with a rate limit: a job of one waits for its turn (in its slot)."""
+    limiter = limits.get(job.task_name) if job.task is not None else None
+    return None if limiter is None else limiter.acquire()
+
+
+def queue_consumer(
+    app: App,
+    conn: Connection,
+    settings: WorkerSettings,
+    queue: str,
+    limited: RateLimiter | None,
+    on_event: EventHook,
+    handler: Callable[[Delivery], bool] | None,
+    limit: int | None,
+) -> PullConsumer:
+    """The pull loop of ``queue``. A rate-limited queue pulls little more than a window of its
+    limit allows, and ``handler`` must be None for it (nothing starts on arrival: each start
+    takes its permit first). ``limit``: the most jobs it hands out (a worker's job budget)."""
+    prefetch = settings.prefetch if limited is None else min(settings.prefetch, limited.rate.burst)
+    return PullConsumer(
+        conn,
+        app.namespace.stream,
+        queue,
+        max_messages=prefetch,
+        grow_to=settings.prefetch_grows_to if limited is None else prefetch,
+        expires=settings.expires,
+        idle_heartbeat=settings.idle_heartbeat,
+        on_event=on_event,
+        handler=handler,
+        limit=limit,
+    )

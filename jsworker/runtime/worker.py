@@ -37,7 +37,7 @@ from .seams import run_shutdown, run_startup
 from .settings import WorkerSettings
 from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
 from .settler import Settler
-from .startup import announce, build_seams, provision, records_connection
+from .startup import announce, build_seams, provision, queue_consumer, rate_limiters, records_connection
 from .upkeep import heartbeats, leftover_schedules, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ class Worker:
             self._book = JobBook(app, conn, self._jobs, records_conn, self._buffered)
             await self._book.start()
             self._handbacks = HandBacks(app, conn)
+            self._rates = {k[2:]: v for k, v in rate_limiters(app, conn).items() if k.startswith("q-")}
             self._seams = build_seams(app, conn, self._executor, self._book)
             self._admit = self._seams.admission(self._executor, self._recheck)
             self._call = self._seams.runner()
@@ -198,20 +199,13 @@ class Worker:
 
     async def _queue_loop(self, queue: str) -> None:
         assert self.conn is not None
-        stream = self.app.namespace.stream
+        limited = self._rates.get(queue)
+        handler = functools.partial(self._start_at_once, queue) if limited is None else None
         while not self._stop.is_set():
-            consumer = PullConsumer(
-                self.conn,
-                stream,
-                queue,
-                max_messages=self.settings.prefetch,
-                grow_to=self.settings.prefetch_grows_to,
-                expires=self.settings.expires,
-                idle_heartbeat=self.settings.idle_heartbeat,
-                on_event=EngineObserver(queue, self.app.metrics, self.counts),
-                handler=functools.partial(self._start_at_once, queue),
-                # A worker with a job budget pulls no job it could not start before it retires.
-                limit=self._budget,
+            on_event = EngineObserver(queue, self.app.metrics, self.counts)
+            # A worker with a job budget pulls no job it could not start before it retires.
+            consumer = queue_consumer(
+                self.app, self.conn, self.settings, queue, limited, on_event, handler, self._budget
             )
             self._consumers[queue] = consumer
             await consumer.start()
@@ -230,10 +224,18 @@ class Worker:
         """Start each job ``consumer`` hands out, as slots free up, until it has no more
         (drained, or finished and its buffer emptied)."""
         priority = self.app.queue_priority(queue)
+        limited = self._rates.get(queue)
         while await consumer.wait():
             # A slot is taken only once there is a job for it: waiting on an idle queue
             # while holding one would starve the other queues.
             await self._limiter.acquire(priority)
+            if limited is not None and not await limited.take():
+                # Its turn has not come: the slot goes back to the other queues meanwhile. The
+                # start is counted just before the job is taken, so it starts in its window.
+                self._limiter.release()
+                limited.held()
+                await limited.next_window()
+                continue
             delivery = await consumer.take()
             if delivery is None:  # drained while we waited for the slot
                 self._limiter.release()

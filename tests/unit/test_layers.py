@@ -8,11 +8,12 @@ The layers, from the ground up (README: "Project layout"):
 1. ``jetstream/``: the only code that talks to NATS;
 2. core: the other top-level modules (the app, tasks, receipts, the producer, the app's
    connections and sync bridge, names, serializers, the queue status...);
-3. features: ``scheduling/``, ``lifecycle/``, ``deadletters/``, ``events/``, ``workflows/``;
+3. features: ``scheduling/``, ``lifecycle/``, ``deadletters/``, ``events/``, ``workflows/``, ``flow/``;
 4. runtime: ``runtime/`` (the worker), ``fleet/`` (many worker processes), ``server/``
    (local nats-server processes for ``jsworker dev`` and the tests);
 5. faces: what people and other programs drive jsworker from: ``cli/``, ``admin/``,
-   ``spark/``, ``testing/`` (pytest fixtures), ``contrib/`` (integrations), ``__main__.py``.
+   ``spark/``, ``testing/`` (pytest fixtures), ``contrib/`` (integrations), ``ui/`` (the web
+   dashboard), ``__main__.py``.
 
 ``jsworker/__init__.py`` is the package's facade: it may import anything, and nothing inside
 the package may import it. Imports under ``if TYPE_CHECKING:`` and inside functions count: an
@@ -45,6 +46,7 @@ FOLDERS = {
     "deadletters": FEATURES,
     "events": FEATURES,
     "workflows": FEATURES,
+    "flow": FEATURES,
     "runtime": RUNTIME,
     "fleet": RUNTIME,
     "server": RUNTIME,
@@ -53,6 +55,7 @@ FOLDERS = {
     "spark": FACES,
     "testing": FACES,
     "contrib": FACES,
+    "ui": FACES,
 }
 TOP_LEVEL_FACES = {"__main__.py"}
 

@@ -1,0 +1,82 @@
+"""Rate limits across every worker, counted on the server.
+
+Time is cut into windows (a tenth of the rate's period, or one per allowed start when the
+rate allows fewer than ten): window ``i`` of a limit is a counter on
+``jsw.<app>.rate.<limit>.<i>`` in the app's rates stream, and each start adds one to it
+(one round trip, no read first). A start whose addition brings the counter past the window's
+share waits for the next window and tries again there. So no window starts more than its
+share, whatever the number of workers. Any period-long stretch of time then holds at most
+the rate's count plus two windows' shares: one because it overlaps one window more than a
+period holds, one for the starts counted at the very end of a window that begin in the next
+(a start is counted just before its job is taken, milliseconds before it runs).
+
+Windows are numbered by each worker's own clock: clocks that disagree by ``d`` seconds let
+two windows overlap for ``d``. Counters of past windows expire with the stream's
+``max_age``. A worker killed while waiting holds nothing: a permit is taken only when a job
+starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..errors import JsworkerError
+from ..jetstream.counter import increment
+from ..observability.logging import get_logger
+from ..rates import Rate
+
+if TYPE_CHECKING:
+    from ..jetstream.connection import Connection
+    from ..naming import Namespace
+
+log = get_logger("jsworker.flow")
+
+# How long an unreachable server makes a start wait before it tries to count it again.
+_UNCOUNTED_PAUSE = 0.5
+
+
+class RateLimiter:
+    """The permits of one limit (a queue's or a task's), shared by every worker of the app."""
+
+    def __init__(
+        self, conn: Connection, namespace: Namespace, scope: str, rate: Rate, held: Callable[[], None]
+    ) -> None:
+        self.conn = conn
+        self.rate = rate
+        self.scope = scope
+        self._prefix = namespace.rate_subject(scope, "")
+        # Called each time a start is refused a window (a metric).
+        self._held = held
+
+    async def acquire(self) -> None:
+        """Wait until a job may start under the limit, and take that start."""
+        while not await self.take():
+            self._held()
+            await self.next_window()
+
+    async def take(self) -> bool:
+        """Take a start in the current window: False when the window has none left (or the
+        server cannot count it: never start past the limit on a guess)."""
+        index = int(time.time() // self.rate.window)
+        try:
+            total = await increment(self.conn, f"{self._prefix}{index}")
+        except JsworkerError as exc:
+            log.warning("rate.uncounted", limit=self.scope, error=str(exc))
+            await asyncio.sleep(_UNCOUNTED_PAUSE)
+            return False
+        return total is not None and total <= self.rate.share(index)
+
+    async def next_window(self) -> None:
+        """Sleep until the next window, with a little spread so that the workers that waited
+        do not all count in its first instant."""
+        window = self.rate.window
+        end = (int(time.time() // window) + 1) * window
+        await asyncio.sleep(max(0.0, end - time.time()) + random.random() * 0.005)
+
+    def held(self) -> None:
+        """Count one start refused a window (a metric)."""
+        self._held()

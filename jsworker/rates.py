@@ -1,0 +1,59 @@
+"""Rates: ``"100/s"``, ``"50/m"``, ``"10/h"``, checked where they are declared."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*")
+#: A rate's period is cut into at most this many windows, each allowing its share: the
+#: burst a rate allows in any period-long stretch is then one window's share.
+MAX_WINDOWS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """``count`` starts per ``period`` seconds."""
+
+    count: int
+    period: float
+    text: str
+
+    @property
+    def windows(self) -> int:
+        """How many windows a period is cut into (each allows at least one start)."""
+        return min(MAX_WINDOWS, self.count)
+
+    @property
+    def window(self) -> float:
+        """Seconds one window lasts."""
+        return self.period / self.windows
+
+    def share(self, index: int) -> int:
+        """Starts window ``index`` (counted from the epoch) allows: the period's count spread
+        over its windows, the remainder one at a time, so that every period allows ``count``."""
+        i, k = index % self.windows, self.windows
+        return (i + 1) * self.count // k - i * self.count // k
+
+    @property
+    def burst(self) -> int:
+        """One window's largest share: any period-long stretch of time starts at most
+        ``count`` plus two of these (see :mod:`jsworker.flow.rates`)."""
+        return -(-self.count // self.windows)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_rate(text: object, what: str = "rate_limit") -> Rate:
+    """``text`` (``"N/s"``, ``"N/m"`` or ``"N/h"``, N at least 1) as a :class:`Rate`;
+    ConfigurationError naming ``what`` otherwise."""
+    match = _RATE.fullmatch(text) if isinstance(text, str) else None
+    if match is None or int(match[1]) < 1:
+        raise ConfigurationError(
+            f"{what} is 'N/s', 'N/m' or 'N/h' with N >= 1 (such as '100/s'), not {text!r}"
+        )
+    return Rate(int(match[1]), _PERIODS[match[2]], f"{int(match[1])}/{match[2]}")
