@@ -24,7 +24,7 @@ from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from .job import Job
 from .jobstatus import JobStatus
-from .layout import consumer_spec, dlq_spec, events_spec, job_stream_spec, rates_spec, tally_spec
+from .layout import consumer_spec, dlq_spec, events_spec, job_stream_spec, leases_spec, rates_spec, tally_spec
 from .lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
 from .lifecycle.client import JobLifecycle
 from .middleware import Middleware, MiddlewareChain
@@ -32,7 +32,7 @@ from .named import named_task
 from .naming import Namespace, Role, validate_app_name, validate_name
 from .observability.metrics import metrics_for
 from .producer import Producer
-from .rates import Rate, parse_rate
+from .rates import Rate, parse_rate, partition_limits
 from .scheduling.claims import claims_spec
 from .scheduling.declare import DELAYED_SINCE, Schedule, build_schedule
 from .scheduling.delayed import DelayedJobs
@@ -166,6 +166,9 @@ class App:
         unique: bool = False,
         unique_key: Callable[..., str] | None = None,
         rate_limit: str | None = None,
+        partition_key: Callable[..., Any] | None = None,
+        max_running_per_partition: int | None = None,
+        rate_limit_per_partition: str | None = None,
         **options: Unpack[TaskArguments],
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
@@ -180,6 +183,9 @@ class App:
         unique: bool = False,
         unique_key: Callable[..., str] | None = None,
         rate_limit: str | None = None,
+        partition_key: Callable[..., Any] | None = None,
+        max_running_per_partition: int | None = None,
+        rate_limit_per_partition: str | None = None,
         **options: Unpack[TaskArguments],
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task, bare (``@app.task``) or with options.
@@ -224,6 +230,10 @@ class App:
             task = Task(self, func, task_name, declared, unique_key or bool(unique))
             if rate_limit is not None:
                 task.rate_limit = parse_rate(rate_limit, f"task {task_name}: rate_limit")
+            limits = partition_limits(
+                task_name, partition_key, max_running_per_partition, rate_limit_per_partition
+            )
+            task.partition_key, task.max_running_per_partition, task.rate_limit_per_partition = limits
             if cron is not None or tz is not None:
                 if cron is None:
                     raise ConfigurationError(f"task {task_name}: tz is for cron=...; give cron too")
@@ -424,8 +434,11 @@ class App:
             specs.append(events_spec(self))
         if self.options.workflows and schedules:
             specs.append(tally_spec(self))
-        if schedules and self.rate_limits():
+        partitioned = [t for t in self.tasks.values() if t.partition_key is not None]
+        if schedules and (self.rate_limits() or any(t.rate_limit_per_partition for t in partitioned)):
             specs.append(rates_spec(self))
+        if schedules and any(t.max_running_per_partition for t in partitioned):
+            specs.append(leases_spec(self))
         return specs
 
     def rate_limits(self) -> dict[str, Rate]:

@@ -104,3 +104,17 @@ def rates_spec(app: AppView) -> StreamSpec:
         max_msgs_per_subject=1,
         counter=True,
     )
+
+
+def leases_spec(app: AppView) -> StreamSpec:
+    """The partition leases: one message a lease subject, each with its time to live."""
+    ns = app.namespace
+    return StreamSpec(
+        name=ns.leases_stream,
+        subjects=(ns.lease_subjects,),
+        work_queue=False,
+        replicas=app.options.replicas,
+        duplicate_window=1.0,
+        max_msgs_per_subject=1,
+        ttl=True,
+    )

@@ -160,6 +160,16 @@ class Namespace:
         return parts[4]
 
     @property
+    def leases_stream(self) -> str:
+        """Stream of the partition leases (one message a lease, with a time to live)."""
+        return f"{self.stream}_LEASES"
+
+    @property
+    def lease_subjects(self) -> str:
+        """Wildcard covering every partition lease of the app."""
+        return f"jsw.{self.app}.lease.>"
+
+    @property
     def rates_stream(self) -> str:
         """Stream of the rate limits' counters (a counter a limit and window)."""
         return f"{self.stream}_RATES"

@@ -57,7 +57,10 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
     prefix = inbox_prefix or ns.inbox_prefix
     jobs, kv, claims = ns.stream, ns.jobs_stream, ns.claims_stream
     dlq, events, registry = ns.dlq_stream, ns.events_stream, ns.workers_stream
-    streams = (jobs, ns.dlq_stream, ns.events_stream, claims, kv, registry, ns.tally_stream, ns.rates_stream)
+    streams = (
+        jobs, ns.dlq_stream, ns.events_stream, claims, kv, registry, ns.tally_stream, ns.rates_stream,
+        ns.leases_stream,
+    )  # fmt: skip
     kept = (dlq, events)
     return [
         # -- replies ---------------------------------------------------------------------
@@ -128,6 +131,8 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         ),
         Grant(ns.tally_subject(), "count the ended members of a workflow's group", _TRUSTED),
         Grant(ns.rate_subject(), "count job starts against rate limits (a counter per window)", _WORKER),
+        Grant(ns.lease_subjects, "take and renew partition leases (max_running_per_partition)", _WORKER),
+        Grant(f"{_API}.STREAM.MSG.DELETE.{ns.leases_stream}", "give a partition lease back", _WORKER),
         # -- workers ---------------------------------------------------------------------
         Grant(ns.dlq_subjects, "store dead letters", _WORKER),
         Grant(ns.events_subjects, "store job events", _WORKER),

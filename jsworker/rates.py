@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ConfigurationError
 
@@ -57,3 +59,34 @@ def parse_rate(text: object, what: str = "rate_limit") -> Rate:
             f"{what} is 'N/s', 'N/m' or 'N/h' with N >= 1 (such as '100/s'), not {text!r}"
         )
     return Rate(int(match[1]), _PERIODS[match[2]], f"{int(match[1])}/{match[2]}")
+
+
+def partition_limits(
+    task: str, key: Callable[..., Any] | None, max_running: object, rate: object
+) -> tuple[Callable[..., Any] | None, int | None, Rate | None]:
+    """A task's per-partition limits, checked: ``partition_key`` (a function of the task's
+    arguments) with ``max_running_per_partition`` (an int >= 1) and/or
+    ``rate_limit_per_partition``; ConfigurationError for anything wrong."""
+    if key is None:
+        if max_running is not None or rate is not None:
+            raise ConfigurationError(
+                f"task {task}: per-partition limits need partition_key=, a function of the "
+                "task's arguments that returns the partition (such as the account id)"
+            )
+        return None, None, None
+    if not callable(key):
+        raise ConfigurationError(
+            f"task {task}: partition_key must be a function of the arguments, not {key!r}"
+        )
+    if max_running is not None and (
+        not isinstance(max_running, int) or isinstance(max_running, bool) or max_running < 1
+    ):
+        raise ConfigurationError(
+            f"task {task}: max_running_per_partition must be an int >= 1, not {max_running!r}"
+        )
+    if max_running is None and rate is None:
+        raise ConfigurationError(
+            f"task {task}: partition_key= is for max_running_per_partition= or rate_limit_per_partition="
+        )
+    parsed = parse_rate(rate, f"task {task}: rate_limit_per_partition") if rate is not None else None
+    return key, max_running, parsed

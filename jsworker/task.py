@@ -138,6 +138,11 @@ class Task(Generic[P, R]):
         self.unique = unique
         #: Starts of its jobs allowed across every worker (``@app.task(rate_limit="10/s")``).
         self.rate_limit: Rate | None = None
+        #: What a job counts against for the per-partition limits (a function of its
+        #: arguments), and those limits (see :mod:`jsworker.flow.partitions`).
+        self.partition_key: Callable[..., Any] | None = None
+        self.max_running_per_partition: int | None = None
+        self.rate_limit_per_partition: Rate | None = None
         self.fn = fn
         self.name = name
         self.options = options

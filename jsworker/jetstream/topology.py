@@ -49,6 +49,8 @@ class StreamSpec:
     atomic: bool = False
     #: Every message adds to its subject's counter (servers 2.12+): workflows' tallies.
     counter: bool = False
+    #: Per-message time to live (servers 2.11+): partition leases.
+    ttl: bool = False
 
     def config(self) -> StreamConfig:
         """The nats-py config for this spec."""
@@ -70,7 +72,7 @@ class StreamSpec:
             allow_msg_schedules=True if self.schedules else None,
             allow_direct=True if self.kv else None,
             allow_rollup_hdrs=self.kv,
-            allow_msg_ttl=True if self.kv or self.atomic else None,
+            allow_msg_ttl=True if self.kv or self.atomic or self.ttl else None,
             allow_batched=True if self.batched else None,
             allow_atomic=True if self.atomic else None,
             allow_msg_counter=True if self.counter else None,
@@ -172,7 +174,7 @@ async def _reconcile_stream(
         and (current.max_msgs_per_subject or -1) == wanted.max_msgs_per_subject
         # Schedules, once allowed, cannot be turned off again; a spec without them leaves them.
         and (bool(current.allow_msg_schedules) or not spec.schedules)
-        and (bool(current.allow_msg_ttl) or not (spec.kv or spec.atomic))
+        and (bool(current.allow_msg_ttl) or not (spec.kv or spec.atomic or spec.ttl))
         and (bool(current.allow_atomic) or not spec.atomic)
         and (bool(current.allow_batched) or not spec.batched)
     ):

@@ -75,6 +75,12 @@ class Metrics:
             registry=r,
         )
         self.reconnects = Counter("jsworker_reconnects", "Reconnections to NATS.", registry=r)
+        self.partition_held = Counter(
+            "jsworker_partition_waits",
+            "Job starts that waited for a lease of their partition (each start once).",
+            ("task",),
+            registry=r,
+        )
         self.rate_held = Counter(
             "jsworker_rate_limited",
             "Times a job start was refused a window of a rate limit and waited for the next.",

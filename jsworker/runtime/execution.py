@@ -30,6 +30,7 @@ log = get_logger("jsworker.worker")
 
 if TYPE_CHECKING:
     from ..app import App
+    from ..flow.partitions import Lease
     from ..jetstream.delivery import Delivery
     from ..task import Task
 
@@ -60,6 +61,9 @@ class JobRun:
     #: The task's own failures in earlier runs, once read from the job's record (None: not
     #: read; a first delivery has none): what ``max_retries`` counts.
     failures: int | None = None
+    #: The partition lease it holds while it runs, if its task has one (see
+    #: :mod:`jsworker.flow.partitions`).
+    lease: Lease | None = None
     #: The latest ``set_progress`` of its run: (fraction, message), None before any.
     progress: tuple[float, str | None] | None = None
     #: Runs of the job its task ended with ``Snooze``, once read with :attr:`failures`.

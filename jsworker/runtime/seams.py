@@ -51,6 +51,8 @@ class RunSeams:
     ends: list[EndStep] = field(default_factory=list)
     #: Steps before a final outcome (not a success, not a retry) is sent to the server.
     finals: list[FinalStep] = field(default_factory=list)
+    #: What the features run beside the pull loops for as long as the worker runs.
+    services: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def admission(self, executor: Executor, recheck: Callable[[JobRun], Awaitable[None]]) -> Admission:
         """The check before each run: the job's own, then the gates."""

@@ -11,9 +11,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from prometheus_client import Counter
+
 from .._version import __version__
 from ..errors import TopologyError
 from ..events.emit import EventEmitter
+from ..flow.partitions import Partitions, partition_of
 from ..flow.rates import RateLimiter
 from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import EventHook, PullConsumer
@@ -22,11 +25,13 @@ from ..observability.logging import get_logger
 from ..workflows.advance import Continuations
 from .execution import Executor, JobRun
 from .flows import flow_call, flow_final
+from .handbacks import HandBacks
 from .lifecycle import JobBook
 from .observe import emit_job_end, emit_job_start, warn_replicas_differ
 from .schedules import FiredJobs
 from .seams import RunSeams, settled_step, wrapped_call
 from .settings import WorkerSettings
+from .settlement import Decision, Outcome, OutcomeKind
 
 if TYPE_CHECKING:
     from ..app import App
@@ -119,6 +124,11 @@ def build_seams(app: App, conn: Connection, executor: Executor, book: JobBook) -
     tasks = {name[2:]: limiter for name, limiter in limits.items() if name.startswith("t-")}
     if tasks:
         seams.gates.append(functools.partial(_task_rate, tasks))
+    if any(t.partition_key is not None for t in app.tasks.values()):
+        parts = Partitions(conn, app.namespace, lambda task: app.metrics.partition_held.labels(task).inc())
+        seams.gates.append(functools.partial(_partition_gate, parts, app.metrics.rate_held))
+        seams.ends.append(functools.partial(_release_lease, parts))
+        seams.services.append(parts.renew_forever)
     if app.options.workflows:
         flows = Continuations(app, conn)
         seams.call = flow_call(seams.call, flows)
@@ -167,3 +177,42 @@ def queue_consumer(
         handler=handler,
         limit=limit,
     )
+
+
+def _partition_gate(parts: Partitions, rate_held: Counter, job: JobRun) -> Outcome | Awaitable[None] | None:
+    """The gate of tasks with per-partition limits: the job's partition, then its turn under
+    the partition's rate and one of its leases (awaited in the job's slot)."""
+    task = job.task
+    if task is None or task.partition_key is None:
+        return None
+    try:
+        key = partition_of(task.partition_key, task.signature, job.args, job.kwargs)
+    except ValueError as exc:
+        return Outcome(OutcomeKind.BAD_INPUT, str(exc), error=exc)
+    return _partition_turn(parts, rate_held, job, task.name, key)
+
+
+async def _partition_turn(parts: Partitions, rate_held: Counter, job: JobRun, task: str, key: str) -> None:
+    assert job.task is not None
+    rate, size = job.task.rate_limit_per_partition, job.task.max_running_per_partition
+    if rate is not None:
+        await parts.rate(task, key, rate, rate_held.labels(f"p-{task}").inc).acquire()
+    if size is not None:
+        job.lease = await parts.lease(task, key, size)
+
+
+async def _release_lease(
+    parts: Partitions, job: JobRun, outcome: Outcome, decision: Decision, duration: float
+) -> None:
+    """Give back the partition lease of a job that settled."""
+    if job.lease is not None:
+        lease, job.lease = job.lease, None
+        await parts.release(lease)
+
+
+async def recheck(handbacks: HandBacks, book: JobBook, job: JobRun) -> None:
+    """Read what tells a job's earlier runs apart, for a job that looks like it kills its
+    workers: runs given back by stopping workers, or that failed or snoozed on their own, did
+    not; the check then leaves them out."""
+    await handbacks.read(job)
+    await book.read_failures(job)

@@ -25,6 +25,7 @@ from ..jetstream.connection import Connection
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
+from . import startup
 from .answers import answer_questions
 from .execution import Executor, JobRun, identify
 from .handbacks import HandBacks
@@ -37,7 +38,6 @@ from .seams import run_shutdown, run_startup
 from .settings import WorkerSettings
 from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
 from .settler import Settler
-from .startup import announce, build_seams, provision, queue_consumer, rate_limiters, records_connection
 from .upkeep import heartbeats, leftover_schedules, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
@@ -107,8 +107,8 @@ class Worker:
         hooked = False
         try:
             await app.connections.bind(conn)
-            announce(app, conn, self, self.queues)
-            await provision(app, conn, self.queues)
+            startup.announce(app, conn, self, self.queues)
+            await startup.provision(app, conn, self.queues)
             if settings.schedules:
                 await install_schedules(app, conn)
             # Before the first job, as jobs may need what they open (app.state).
@@ -119,13 +119,17 @@ class Worker:
             self._create_task = asyncio.get_running_loop().create_task
             self._executor = Executor(app, settings.threads, settings.task_processes)
             self._report = JobReporter(app.metrics, self.counts)
-            records_conn = await records_connection(app, conn, options, self.queues)
+            records_conn = await startup.records_connection(app, conn, options, self.queues)
             self._book = JobBook(app, conn, self._jobs, records_conn, self._buffered)
             await self._book.start()
             self._handbacks = HandBacks(app, conn)
-            self._rates = {k[2:]: v for k, v in rate_limiters(app, conn).items() if k.startswith("q-")}
-            self._seams = build_seams(app, conn, self._executor, self._book)
-            self._admit = self._seams.admission(self._executor, self._recheck)
+            self._rates = {
+                k[2:]: v for k, v in startup.rate_limiters(app, conn).items() if k.startswith("q-")
+            }
+            self._seams = startup.build_seams(app, conn, self._executor, self._book)
+            self._admit = self._seams.admission(
+                self._executor, functools.partial(startup.recheck, self._handbacks, self._book)
+            )
             self._call = self._seams.runner()
             # End steps come after the ack, which a kept result's record holds back.
             self._book.track_acks = bool(self._seams.ends)
@@ -150,7 +154,8 @@ class Worker:
                 ):
                     name = f"jsworker-{service.__name__.replace('_', '-')}"
                     services.start_soon(self._supervised, service, *args, name=name)
-                services.start_soon(self._supervised, self._registry.run, name="jsworker-registry")
+                for run in (self._registry.run, *self._seams.services):
+                    services.start_soon(self._supervised, run, name=f"jsworker-{run.__name__}")
                 log.info(
                     "worker.started",
                     app=app.name,
@@ -189,12 +194,6 @@ class Worker:
             raise self._crash
         log.info("worker.stopped", **dict(self.counts))
 
-    async def _recheck(self, job: JobRun) -> None:
-        # A job that looks like it kills its workers: earlier runs given back by stopping
-        # workers, or that failed on their own, did not; read them so the check leaves them out.
-        await self._handbacks.read(job)
-        await self._book.read_failures(job)
-
     # -- pulling --------------------------------------------------------------------------
 
     async def _queue_loop(self, queue: str) -> None:
@@ -204,7 +203,7 @@ class Worker:
         while not self._stop.is_set():
             on_event = EngineObserver(queue, self.app.metrics, self.counts)
             # A worker with a job budget pulls no job it could not start before it retires.
-            consumer = queue_consumer(
+            consumer = startup.queue_consumer(
                 self.app, self.conn, self.settings, queue, limited, on_event, handler, self._budget
             )
             self._consumers[queue] = consumer

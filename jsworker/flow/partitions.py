@@ -1,0 +1,155 @@
+"""Limits per partition (a tenant, a customer, an API key a job counts against), across every
+worker: ``max_running_per_partition`` and ``rate_limit_per_partition``.
+
+**Concurrency** is a set of leases on the server: partition ``p`` of task ``t`` with at most
+``n`` jobs at once has ``n`` lease subjects, ``jsw.<app>.lease.<t>.<p>.<0..n-1>``, in the app's
+leases stream, each holding at most one message. A job takes a lease by writing to a free one
+(only if it is empty: compare-and-set), with a time to live; its worker renews it while the
+job runs and deletes it when the job settles. A worker that dies takes its leases with it
+once their time is up (:data:`LEASE_TTL`), so the partition goes on within that time.
+
+**Rate** is a rate limit (:mod:`.rates`) of its own for each partition.
+
+A job that must wait for its partition waits in its worker slot: the worker only learns the
+partition from the job's arguments. Order within a partition is not kept: when a lease comes
+free, whichever waiting job tries first takes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import random
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JsworkerError
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.stored import SubjectMoved, write
+from ..observability.logging import get_logger
+from ..rates import Rate
+from .rates import RateLimiter
+
+if TYPE_CHECKING:
+    from ..jetstream.connection import Connection
+    from ..naming import Namespace
+
+log = get_logger("jsworker.flow")
+
+#: Seconds a lease outlives its worker; renewed every third of it while its job runs.
+LEASE_TTL = 15
+#: The longest partition key (what ``partition_key`` returns).
+MAX_KEY = 256
+# Rate limiters kept for the partitions seen last: one is a few small objects.
+_KEPT_RATES = 10_000
+# A job waiting for a lease looks again after this long, doubling up to a second.
+_FIRST_LOOK, _LONGEST_LOOK = 0.02, 1.0
+
+
+def partition_of(
+    key_fn: Callable[..., Any], signature: inspect.Signature, args: list[Any], kwargs: dict[str, Any]
+) -> str:
+    """The partition key ``key_fn`` gives a job's arguments, passed by name (so that
+    ``lambda account_id, **_: account_id`` picks one out of them); ValueError saying what is
+    wrong with it (a key function that raises, or returns anything but a short string)."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = key_fn(**bound.arguments)
+    except Exception as exc:  # the user's function: any exception is bad input
+        raise ValueError(f"partition_key raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = str(key)
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise ValueError(f"partition_key must return a string of 1 to {MAX_KEY} characters, not {key!r:.80}")
+    return key
+
+
+def token(key: str) -> str:
+    """A subject token for partition ``key`` (any characters): a hash of it."""
+    return hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    """One held lease: its subject and the sequence of the message that holds it (compared
+    and hashed by identity: each is one holding)."""
+
+    subject: str
+    seq: int
+
+
+class Partitions:
+    """The per-partition limits of one worker's tasks."""
+
+    def __init__(self, conn: Connection, namespace: Namespace, held: Callable[[str], None]) -> None:
+        self.conn = conn
+        self.namespace = namespace
+        self._stream = LimitsStream(conn, namespace.leases_stream)
+        self._held = held
+        self._leases: set[Lease] = set()
+        self._rates: OrderedDict[tuple[str, str], RateLimiter] = OrderedDict()
+
+    async def lease(self, task: str, key: str, size: int) -> Lease:
+        """Wait for one of the ``size`` leases of ``key``'s partition of ``task``, and hold it."""
+        base = f"jsw.{self.namespace.app}.lease.{task}.{token(key)}."
+        pause, waited = _FIRST_LOOK, False
+        while True:
+            # From a random slot: workers waiting together do not all try slot 0 first.
+            start = random.randrange(size)
+            for i in range(size):
+                subject = f"{base}{(start + i) % size}"
+                try:
+                    stored = await write(self.conn, subject, b"", {"Nats-TTL": str(LEASE_TTL)}, expect_last=0)
+                except SubjectMoved:
+                    continue
+                lease = Lease(subject, stored.seq)
+                self._leases.add(lease)
+                return lease
+            if not waited:
+                waited = True
+                self._held(task)
+            await asyncio.sleep(pause * (0.5 + random.random()))
+            pause = min(_LONGEST_LOOK, pause * 2)
+
+    async def release(self, lease: Lease) -> None:
+        """Give ``lease`` back (its message is deleted only if it is still this one)."""
+        self._leases.discard(lease)
+        try:
+            await self._stream.delete(lease.seq)
+        except JsworkerError as exc:
+            # It expires on its own within LEASE_TTL.
+            log.warning("partition.release_failed", lease=lease.subject, error=str(exc))
+
+    async def renew_forever(self) -> None:
+        """Renew every held lease every third of its time to live, for as long as it is held."""
+        while True:
+            await asyncio.sleep(LEASE_TTL / 3)
+            for lease in list(self._leases):
+                try:
+                    stored = await write(
+                        self.conn, lease.subject, b"", {"Nats-TTL": str(LEASE_TTL)}, expect_last=lease.seq
+                    )
+                    lease.seq = stored.seq
+                except SubjectMoved:
+                    # Expired (the server could not be reached for its whole time) and taken:
+                    # two jobs of the partition may now run at once. Said, not hidden.
+                    log.warning("partition.lease_lost", lease=lease.subject)
+                    self._leases.discard(lease)
+                except JsworkerError as exc:
+                    log.warning("partition.renew_failed", lease=lease.subject, error=str(exc))
+
+    def rate(self, task: str, key: str, rate: Rate, held: Callable[[], None]) -> RateLimiter:
+        """The rate limiter of ``key``'s partition of ``task``."""
+        scope = f"p-{task}-{token(key)}"
+        found = self._rates.get((task, key))
+        if found is None:
+            found = self._rates[(task, key)] = RateLimiter(self.conn, self.namespace, scope, rate, held)
+            while len(self._rates) > _KEPT_RATES:
+                self._rates.popitem(last=False)
+        else:
+            self._rates.move_to_end((task, key))
+        return found

@@ -1,0 +1,138 @@
+"""Per-partition limits with worker processes on a real server: one job at a time per
+partition across processes while partitions run side by side; a killed worker's lease
+expires and its partition goes on; a broken partition key dead-letters the job."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jsworker import App
+from jsworker.flow.partitions import LEASE_TTL
+from jsworker.testing import NatsServer
+
+from ..support import wait_until, wait_until_async
+from .workers import APPS, start_worker, stop
+
+sys.path.insert(0, str(APPS))
+import partition_app
+
+
+@pytest.fixture
+def app(nats_server: NatsServer) -> Iterator[App]:
+    partition_app.app.configure_connection([nats_server.url])
+    yield partition_app.app
+    partition_app.app.close()
+
+
+def spans(record: Path) -> dict[str, list[tuple[float, float]]]:
+    """(begin, end) of each finished run, by partition."""
+    begun: dict[str, float] = {}
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for line in record.read_text().splitlines() if record.exists() else []:
+        event, job_id, account, _pid, _attempt, at = line.split()
+        if event == "begin":
+            begun[job_id] = float(at)
+        elif event == "end" and job_id in begun:
+            out[account].append((begun[job_id], float(at)))
+    return out
+
+
+def overlap(runs: list[tuple[float, float]]) -> bool:
+    ordered = sorted(runs)
+    return any(b[0] < a[1] for a, b in itertools.pairwise(ordered))
+
+
+def test_one_job_at_a_time_per_partition_across_two_processes(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    record, log = tmp_path / "record", tmp_path / "log"
+    partition_app.visit.delay_many([(account, 0.3) for account in ("a", "b", "c") for _ in range(10)])
+    procs = [start_worker(nats_server.url, record, log, "-c", "10", module="partition_app") for _ in range(2)]
+    try:
+        wait_until(lambda: sum(map(len, spans(record).values())) == 30, timeout=60, message="30 runs")
+    finally:
+        for proc in procs:
+            stop(proc)
+    runs = spans(record)
+    assert not any(overlap(r) for r in runs.values())  # never two of one partition at once
+    everything = [span for r in runs.values() for span in r]
+    assert overlap(everything)  # while partitions ran side by side
+
+
+def test_a_killed_workers_partition_goes_on_once_its_lease_expires(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    record, log, gate = tmp_path / "record", tmp_path / "log", tmp_path / "gate"
+    first = start_worker(nats_server.url, record, log, module="partition_app")
+    partition_app.visit.delay("a", 0, str(gate))  # held until the gate exists
+    wait_until(
+        lambda: "begin" in (record.read_text() if record.exists() else ""), timeout=30, message="a start"
+    )
+    first.kill()
+    first.wait()
+    gate.touch()
+    partition_app.visit.delay("a", 0)
+    second = start_worker(nats_server.url, record, log, module="partition_app")
+    try:
+        # The second job waits for the dead worker's lease; the first comes back after its
+        # ack_wait and waits too. Both finish once the lease has expired.
+        wait_until(
+            lambda: len(spans(record)["a"]) == 2, timeout=LEASE_TTL + 60, message="partition a going on"
+        )
+    finally:
+        stop(second)
+    assert not overlap(spans(record)["a"])
+
+
+def test_a_broken_partition_key_dead_letters_the_job(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    from .workers import cli
+
+    partition_app.misfiled.delay("dict")
+    partition_app.misfiled.delay("boom")
+    partition_app.visit.delay("z", 0)
+    record, log = tmp_path / "record", tmp_path / "log"
+    proc = start_worker(nats_server.url, record, log, module="partition_app")
+    try:
+        wait_until(lambda: len(spans(record)["z"]) == 1, timeout=30, message="the worker to go on")
+
+        def letters() -> str:
+            return cli(nats_server.url, "dlq", "list", "partition_app", "--json").stdout
+
+        def misfiled() -> int:
+            return sum('"misfiled"' in line for line in letters().splitlines())
+
+        wait_until(lambda: misfiled() == 2, timeout=30, message="two dead letters")
+    finally:
+        stop(proc)
+    shown = letters()
+    assert "partition_key must return a string" in shown and "partition_key raised ZeroDivisionError" in shown
+
+
+@pytest.mark.anyio
+async def test_ten_thousand_partitions_all_run_and_leave_no_lease(nats_server: NatsServer) -> None:
+    from jsworker.jetstream.limits_stream import LimitsStream
+
+    from .workers import in_process_worker
+
+    app = App("manyparts", nats_server.url)
+    ran: set[str] = set()
+
+    @app.task(partition_key=lambda tenant, **_: tenant, max_running_per_partition=1)
+    async def touch(tenant: str) -> None:
+        ran.add(tenant)
+
+    await touch.adelay_many([(f"tenant-{i}",) for i in range(10_000)])
+    await app.aclose()
+    async with in_process_worker(app, concurrency=200):
+        await wait_until_async(lambda: len(ran) == 10_000, timeout=180, message="10,000 partitions")
+        conn = await app.connections.connection()
+        leases = LimitsStream(conn, app.namespace.leases_stream)
+        await wait_until_async(leases.count, until=lambda n: n == 0, timeout=30, message="no lease left")
