@@ -13,9 +13,10 @@ Four roles use an app (see :data:`~jsworker.naming.ROLES`):
   jobs, writes records, claims, dead letters and events, installs periodic schedules, keeps
   its registry entry, carries out the cancels and answers the status questions of producers.
 * **operator** looks after an app (``jsworker status``, ``dlq``, ``events``, ``schedules``,
-  ``workers``): it reads everything, replays and removes dead letters, writes and removes
-  schedules, and may cancel jobs itself. It never pulls from a queue's consumer, so
-  it cannot take a job away from the workers.
+  ``workers``, ``queues``, ``ui``): it reads everything, replays and removes dead letters,
+  writes and removes schedules, pauses, resumes and purges queues, and may cancel jobs
+  itself. It never pulls from a queue's consumer, so it cannot take a job away from the
+  workers.
 
 Every allow entry is a :class:`Grant` naming why it is there; ``jsworker permissions`` prints
 them as a NATS server configuration block, and :func:`role_table` as the README's table.
@@ -170,6 +171,12 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         *(Grant(f"$JS.ACK.{s}.>", "read dead letters and events", _OPERATOR) for s in kept),
         Grant(f"{_API}.STREAM.MSG.DELETE.{dlq}", "remove a dead letter", _OPERATOR),
         Grant(f"{_API}.STREAM.PURGE.{dlq}", "purge dead letters", _OPERATOR),
+        Grant(
+            f"{_API}.CONSUMER.PAUSE.{jobs}.*",
+            "pause and resume a queue (its consumer hands out nothing while paused)",
+            _OPERATOR,
+        ),
+        Grant(f"{_API}.STREAM.PURGE.{jobs}", "purge a queue's jobs", _OPERATOR),
     ]
 
 

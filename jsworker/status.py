@@ -58,6 +58,10 @@ class QueueStatus:
     - ``priority``: the queue's priority among those a worker serves (``app.queue``).
     - ``workers``: live worker processes pulling from the queue, from the worker registry;
       None when it was not read (or the server is too old to keep it).
+    - ``paused``: its consumer is paused on the server (``Admin.pause_queue``): it hands out
+      nothing until resumed, and jobs wait.
+    - ``delivered``: deliveries its consumer has made since it was created, redeliveries
+      included (a counter: two readings apart give the rate at which jobs start).
     """
 
     queue: str
@@ -73,6 +77,8 @@ class QueueStatus:
     max_running: int | None = None
     priority: int = 0
     workers: int | None = None
+    paused: bool = False
+    delivered: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: counts as ints, the age in seconds (or None)."""
@@ -174,6 +180,8 @@ async def queue_status(
                 redelivered=consumer.num_redelivered,
                 waiting_pulls=consumer.num_waiting,
                 has_consumer=True,
+                paused=consumer.paused,
+                delivered=consumer.delivered_consumer_seq,
                 # The app's max_ack_pending is every queue's limit unless it sets max_running.
                 max_running=None
                 if consumer.max_ack_pending in (None, 0, -1, app.options.max_ack_pending)

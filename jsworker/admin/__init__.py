@@ -11,6 +11,7 @@
 
 from ..paging import Page
 from .facade import Admin
+from .operations import JobResult
 from .summary import LISTED_STATES, JobPage, JobSummary, ListedState
 
-__all__ = ["LISTED_STATES", "Admin", "JobPage", "JobSummary", "ListedState", "Page"]
+__all__ = ["LISTED_STATES", "Admin", "JobPage", "JobResult", "JobSummary", "ListedState", "Page"]

@@ -11,6 +11,7 @@ dead letters to :class:`~jsworker.deadletters.DeadLetters`, schedules to
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..deadletters.admin import DeadLetters
@@ -18,6 +19,9 @@ from ..deadletters.letter import DeadLetter
 from ..errors import ConfigurationError
 from ..fleet.registry import WorkerEntry, live_workers
 from ..jetstream.connection import Connection
+from ..jetstream.health import StreamHealth, stream_health
+from ..jetstream.limits_stream import StoredMessage
+from ..jetstream.pause import PauseState
 from ..jetstream.session import OperatorSession
 from ..job import Job
 from ..lifecycle.cancel import cancel_job
@@ -29,7 +33,9 @@ from ..scheduling.admin import Schedules
 from ..scheduling.periodic import ScheduleState, SyncReport
 from ..status import QueueStatus, queue_status
 from ..task import check_job_id
+from . import operations
 from .listing import JobListing
+from .operations import JobResult
 from .summary import LISTED_STATES, JobPage, ListedState
 
 if TYPE_CHECKING:
@@ -153,6 +159,22 @@ class Admin(OperatorSession):
         """How many dead letters are stored (of ``task`` and/or ``queue``)."""
         return await self._letters.count(task=task, queue=queue)
 
+    async def job_message(self, job_id: str) -> StoredMessage | None:
+        """The message the server holds for job ``job_id``, headers and body: its job message
+        while it waits, runs or retries, its schedule while it is scheduled; None once it has
+        left the job stream (a failed job's body is in its dead letter)."""
+        return await operations.job_message(self.app, await self.connection(), check_job_id(job_id))
+
+    async def job_result(self, job_id: str) -> JobResult | None:
+        """The return value job ``job_id``'s record keeps, encoded (tasks with
+        ``store_result``); None when there is none."""
+        return await operations.job_result(self.app, await self.connection(), check_job_id(job_id))
+
+    async def health(self) -> StreamHealth:
+        """The server's version and the job stream's health: its leader, its replicas (in a
+        cluster) and what it holds; one small ``STREAM.INFO``."""
+        return await stream_health(await self.connection(), self.app.namespace.stream)
+
     # -- acting ---------------------------------------------------------------------------
 
     async def cancel(self, job_id: str) -> bool:
@@ -172,6 +194,30 @@ class Admin(OperatorSession):
         """Delete the dead letters of ``task`` and/or ``queue`` (all when neither) for good;
         returns how many."""
         return await self._letters.purge(task=task, queue=queue)
+
+    async def pause_queue(self, queue: str, until: datetime | None = None) -> PauseState:
+        """Stop ``queue``'s consumer handing out jobs until ``until`` (an aware datetime; for
+        good when None) with the server's consumer pause (nats-server 2.11+): workers take
+        none of its jobs until :meth:`resume_queue`, those running finish. A queue no worker
+        has served yet has no consumer to pause (:class:`~jsworker.ConfigurationError`)."""
+        return await operations.pause_queue(self.app, await self.connection(), queue, until)
+
+    async def resume_queue(self, queue: str) -> bool:
+        """Let paused ``queue``'s consumer hand out jobs again; False when it was not paused."""
+        return await operations.resume_queue(self.app, await self.connection(), queue)
+
+    async def purge_queue(self, queue: str) -> int:
+        """Remove every job of ``queue`` from the job stream; returns how many. The server
+        purges from the oldest job on, so the messages of jobs in flight go too: a running
+        job finishes its attempt but is not retried (:mod:`jsworker.admin.operations`).
+        Delayed jobs stay."""
+        return await operations.purge_queue(self.app, await self.connection(), queue)
+
+    async def retry_now(self, job_id: str) -> bool:
+        """Run job ``job_id``, waiting out a retry's delay or a snooze, now: it is stored again
+        under its id and starts at attempt 1, as a replayed dead letter does. False when it is
+        not waiting so (or due within a second anyway)."""
+        return await operations.retry_now(self.app, await self.connection(), check_job_id(job_id))
 
     async def trigger_schedule(self, name: str) -> Job:
         """Enqueue one job of schedule ``name`` now, outside its cadence."""

@@ -14,6 +14,7 @@ from .dlq import dlq
 from .events import events
 from .jobs import jobs
 from .permissions import permissions
+from .queues import queues
 from .run import run
 from .schedules import schedules
 from .status import status
@@ -35,6 +36,7 @@ cli.add_command(permissions)
 cli.add_command(schedules)
 cli.add_command(jobs)
 cli.add_command(workers)
+cli.add_command(queues)
 
 
 def main() -> None:

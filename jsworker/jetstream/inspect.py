@@ -51,6 +51,8 @@ class ConsumerFacts:
     num_waiting: int  # pull requests outstanding on the server
     delivered_stream_seq: int  # highest stream sequence delivered so far
     max_ack_pending: int = 0  # the cap on num_ack_pending (0: none known)
+    delivered_consumer_seq: int = 0  # deliveries made so far, redeliveries included
+    paused: bool = False  # paused on the server (CONSUMER.PAUSE, 2.11+): hands out nothing
 
 
 class _NotFound(Exception):
@@ -147,6 +149,8 @@ def _consumer(info: dict[str, Any]) -> ConsumerFacts:
         num_waiting=int(info.get("num_waiting") or 0),
         delivered_stream_seq=int(delivered.get("stream_seq") or 0),
         max_ack_pending=int(config.get("max_ack_pending") or 0),
+        delivered_consumer_seq=int(delivered.get("consumer_seq") or 0),
+        paused=bool(info.get("paused")),
     )
 
 

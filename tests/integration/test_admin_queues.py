@@ -1,0 +1,193 @@
+"""``Admin`` on a queue and a single job against a real nats-server: pause and resume (the
+server's consumer pause), purge, retry now, a job's message and result, the stream's health;
+and ``jsworker queues pause|resume``."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from jsworker import App, ConfigurationError, Retry
+from jsworker.admin import Admin
+from jsworker.lifecycle.state import JobState
+from jsworker.testing import NatsServer
+
+from ..support import wait_until_async
+from .secured import as_user, role_app
+from .workers import APPS, cli, in_process_worker, start_worker, stop
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_paused_queue_hands_out_nothing_until_resumed(nats_server: NatsServer) -> None:
+    app = App("pq", nats_server.url)
+    app.queue("other")
+    ran: list[str] = []
+
+    @app.task
+    async def work(tag: str) -> None:
+        ran.append(tag)
+
+    @app.task(queue="other")
+    async def elsewhere(tag: str) -> None:
+        ran.append(tag)
+
+    async with in_process_worker(app) as worker, Admin(app) as admin:
+        state = await admin.pause_queue("default")
+        assert (
+            state.paused
+            and state.until is not None
+            and state.until > datetime.now(UTC) + timedelta(days=3650)
+        )
+        await work.adelay("while paused")
+        await elsewhere.adelay("other queue")
+        await wait_until_async(lambda: "other queue" in ran, timeout=10, message="the other queue's job")
+        by_name = {q.queue: q for q in await admin.queues()}
+        assert by_name["default"].paused and not by_name["other"].paused
+        assert by_name["default"].pending == 1
+        # A worker creating its consumers again (as one starting does) leaves the pause alone.
+        await app.provision(worker.conn)
+        assert {q.queue: q.paused for q in await admin.queues()}["default"]
+        await asyncio.sleep(1.0)  # what a paused queue must not do is run it: give it the chance
+        assert "while paused" not in ran
+        assert await admin.resume_queue("default") is True
+        await wait_until_async(lambda: "while paused" in ran, timeout=10, message="the job after resume")
+        assert await admin.resume_queue("default") is False
+        assert not {q.queue: q.paused for q in await admin.queues()}["default"]
+        assert {q.queue: q.delivered for q in await admin.queues()}["default"] == 1
+
+        # A pause with an end ends by itself.
+        await admin.pause_queue("default", datetime.now(UTC) + timedelta(seconds=1.5))
+        await work.adelay("after the pause")
+        await wait_until_async(lambda: "after the pause" in ran, timeout=15, message="the pause to end")
+
+        with pytest.raises(ConfigurationError, match="no consumer"):
+            await admin.pause_queue("nobody")
+        with pytest.raises(ConfigurationError, match="invalid queue"):
+            await admin.pause_queue("a.b")
+        with pytest.raises(ConfigurationError, match="aware"):
+            await admin.pause_queue("default", datetime(2099, 1, 1))
+
+
+async def test_a_purge_removes_the_queues_jobs_and_leaves_its_delayed_ones(nats_server: NatsServer) -> None:
+    app = App("pg", nats_server.url)
+    app.queue("kept")
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    @app.task(queue="kept")
+    async def other(n: int) -> None: ...
+
+    await app.provision()
+    await work.adelay_many([(n,) for n in range(100)])
+    later = await work.aapply((0,), countdown=600)
+    await other.adelay(1)
+    await app.aclose()
+    async with Admin(app) as admin:
+        assert await admin.purge_queue("default") == 100
+        by_name = {q.queue: q for q in await admin.queues()}
+        assert (by_name["default"].pending, by_name["default"].delayed, by_name["kept"].pending) == (0, 1, 1)
+        assert (await admin.job(later.id)).state is JobState.SCHEDULED
+        assert await admin.purge_queue("default") == 0
+
+
+async def test_retry_now_runs_a_retrying_job_at_once(nats_server: NatsServer) -> None:
+    app = App("rn", nats_server.url)
+    runs: list[int] = []
+
+    @app.task(max_retries=3, store_result=True)
+    async def flaky(n: int) -> int:
+        runs.append(n)
+        if len(runs) == 1:
+            raise Retry(300, reason="later")
+        return n * 2
+
+    async with in_process_worker(app), Admin(app) as admin:
+        job = await flaky.adelay(21)
+        await wait_until_async(
+            lambda: admin.job(job.id), until=lambda s: s.state is JobState.RETRYING, timeout=10
+        )
+        message = await admin.job_message(job.id)
+        assert message is not None and message.body is not None and b"21" in message.body
+        assert await admin.retry_now(job.id) is True
+        status = await wait_until_async(
+            lambda: admin.job(job.id), until=lambda s: s.state is JobState.SUCCEEDED, timeout=10
+        )
+        assert runs == [21, 21] and status.id == job.id
+        result = await admin.job_result(job.id)
+        assert result is not None and result.value == b"42" and result.content_type == "application/json"
+        assert await admin.retry_now(job.id) is False  # finished
+        assert await admin.job_message(job.id) is None
+        assert await admin.retry_now("never-enqueued") is False
+        assert await admin.job_result("never-enqueued") is None
+
+
+async def test_a_queued_job_is_not_retried_now_and_its_message_is_read(nats_server: NatsServer) -> None:
+    app = App("rq", nats_server.url)
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    await app.provision()
+    job = await work.adelay(5)
+    later = await work.aapply((6,), countdown=600)
+    await app.aclose()
+    async with Admin(app) as admin:
+        assert await admin.retry_now(job.id) is False
+        message = await admin.job_message(job.id)
+        assert message is not None and message.headers["Jsw-Task"] == "work"
+        scheduled = await admin.job_message(later.id)
+        assert scheduled is not None and b"6" in (scheduled.body or b"")
+        health = await admin.health()
+        assert health.exists and health.healthy and health.server_version.count(".") == 2
+        assert health.messages == 2 and health.replicas == ()
+
+
+async def test_health_of_a_missing_stream(nats_server: NatsServer) -> None:
+    async with Admin(App("never", nats_server.url)) as admin:
+        health = await admin.health()
+        assert not health.exists and not health.healthy
+
+
+async def test_the_operator_role_may_pause_resume_and_purge(secured: NatsServer, tmp_path: Path) -> None:
+    url, log = secured.url, tmp_path / "worker.log"
+    worker = start_worker(url, tmp_path / "record", log, module="perm_app", env=as_user("perm-worker"))
+    operator = role_app(url, "perm-operator")
+    try:
+        async with Admin(operator) as admin:
+            await wait_until_async(admin.workers, timeout=20, message="the worker's entry")
+            assert (await admin.pause_queue("gated")).paused
+            producer = role_app(url, "perm-producer")
+            await producer.tasks["hold"].adelay(str(tmp_path / "gate"))
+            await producer.aclose()
+            assert {q.queue: q.pending for q in await admin.queues()}["gated"] == 1
+            assert await admin.purge_queue("gated") == 1
+            assert await admin.resume_queue("gated")
+    finally:
+        assert stop(worker) == 0
+    assert "permission" not in log.read_text().lower()
+
+
+def test_queues_pause_and_resume_commands(nats_server: NatsServer) -> None:
+    url = nats_server.url
+    assert APPS.is_dir()
+    made = cli(url, "queues", "pause", "life_cli_app", "default")
+    # A queue no worker has served has no consumer to pause: a usage error, said plainly.
+    assert made.returncode == 2 and "no consumer" in made.stderr, made
+
+    async def provision() -> None:
+        app = App("lifecli", url)
+        await app.provision(queues=["default"])
+        await app.aclose()
+
+    asyncio.run(provision())
+    paused = cli(url, "queues", "pause", "life_cli_app", "default", "--for", "600")
+    assert paused.returncode == 0 and paused.stdout.startswith("paused default until "), paused
+    resumed = cli(url, "queues", "resume", "life_cli_app", "default")
+    assert (resumed.returncode, resumed.stdout) == (0, "resumed default\n"), resumed
+    again = cli(url, "queues", "resume", "life_cli_app", "default")
+    assert again.stdout == "default was not paused\n"
