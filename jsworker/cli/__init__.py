@@ -18,6 +18,7 @@ from .queues import queues
 from .run import run
 from .schedules import schedules
 from .status import status
+from .ui import ui
 from .workers import workers
 
 
@@ -37,6 +38,7 @@ cli.add_command(schedules)
 cli.add_command(jobs)
 cli.add_command(workers)
 cli.add_command(queues)
+cli.add_command(ui)
 
 
 def main() -> None:
