@@ -95,7 +95,7 @@ async def test_every_page_shows_what_the_server_holds(nats_server: NatsServer) -
             "/jobs": [s.queued.id],
             "/jobs?state=scheduled": [s.scheduled.id],
             "/jobs?state=running": [s.running.id, "Cancel selected"],
-            "/jobs?state=retrying&task=flaky": [s.retrying.id, "not yet", "Retry selected now"],
+            "/jobs?state=retrying&task=flaky": [s.retrying.id, "not yet", "Run selected now"],
             "/jobs?state=failed&queue=default": [s.failed.id, "Replay selected"],
             f"/jobs/{s.running.id}": ["running", "Cancel", "Jsw-Task"],
             f"/jobs/{s.retrying.id}": ["retrying", "Run now", "not yet"],
