@@ -9,6 +9,7 @@ their results in order. See :mod:`.advance` for how exactly-once is kept.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,19 @@ from .start import describe_all, group_flow, new_flow_id, start
 if TYPE_CHECKING:
     from ..task import TaskOwner
 
-__all__ = ["Chain", "Chord", "Group", "Signature", "Workflow", "WorkflowStatus", "chain", "chord", "group"]
+__all__ = [
+    "Batch",
+    "Chain",
+    "Chord",
+    "Group",
+    "Signature",
+    "Workflow",
+    "WorkflowStatus",
+    "batch",
+    "chain",
+    "chord",
+    "group",
+]
 
 
 def _app_of(sigs: Iterable[Signature]) -> TaskOwner:
@@ -95,6 +108,42 @@ class Chord(_Startable):
         for sig in g.members:
             sig.task.make_call(sig.args, sig.kwargs, None)
         return _app_of([*g.members, self.callback]), flow, {f"m{i}": d for i, d in enumerate(flow.steps)}
+
+
+class Batch(_Startable):
+    """A group with callbacks on completion and on success (see :func:`batch`)."""
+
+    def __init__(
+        self,
+        members: list[Signature],
+        on_complete: Signature | None,
+        on_success: Signature | None,
+        flow_id: str | None,
+    ) -> None:
+        self.members, self.on_complete, self.on_success = members, on_complete, on_success
+        self.id = new_flow_id(flow_id)
+
+    def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
+        flow = group_flow(self.id, self.members, self.on_complete, None, "continue")
+        if self.on_success is not None:
+            flow = dataclasses.replace(flow, on_success=self.on_success.describe())
+        for sig in self.members:
+            sig.task.make_call(sig.args, sig.kwargs, None)
+        return _app_of(self.members), flow, {f"m{i}": d for i, d in enumerate(flow.steps)}
+
+
+def batch(
+    members: Iterable[Signature],
+    *,
+    on_complete: Signature | None = None,
+    on_success: Signature | None = None,
+    id: str | None = None,
+) -> Batch:
+    """Members that run together (as :func:`group`), with ``on_complete`` run once after every
+    member ended whatever its outcome (the results in order, a failure's details in place of
+    a failed member's) and ``on_success`` once after that when none failed (Sidekiq's batch
+    callbacks, BullMQ's flow). Each runs exactly once."""
+    return Batch(list(members), on_complete, on_success, id)
 
 
 def chain(*steps: Signature, on_error: Signature | None = None, id: str | None = None) -> Chain:

@@ -209,19 +209,26 @@ class Continuations:
     async def _completed(
         self, flow: FlowDef, now: FlowState, index: int, kept: dict[str, Any], carried: dict[str, str]
     ) -> list[OutMessage] | None:
-        """Every member ended: the group succeeded, and its callback is enqueued (once)."""
+        """Every member ended: the group succeeded, and its callbacks are enqueued (once): the
+        chord's (a batch's ``on_complete``) with every result, and a batch's ``on_success``
+        too when no member failed."""
         if now.ended is not None:
             return None
         now.ended, now.at = "succeeded", "cb" if flow.callback else None
-        if flow.callback is None:
+        if flow.callback is None and flow.on_success is None:
             return []
-        results = await self._results(flow, index, kept)
-        return [step_message(self.app, flow.id, "cb", flow.callback, [results], carried)]
+        results, failed = await self._results(flow, index, kept)
+        out = []
+        if flow.callback is not None:
+            out.append(step_message(self.app, flow.id, "cb", flow.callback, [results], carried))
+        if flow.on_success is not None and not failed:
+            out.append(step_message(self.app, flow.id, "ok", flow.on_success, [results], carried))
+        return out
 
-    async def _results(self, flow: FlowDef, index: int, own: dict[str, Any]) -> list[Any]:
+    async def _results(self, flow: FlowDef, index: int, own: dict[str, Any]) -> tuple[list[Any], bool]:
         """Every member's result in order (this member's from ``own``), as the callback gets
         them: an error's details in place of a result under ``continue``, nothing under
-        ``ignore``."""
+        ``ignore``; and whether a member failed."""
 
         async def read(i: int) -> dict[str, Any]:
             if i == index:
@@ -233,7 +240,8 @@ class Continuations:
             return kept if isinstance(kept, dict) else {"ignored": True}
 
         kept = await asyncio.gather(*(read(i) for i in range(len(flow.steps))))
-        return [k["ok"] if "ok" in k else k["error"] for k in kept if "ignored" not in k]
+        results = [k["ok"] if "ok" in k else k["error"] for k in kept if "ignored" not in k]
+        return results, any("ok" not in k for k in kept)
 
     def _done(self, flow: FlowDef, index: int, kept: dict[str, Any]) -> OutMessage:
         return self._done_message(flow, index, self.app.serializer.dumps(kept))

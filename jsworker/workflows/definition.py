@@ -61,7 +61,8 @@ def step_id(flow_id: str, step: str) -> str:
 class FlowDef:
     """A workflow: a ``chain`` of steps run one after the other, or a ``group`` of members
     run together with an optional ``callback`` (a chord) once all have ended; ``on_error``
-    runs instead when the workflow fails. Steps are :meth:`Signature.describe` dicts."""
+    runs instead when the workflow fails, ``on_success`` (a batch's) after ``callback`` when
+    no member failed. Steps are :meth:`Signature.describe` dicts."""
 
     id: str
     kind: Literal["chain", "group"]
@@ -69,6 +70,8 @@ class FlowDef:
     callback: dict[str, Any] | None = None
     on_error: dict[str, Any] | None = None
     on_failure: OnFailure = "stop"
+    #: A batch's second callback: after every member ended, only if none failed.
+    on_success: dict[str, Any] | None = None
 
     def encode(self, serializer: Serializer) -> bytes:
         """The definition as stored (the app's serializer: arguments go through it)."""

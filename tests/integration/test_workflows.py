@@ -12,7 +12,7 @@ import pytest
 
 from jsworker import App, Reject, WorkflowFailed, current_job
 from jsworker.testing import NatsServer
-from jsworker.workflows import chain, chord, group
+from jsworker.workflows import batch, chain, chord, group
 from jsworker.workflows.definition import FlowDef
 
 from ..support import wait_until_async
@@ -209,3 +209,33 @@ async def test_a_chord_of_1000_members_takes_two_batches_and_calls_back_once(nat
         assert await flow.aresult(timeout=120) == 2 * sum(range(1000))
         status = await flow.astatus()
     assert ran["total"] == 1 and status.ended_members == 1000
+
+
+async def test_a_batch_calls_on_complete_always_and_on_success_only_without_failures(
+    nats_server: NatsServer,
+) -> None:
+    ran: Counter[str] = Counter()
+    completed: list[list[Any]] = []
+    app = make_app(nats_server.url, ran, [])
+    double, refuse = app.tasks["double"], app.tasks["refuse"]
+
+    @app.task
+    async def complete(values: list[Any]) -> None:
+        completed.append(values)
+
+    @app.task
+    async def celebrate(values: list[Any]) -> None:
+        ran[f"celebrate {values}"] += 1
+
+    callbacks = {"on_complete": complete.s(), "on_success": celebrate.s()}
+    async with in_process_worker(app):
+        await batch([double.s(1), double.s(2)], **callbacks).aapply()
+        await batch([double.s(3), refuse.s(4)], **callbacks).aapply()
+        await wait_until_async(lambda: len(completed) == 2, timeout=30, message="both on_complete callbacks")
+        await wait_until_async(
+            lambda: ran["celebrate [2, 4]"] == 1, timeout=30, message="the clean one's on_success"
+        )
+    assert [2, 4] in completed
+    mixed = next(v for v in completed if v != [2, 4])
+    assert mixed[0] == 6 and mixed[1]["reason"] == "no 4"  # the failure's details in its place
+    assert [k for k in ran if k.startswith("celebrate")] == ["celebrate [2, 4]"]  # none for the mixed one
