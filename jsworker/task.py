@@ -357,8 +357,9 @@ class Task(Generic[P, R]):
 class Signature:
     """``task`` called with ``args`` and ``kwargs``, not enqueued yet: made with
     ``task.s(...)`` (the previous step's result comes first in its arguments) or
-    ``task.si(...)`` (``immutable``: it takes no result). ``queue`` and ``headers`` apply to
-    its job as ``apply``'s do."""
+    ``task.si(...)`` (``immutable``: it takes no result). ``queue``, ``headers``,
+    ``countdown`` (seconds after its step is enqueued) and ``job_id`` apply to its job as
+    ``apply``'s do."""
 
     task: Task[Any, Any]
     args: tuple[Any, ...] = ()
@@ -366,9 +367,20 @@ class Signature:
     immutable: bool = False
     queue: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    countdown: float | None = None
+    job_id: str | None = None
 
-    def set(self, *, queue: str | None = None, headers: Mapping[str, str] | None = None) -> Signature:
-        """This signature with its job sent to ``queue`` and/or carrying ``headers``."""
+    def set(
+        self,
+        *,
+        queue: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        countdown: float | None = None,
+        job_id: str | None = None,
+    ) -> Signature:
+        """This signature with its job sent to ``queue``, carrying ``headers``, delayed by
+        ``countdown`` seconds once its step comes, and/or under ``job_id`` (by default a
+        workflow's step has an id derived from the workflow's)."""
         if queue is not None:
             validate_name("queue", queue)
         if headers is not None:
@@ -376,10 +388,14 @@ class Signature:
                 headers = check_headers(headers)
             except ValueError as exc:
                 raise ConfigurationError(f"task {self.task.name}: {exc}") from None
+        if countdown is not None:
+            countdown = check_ahead("countdown", countdown)
         return replace(
             self,
             queue=queue if queue is not None else self.queue,
             headers={**self.headers, **(headers or {})},
+            countdown=countdown if countdown is not None else self.countdown,
+            job_id=check_job_id(job_id) if job_id is not None else self.job_id,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -393,4 +409,6 @@ class Signature:
             "kwargs": dict(self.kwargs),
             "immutable": self.immutable,
             "headers": dict(self.headers),
+            "countdown": self.countdown,
+            "job_id": self.job_id,
         }

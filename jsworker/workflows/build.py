@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..calls import Call
+from ..calls import Call, due_time
 from ..jetstream.message import OutMessage
 from ..named import named_task
 from .definition import FLOW, FLOW_STEP, step_id
@@ -37,8 +37,9 @@ def step_message(
     args = tuple(described["args"]) if described.get("immutable") else (*given, *described["args"])
     queue = described["queue"] if described["queue"] != task.queue else None
     own = {**(headers or {}), **described.get("headers", {})}
-    call = Call(
-        args, dict(described["kwargs"]), step_id(flow_id, step), None, None, False, queue, own or None
-    )
+    countdown = described.get("countdown")
+    due = due_time(countdown, None) if countdown is not None else None
+    job_id = described.get("job_id") or step_id(flow_id, step)
+    call = Call(args, dict(described["kwargs"]), job_id, due, None, False, queue, own or None)
     msg = app.producer.message(task, call)
     return OutMessage(msg.subject, msg.body, {**msg.headers, FLOW: flow_id, FLOW_STEP: step})

@@ -66,23 +66,21 @@ class Workflow:
     async def astatus(self) -> WorkflowStatus:
         """The workflow's status now."""
         flow, state = await self._definition(), await self._state()
-        if flow.kind == "chain":
-            labels = [str(i) for i in range(len(flow.steps))]
-            known = state.step + 1
-        else:
-            labels, known = [f"m{i}" for i in range(len(flow.steps))], len(flow.steps)
+        kind = "" if flow.kind == "chain" else "m"
+        ids = [d.get("job_id") or step_id(self.id, f"{kind}{i}") for i, d in enumerate(flow.steps)]
+        known = state.step + 1 if flow.kind == "chain" else len(flow.steps)
         if flow.callback is not None:
-            labels.append("cb")
+            ids.append(flow.callback.get("job_id") or step_id(self.id, "cb"))
             known += state.at == "cb"
         # Read together, a few at a time: a group of 1,000 members is 1,000 questions.
         limit = asyncio.Semaphore(32)
 
-        async def read(label: str) -> JobStatus:
+        async def read(job_id: str) -> JobStatus:
             async with limit:
-                return await self.app.lifecycle.status(step_id(self.id, label))
+                return await self.app.lifecycle.status(job_id)
 
-        statuses: list[JobStatus | None] = list(await asyncio.gather(*(read(lb) for lb in labels[:known])))
-        statuses += [None] * (len(labels) - known)
+        statuses: list[JobStatus | None] = list(await asyncio.gather(*(read(i) for i in ids[:known])))
+        statuses += [None] * (len(ids) - known)
         ended = await (await self._stream()).count(done_subject(self.app.namespace, self.id))
         return WorkflowStatus(
             self.id, flow.kind, state.ended or "running", state.at, state.reason, statuses, ended
@@ -110,7 +108,8 @@ class Workflow:
             raise WorkflowFailed(self.id, state.at, state.ended, state.reason)
         if flow.callback is not None:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            return await self.app.lifecycle.result(step_id(self.id, "cb"), None, left)
+            callback = flow.callback.get("job_id") or step_id(self.id, "cb")
+            return await self.app.lifecycle.result(callback, None, left)
         stream = await self._stream()
         indexes = [len(flow.steps) - 1] if flow.kind == "chain" else range(len(flow.steps))
         values = []

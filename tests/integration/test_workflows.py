@@ -5,6 +5,7 @@ stop what they must and run the error callback once."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import Any
 
@@ -239,3 +240,19 @@ async def test_a_batch_calls_on_complete_always_and_on_success_only_without_fail
     mixed = next(v for v in completed if v != [2, 4])
     assert mixed[0] == 6 and mixed[1]["reason"] == "no 4"  # the failure's details in its place
     assert [k for k in ran if k.startswith("celebrate")] == ["celebrate [2, 4]"]  # none for the mixed one
+
+
+async def test_a_step_set_with_countdown_and_job_id_waits_and_keeps_its_id(nats_server: NatsServer) -> None:
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    add, double = app.tasks["add"], app.tasks["double"]
+    async with in_process_worker(app):
+        began = time.monotonic()
+        flow = await chain(add.s(1, 1), double.s().set(countdown=1.0, job_id="doubled-later")).aapply()
+        assert await flow.aresult(timeout=30) == 4
+        assert time.monotonic() - began >= 1.0  # the server held the second step back
+        status = await flow.astatus()
+        later = await app.job("doubled-later").astatus()
+    assert [s.id for s in status.steps if s is not None] == [flow.id, "doubled-later"]
+    assert later.state.value in ("succeeded", "unknown")  # a first success keeps no record
+    assert ran["double 2"] == 1
