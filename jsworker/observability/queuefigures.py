@@ -38,6 +38,7 @@ _GAUGES = (
         "Age of the oldest job not yet handed to a worker (0 when none).",
     ),
     ("delayed", "jsworker_queue_delayed", "Delayed jobs waiting on the server for their due time."),
+    ("paused", "jsworker_queue_paused", "1 while the queue is paused (no job is handed out), else 0."),
 )
 REACHABLE = "jsworker_queue_reachable"
 

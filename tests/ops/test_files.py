@@ -69,6 +69,7 @@ ALERT_NAMES = {
     "JsworkerNoWorkerOnQueue",
     "JsworkerQueueUnreachable",
     "JsworkerEventLoopBlocked",
+    "JsworkerQueuePaused",
 }
 
 
