@@ -46,9 +46,8 @@ import nats
 import nats.errors
 import schedules
 from figures import processing
+from lib import apps, records
 from lib import jetstream as jsh
-from lib import records
-from lib.apps import using
 from lib.context import Context
 from lib.procs import BENCH_DIR, Child, bench_env, start_worker
 from lib.stats import Measurement, percentile
@@ -101,40 +100,16 @@ ECHO_SUBJECT = "bench.life.echo"
 
 async def _using(url: str, body: Callable[[], Awaitable[Any]]) -> Any:
     """``body()`` with the family's app on ``url``."""
-    return await using(app, url, body)
+    return await apps.using(app, url, body)
 
 
 async def _purge(url: str) -> None:
     """Empty the app's job stream and its jobs bucket."""
-    nc = await jsh.connect(url)
-    try:
-        js = nc.jetstream()
-        for stream in (app.namespace.stream, app.namespace.jobs_stream):
-            await js.purge_stream(stream)
-    finally:
-        await nc.close()
-
-
-async def _counts(url: str) -> tuple[int, int]:
-    """(messages in the job stream, records in the jobs bucket)."""
-    nc = await jsh.connect(url)
-    try:
-        js = nc.jetstream()
-        jobs = await js.stream_info(app.namespace.stream)
-        kept = await js.stream_info(app.namespace.jobs_stream)
-        return int(jobs.state.messages), int(kept.state.messages)
-    finally:
-        await nc.close()
+    await apps.purge(url, app)
 
 
 def _wait_counts(url: str, expected: tuple[int, int], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    found = asyncio.run(_counts(url))
-    while found != expected:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: {found} (jobs, records), not {expected}")
-        time.sleep(0.05)
-        found = asyncio.run(_counts(url))
+    apps.wait_counts(url, app, expected, timeout, what)
 
 
 def _worker(ctx: Context, rec: str, queue: str, name: str) -> Child:
@@ -383,7 +358,7 @@ def _enqueue(ctx: Context) -> list[Measurement]:
     for name, label, form in forms:
         asyncio.run(_purge(ctx.url))
         rate = asyncio.run(form())
-        stored = asyncio.run(_counts(ctx.url))
+        stored = asyncio.run(apps.counts(ctx.url, app))
         if stored != (n, 0):
             raise RuntimeError(f"enqueue {name}: {stored} (jobs, records) stored, not {(n, 0)}")
         out.append(Measurement(f"lifecycle.enqueue.{name}", rate, "jobs/s", label, {"jobs": n}))

@@ -1,7 +1,7 @@
 """The jsworker benchmark suite: every figure next to raw nats-py on the same server, same run.
 
     python bench/run.py [--quick] [--runs 3] [--only enqueue,processing] [--peers] [--pending N]
-                        [--json-out FILE]
+                        [--before REF] [--after REF] [--json-out FILE]
 
 Starts its own nats-server (free loopback port, temporary store), runs each selected figure
 family once per run, round-robin (so drifting machine load hits every figure alike), and
@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fleet
 import lifecycle
+import middleware
 import schedules
 from figures import enqueue, latency, memory, mixed, processing
 from lib import jetstream as jsh
@@ -46,6 +47,7 @@ FAMILIES = {
     "schedules": schedules.run,
     "lifecycle": lifecycle.run,
     "fleet": fleet.run,
+    "middleware": middleware.run,
 }
 # The schedules family keeps its baselines next to its figures, in its own module.
 
@@ -66,6 +68,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"delayed jobs the schedules family keeps pending on its server, and jobs the lifecycle "
         f"family leaves waiting on its servers "
         f"(default {schedules.NORMAL_PENDING:,}; {schedules.QUICK_PENDING:,} with --quick)",
+    )
+    parser.add_argument(
+        "--before",
+        default=middleware.BEFORE,
+        help=f"the commit whose jsworker the middleware family measures as 'before' (default "
+        f"{middleware.BEFORE}, the commit before middleware; 'none' leaves those figures out)",
+    )
+    parser.add_argument(
+        "--after",
+        help="the commit whose jsworker the middleware family measures as today's "
+        "(default: the working tree)",
     )
     parser.add_argument("--json-out", type=Path, help="also write the JSON lines to this file")
     args = parser.parse_args(argv)
@@ -131,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     families = dict(FAMILIES)
     families["schedules"] = functools.partial(schedules.run, pending=args.pending)
     families["lifecycle"] = functools.partial(lifecycle.run, pending=args.pending)
+    before = None if args.before.lower() == "none" else args.before
+    families["middleware"] = functools.partial(middleware.run, before=before, after=args.after)
     if args.peers:
         from peers import figures as peer_figures
 

@@ -29,16 +29,16 @@ TIMEOUT = 600.0
 
 
 async def _enqueue_jobs(url: str, task, n: int, extra: tuple[object, ...]) -> None:  # type: ignore[no-untyped-def]
-    bench_app.app.servers = [url]
+    task.app.servers = [url]
     try:
         for start in range(0, n, 10_000):
             await task.adelay_many([(i, *extra) for i in range(start, min(n, start + 10_000))])
     finally:
-        await bench_app.app.aclose()
+        await task.app.aclose()
 
 
 def enqueue(url: str, task, n: int, extra: tuple[object, ...] = ()) -> None:  # type: ignore[no-untyped-def]
-    """Put ``n`` jobs of ``task`` into the stream (not timed), called ``(i, *extra)``."""
+    """Put ``n`` jobs of ``task`` into its app's stream (not timed), called ``(i, *extra)``."""
     asyncio.run(_enqueue_jobs(url, task, n, extra))
 
 
@@ -49,8 +49,13 @@ def drain(
     start: Callable[[str], list[Child]],
     rate: Callable[[list[tuple[int, int, int]]], float] = records.span_rate,
     exits: bool = False,
+    settled: Callable[[], object] | None = None,
 ) -> float:
-    """Start the consumers, wait for ``n`` records, check the stream emptied; jobs/s."""
+    """Start the consumers, wait for ``n`` records, check the stream emptied; jobs/s.
+
+    ``settled()``, when given, runs once every job ran and before the consumers stop: the
+    check that another app's stream emptied too (it raises if not).
+    """
     rec = ctx.record_file(name)
     children = start(rec)
     try:
@@ -61,6 +66,8 @@ def drain(
         left = asyncio.run(jsh.wait_empty(ctx.url, 30))
         if left:
             raise RuntimeError(f"{name}: {left} jobs still in the stream after all ran (acks lost?)")
+        if settled is not None:
+            settled()
         if exits:
             codes = [wait_exit(c, 10) for c in children]
             if any(code != 0 for code in codes):

@@ -98,8 +98,10 @@ def start_worker(
     name: str = "worker",
     loop: str = "asyncio",
     extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> Child:
-    """One ``jsworker run`` process for ``queues`` of the bench app.
+    """One ``jsworker run`` process for ``queues`` of the bench app; ``env`` is added to its
+    environment (:func:`bench_env`).
 
     The event loop is asyncio's unless ``loop`` says otherwise: the raw baselines run on
     asyncio, so only a figure that is about uvloop should use it.
@@ -120,7 +122,7 @@ def start_worker(
         loop,
         *extra,
     ]
-    return Child(name, argv, bench_env(url, record_file), log_dir)
+    return Child(name, argv, bench_env(url, record_file, env), log_dir)
 
 
 def start_raw_consumer(

@@ -98,3 +98,18 @@ def overlap_rate(rows: list[tuple[int, int, int]]) -> float:
 def record_pid(key: int) -> None:
     """:func:`record` with the writing process's pid in place of the enqueue time."""
     record(key, os.getpid())
+
+
+def record_cpu(key: int) -> None:
+    """:func:`record` with the writing process's CPU time so far (ns, all its threads) in place
+    of the enqueue time."""
+    record(key, time.process_time_ns())
+
+
+def cpu_per_job(rows: list[tuple[int, int, int]]) -> float:
+    """Microseconds of CPU per job between the first and the last record, for records of one
+    process whose middle field is its CPU time (see :func:`record_cpu`)."""
+    if len(rows) < 2:
+        raise ValueError("need at least two records for a CPU cost")
+    cpu = [r[1] for r in rows]
+    return (max(cpu) - min(cpu)) / 1e3 / (len(rows) - 1)

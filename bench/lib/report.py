@@ -13,7 +13,7 @@ def _num(value: float, unit: str) -> str:
     if unit == "ratio":
         # Three decimals: a target like >= 0.9 must not look met by rounding.
         return f"{value:.3f}"
-    if unit == "ms":
+    if unit in ("ms", "us/job"):
         return f"{value:.2f}"
     if unit in ("MB", "s"):
         return f"{value:.1f}"

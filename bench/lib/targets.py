@@ -104,6 +104,25 @@ COMPARISONS = [
     Comparison("lifecycle.enqueue.unique", "lifecycle.enqueue.adelay", "ratio"),
     Comparison("lifecycle.enqueue.unique", "lifecycle.enqueue.raw_publish_unique", "ratio"),
 ]
+# Middleware (bench/middleware.py): no middleware today against the commit before (no cost,
+# within noise), a no-op middleware against none (its cost; a generous bound), an on_enqueue
+# that adds a header against none.
+for _res in ("results_off", "results_on"):
+    _p, _c = f"middleware.processing.{_res}", f"middleware.cpu.{_res}"
+    COMPARISONS += [
+        Comparison(f"{_p}.none", f"{_p}.before", "ratio", ">=", 0.97),
+        Comparison(f"{_p}.all_hooks", f"{_p}.none", "ratio", ">=", 0.70),
+        Comparison(f"{_p}.around_run", f"{_p}.none", "ratio"),
+        Comparison(f"{_c}.none", f"{_c}.before", "ratio", "<=", 1.03),
+        Comparison(f"{_c}.all_hooks", f"{_c}.none", "ratio"),
+        Comparison(f"{_c}.around_run", f"{_c}.none", "ratio"),
+    ]
+for _form in ("adelay_many", "adelay"):
+    _e = f"middleware.enqueue.{_form}"
+    COMPARISONS += [
+        Comparison(f"{_e}.none", f"{_e}.before", "ratio", ">=", 0.97),
+        Comparison(f"{_e}.header", f"{_e}.none", "ratio"),
+    ]
 for _what in ("rss_growth_mb", "rss_restarted_mb", "stream_mb", "store_mb", "restart_ms"):
     COMPARISONS.append(
         Comparison(f"lifecycle.pending.per_id.{_what}", f"lifecycle.pending.one_subject.{_what}", "ratio")
