@@ -133,7 +133,10 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         Grant(ns.tally_subject(), "count the ended members of a workflow's group", _TRUSTED),
         Grant(ns.rate_subject(), "count job starts against rate limits (a counter per window)", _WORKER),
         Grant(ns.lease_subjects, "take and renew partition leases (max_running_per_partition)", _WORKER),
-        Grant(f"{_API}.STREAM.MSG.DELETE.{ns.leases_stream}", "give a partition lease back", _WORKER),
+        *(
+            Grant(f"{_API}.DIRECT.GET.{ns.leases_stream}{tail}", "read if a lease was given back", _WORKER)
+            for tail in ("", ".>")
+        ),
         # -- workers ---------------------------------------------------------------------
         Grant(ns.dlq_subjects, "store dead letters", _WORKER),
         Grant(ns.events_subjects, "store job events", _WORKER),

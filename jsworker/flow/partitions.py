@@ -3,10 +3,12 @@ worker: ``max_running_per_partition`` and ``rate_limit_per_partition``.
 
 **Concurrency** is a set of leases on the server: partition ``p`` of task ``t`` with at most
 ``n`` jobs at once has ``n`` lease subjects, ``jsw.<app>.lease.<t>.<p>.<0..n-1>``, in the app's
-leases stream, each holding at most one message. A job takes a lease by writing to a free one
-(only if it is empty: compare-and-set), with a time to live; its worker renews it while the
-job runs and deletes it when the job settles. A worker that dies takes its leases with it
-once their time is up (:data:`LEASE_TTL`), so the partition goes on within that time.
+leases stream, each holding at most one message. A job takes a lease by writing over a free
+one (an empty subject, or one whose last message says it was given back: compare-and-set on
+its sequence), with a time to live; its worker renews it while the job runs and writes a
+"given back" message over it when the job settles (a publish, not an API request). A worker
+that dies takes its leases with it once their time is up (:data:`LEASE_TTL`), so the
+partition goes on within that time.
 
 **Rate** is a rate limit (:mod:`.rates`) of its own for each partition.
 
@@ -45,6 +47,11 @@ LEASE_TTL = 15
 MAX_KEY = 256
 # Rate limiters kept for the partitions seen last: one is a few small objects.
 _KEPT_RATES = 10_000
+# A lease's message says whether it is held or was given back; both expire.
+_STATE = "Jsw-Lease"
+_FREE = "free"
+_HELD = {"Nats-TTL": str(LEASE_TTL)}
+_GIVEN_BACK = {"Nats-TTL": str(LEASE_TTL), _STATE: _FREE}
 # A job waiting for a lease looks again after this long, doubling up to a second.
 _FIRST_LOOK, _LONGEST_LOOK = 0.02, 1.0
 
@@ -101,25 +108,42 @@ class Partitions:
             # From a random slot: workers waiting together do not all try slot 0 first.
             start = random.randrange(size)
             for i in range(size):
-                subject = f"{base}{(start + i) % size}"
-                try:
-                    stored = await write(self.conn, subject, b"", {"Nats-TTL": str(LEASE_TTL)}, expect_last=0)
-                except SubjectMoved:
-                    continue
-                lease = Lease(subject, stored.seq)
-                self._leases.add(lease)
-                return lease
+                lease = await self._take(f"{base}{(start + i) % size}")
+                if lease is not None:
+                    self._leases.add(lease)
+                    return lease
             if not waited:
                 waited = True
                 self._held(task)
             await asyncio.sleep(pause * (0.5 + random.random()))
             pause = min(_LONGEST_LOOK, pause * 2)
 
+    async def _take(self, subject: str) -> Lease | None:
+        """The lease on ``subject`` if it is free (never used, expired, or given back), else None."""
+        expect = 0
+        for _ in range(2):
+            try:
+                stored = await write(self.conn, subject, b"", _HELD, expect_last=expect)
+                return Lease(subject, stored.seq)
+            except SubjectMoved:
+                pass
+            # Used before: free when its last message says it was given back.
+            found = await self._stream.last_direct(subject)
+            if found is None:
+                continue  # expired meanwhile: empty again
+            if found.headers.get(_STATE) != _FREE:
+                return None
+            expect = found.seq
+        return None
+
     async def release(self, lease: Lease) -> None:
-        """Give ``lease`` back (its message is deleted only if it is still this one)."""
+        """Give ``lease`` back: a message saying it is free, written only over this lease's
+        own (a publish, not a request to the JetStream API, which answers one at a time)."""
         self._leases.discard(lease)
         try:
-            await self._stream.delete(lease.seq)
+            await write(self.conn, lease.subject, b"", _GIVEN_BACK, expect_last=lease.seq)
+        except SubjectMoved:
+            pass  # expired and taken by another job already: not ours to free
         except JsworkerError as exc:
             # It expires on its own within LEASE_TTL.
             log.warning("partition.release_failed", lease=lease.subject, error=str(exc))
@@ -130,9 +154,7 @@ class Partitions:
             await asyncio.sleep(LEASE_TTL / 3)
             for lease in list(self._leases):
                 try:
-                    stored = await write(
-                        self.conn, lease.subject, b"", {"Nats-TTL": str(LEASE_TTL)}, expect_last=lease.seq
-                    )
+                    stored = await write(self.conn, lease.subject, b"", _HELD, expect_last=lease.seq)
                     lease.seq = stored.seq
                 except SubjectMoved:
                     # Expired (the server could not be reached for its whole time) and taken:

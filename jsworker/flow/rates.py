@@ -51,6 +51,10 @@ class RateLimiter:
         self._prefix = namespace.rate_subject(scope, "")
         # Called each time a start is refused a window (a metric).
         self._held = held
+        # Starts taken from the server for window _window and not used yet: one round trip
+        # takes as many as the caller has jobs for, within the window's share.
+        self._window = -1
+        self._left = 0
 
     async def acquire(self) -> None:
         """Wait until a job may start under the limit, and take that start."""
@@ -58,17 +62,30 @@ class RateLimiter:
             self._held()
             await self.next_window()
 
-    async def take(self) -> bool:
+    async def take(self, wanted: int = 1) -> bool:
         """Take a start in the current window: False when the window has none left (or the
-        server cannot count it: never start past the limit on a guess)."""
-        index = int(time.time() // self.rate.window)
+        server cannot count it: never start past the limit on a guess). ``wanted``: how many
+        starts the caller has jobs for, taken in one round trip (the rest kept for its next
+        calls in this window)."""
+        rate = self.rate
+        index = int(time.time() // rate.window)
+        if index == self._window and self._left > 0:
+            self._left -= 1
+            return True
+        share = rate.share(index)
+        ask = max(1, min(wanted, share))
         try:
-            total = await increment(self.conn, f"{self._prefix}{index}")
+            total = await increment(self.conn, f"{self._prefix}{index}", ask)
         except JsworkerError as exc:
             log.warning("rate.uncounted", limit=self.scope, error=str(exc))
             await asyncio.sleep(_UNCOUNTED_PAUSE)
             return False
-        return total is not None and total <= self.rate.share(index)
+        # The counter counts what was asked, granted or not: what was left before this ask.
+        granted = 0 if total is None else max(0, min(ask, share - (total - ask)))
+        if granted == 0:
+            return False
+        self._window, self._left = index, granted - 1
+        return True
 
     async def next_window(self) -> None:
         """Sleep until the next window, with a little spread so that the workers that waited

@@ -24,8 +24,8 @@ from ..errors import StreamNotFoundError as StreamNotFoundError
 from .api import ApiError, api_subject, failures_as, request_json
 from .connection import Connection
 
-# Added by the server to messages of a headers-only consumer: the size of the body left out.
-_MSG_SIZE = "Nats-Msg-Size"
+#: Added by the server to messages of a headers-only consumer: the size of the body left out.
+MSG_SIZE = "Nats-Msg-Size"
 _NO_MESSAGE = 10057  # STREAM.MSG.DELETE of a sequence that holds no message
 _NO_STREAM = 10059  # the API's "stream not found"
 _FETCH_WAIT = 5.0
@@ -73,6 +73,11 @@ class LimitsStream:
         return await self._read(
             f"cannot read {subject} of {self.stream}", stream_required=stream_required, subject=subject
         )
+
+    async def last_direct(self, subject: str) -> StoredMessage | None:
+        """As :meth:`last`, read directly from the stream's servers (``allow_direct``) rather
+        than through the JetStream API, which answers its requests one after the other."""
+        return await self._read(f"cannot read {subject} of {self.stream}", subject=subject, direct=True)
 
     async def next(self, subjects: str, from_seq: int = 1) -> StoredMessage | None:
         """The first message at or after ``from_seq`` on a subject matching ``subjects`` (found
@@ -218,7 +223,7 @@ class LimitsStream:
 
 def _stored(msg: Msg, bodies: bool) -> StoredMessage:
     headers = dict(msg.headers or {})
-    size_header = headers.pop(_MSG_SIZE, None)
+    size_header = headers.pop(MSG_SIZE, None)
     body = msg.data if bodies else None
     try:
         size = int(size_header) if size_header is not None else len(msg.data)

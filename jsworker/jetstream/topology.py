@@ -49,7 +49,7 @@ class StreamSpec:
     atomic: bool = False
     #: Every message adds to its subject's counter (servers 2.12+): workflows' tallies.
     counter: bool = False
-    #: Per-message time to live (servers 2.11+): partition leases.
+    #: Per-message time to live (servers 2.11+) and direct reads: partition leases.
     ttl: bool = False
 
     def config(self) -> StreamConfig:
@@ -70,7 +70,7 @@ class StreamSpec:
             max_msgs_per_subject=self.max_msgs_per_subject,
             # Servers before 2.12 do not know the field: it is only sent when wanted.
             allow_msg_schedules=True if self.schedules else None,
-            allow_direct=True if self.kv else None,
+            allow_direct=True if self.kv or self.ttl else None,
             allow_rollup_hdrs=self.kv,
             allow_msg_ttl=True if self.kv or self.atomic or self.ttl else None,
             allow_batched=True if self.batched else None,

@@ -228,7 +228,7 @@ class Worker:
             # A slot is taken only once there is a job for it: waiting on an idle queue
             # while holding one would starve the other queues.
             await self._limiter.acquire(priority)
-            if limited is not None and not await limited.take():
+            if limited is not None and not await limited.take(len(consumer.buffered()) or 1):
                 # Its turn has not come: the slot goes back to the other queues meanwhile. The
                 # start is counted just before the job is taken, so it starts in its window.
                 self._limiter.release()

@@ -46,12 +46,8 @@ def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
     assert "$JS.API.STREAM.PURGE.JSW_SHOP_DLQ" in operator.publish
     worker = permissions("shop", "worker")
     assert not any("PURGE" in s for s in worker.publish)
-    # Single messages only: of the job stream (to cancel a job or remove a schedule) and its
-    # own partition leases (to give one back).
-    assert [s for s in worker.publish if "DELETE" in s] == [
-        "$JS.API.STREAM.MSG.DELETE.JSW_SHOP",
-        "$JS.API.STREAM.MSG.DELETE.JSW_SHOP_LEASES",
-    ]
+    # The one delete: a single message of the job stream, to cancel a job or remove a schedule.
+    assert [s for s in worker.publish if "DELETE" in s] == ["$JS.API.STREAM.MSG.DELETE.JSW_SHOP"]
     # Replies, questions from producers, cancels of jobs it may hold, who runs a job.
     assert worker.subscribe == (
         "_jsw_inbox.shop.worker.>",
