@@ -27,20 +27,29 @@ from jsworker.runtime.worker import Worker
 from jsworker.server import NatsServer
 
 counted = 0
+all_ran = asyncio.Event()
+expected = 0
+
+
+def _ran() -> None:
+    global counted
+    counted += 1
+    if counted >= expected:
+        all_ran.set()
 
 
 async def run_all(app: App, send: object, n: int) -> float:
     """Jobs/s of ``n`` jobs ``send`` enqueues, run by one in-process worker."""
-    global counted
-    counted = 0
+    global counted, expected
+    counted, expected = 0, n
+    all_ran.clear()
     await send  # type: ignore[misc]
     await app.aclose()
     worker = Worker(app, WorkerSettings(concurrency=100, grace=1))
     running = asyncio.create_task(worker.run())
     await worker.started.wait()
     started = time.perf_counter()
-    while counted < n:
-        await asyncio.sleep(0.01)
+    await all_ran.wait()
     elapsed = time.perf_counter() - started
     worker.stop()
     await running
@@ -63,13 +72,11 @@ def make_app(url: str, name: str, rate: str | None = None) -> App:
 
     @app.task(queue="limited" if rate is not None else "default")
     async def noop(i: int) -> None:
-        global counted
-        counted += 1
+        _ran()
 
     @app.task(partition_key=lambda key, **_: key, max_running_per_partition=1)
     async def parted(key: str) -> None:
-        global counted
-        counted += 1
+        _ran()
 
     return app
 
@@ -85,8 +92,9 @@ async def main(jobs: int, partitions: int) -> None:
         noop = limited.tasks["noop"]
         achieved = await run_all(limited, noop.adelay_many([(i,) for i in range(limited_jobs)]), limited_jobs)
         print(f"| unthrottled | {unthrottled:.0f} jobs/s |")
+        ratio = achieved / limit
         print(
-            f"| rate_limit {limit}/s ({limited_jobs} jobs) | {achieved:.0f} jobs/s, {achieved / limit:.3f}x the limit |"
+            f"| rate_limit {limit}/s ({limited_jobs} jobs) | {achieved:.0f} jobs/s, {ratio:.3f}x the limit |"
         )
 
         plain = make_app(server.url, "benchplain")
@@ -100,9 +108,8 @@ async def main(jobs: int, partitions: int) -> None:
         rate = await run_all(parted, parted.tasks["parted"].adelay_many(keys), partitions)
         after = rss_mb(pid)
         print(f"| {partitions} jobs, no partitions | {base:.0f} jobs/s |")
-        print(
-            f"| {partitions} partitions, max_running_per_partition=1 | {rate:.0f} jobs/s ({rate / base:.2f}x) |"
-        )
+        label = f"{partitions} partitions, max_running_per_partition=1"
+        print(f"| {label} | {rate:.0f} jobs/s ({rate / base:.2f}x) |")
         print(f"| nats-server RSS | {before:.0f} MB before, {after:.0f} MB after the partitions |")
 
 
