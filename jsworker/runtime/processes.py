@@ -128,7 +128,9 @@ class RemoteTraceback(Exception):
 
 def process_call(task: Task[Any, Any], job: JobContext, body: bytes, content_type: str) -> ProcessCall:
     """What a task process needs to run ``task`` for the job ``job`` whose body is ``body``."""
-    facts = {f.name: getattr(job, f.name) for f in dataclasses.fields(JobContext) if f.name != "is_cancelled"}
+    # The worker's callbacks stay in the worker: a task process cannot call them back.
+    local = ("is_cancelled", "on_progress")
+    facts = {f.name: getattr(job, f.name) for f in dataclasses.fields(JobContext) if f.name not in local}
     facts["headers"] = dict(job.headers)
     fn = task.fn
     return ProcessCall(
