@@ -12,6 +12,15 @@
 from ..paging import Page
 from .facade import Admin
 from .operations import JobResult
-from .summary import LISTED_STATES, JobPage, JobSummary, ListedState
+from .summary import LISTED_STATES, JobPage, JobSummary, ListedState, RunningJobs
 
-__all__ = ["LISTED_STATES", "Admin", "JobPage", "JobResult", "JobSummary", "ListedState", "Page"]
+__all__ = [
+    "LISTED_STATES",
+    "Admin",
+    "JobPage",
+    "JobResult",
+    "JobSummary",
+    "ListedState",
+    "Page",
+    "RunningJobs",
+]

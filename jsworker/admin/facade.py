@@ -10,6 +10,8 @@ dead letters to :class:`~jsworker.deadletters.DeadLetters`, schedules to
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -17,10 +19,13 @@ from typing import TYPE_CHECKING
 from ..deadletters.admin import DeadLetters
 from ..deadletters.letter import DeadLetter
 from ..errors import ConfigurationError
+from ..events.window import BUCKET, COUNT_LIMIT, TIMELINE_LIMIT, WINDOW, EventCounts, JobTimeline
+from ..events.window import count_events as _count_events
+from ..events.window import job_timeline as _job_timeline
 from ..fleet.registry import WorkerEntry, live_workers
 from ..jetstream.connection import Connection
 from ..jetstream.health import StreamHealth, stream_health
-from ..jetstream.limits_stream import StoredMessage
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.pause import PauseState
 from ..jetstream.session import OperatorSession
 from ..job import Job
@@ -33,10 +38,12 @@ from ..scheduling.admin import Schedules
 from ..scheduling.periodic import ScheduleState, SyncReport
 from ..status import QueueStatus, queue_status
 from ..task import check_job_id
+from ..workflows.definition import FLOW, def_subject
+from ..workflows.handle import Workflow, WorkflowStatus
 from . import operations
 from .listing import JobListing
 from .operations import JobResult
-from .summary import LISTED_STATES, JobPage, ListedState
+from .summary import LISTED_STATES, JobPage, ListedState, RunningJobs, enqueued_at
 
 if TYPE_CHECKING:
     from ..app import App
@@ -62,6 +69,27 @@ class _SharedSchedules(Schedules):
 
     async def connection(self) -> Connection:
         return await self._admin.connection()
+
+
+class _SharedWorkflow(Workflow):
+    """A workflow read on the Admin's connection, each step's status read from the server
+    directly (as :meth:`Admin.job`) rather than asked of the workers."""
+
+    def __init__(self, admin: Admin, flow_id: str) -> None:
+        super().__init__(admin.app, flow_id)
+        self._admin = admin
+
+    async def _stream(self) -> LimitsStream:
+        return LimitsStream(await self._admin.connection(), self.app.namespace.stream)
+
+    async def _step_status(self, job_id: str) -> JobStatus:
+        return await job_status(self.app, await self._admin.connection(), job_id)
+
+
+# A step's job id is its workflow's id, or the id and the step's label (see step_id).
+_STEP_ID = re.compile(r"(?P<flow>.+)-(?:\d+|m\d+|cb|err)")
+# A timeline of a job whose times are all unknown starts this long ago.
+_LOOKBACK = 3600.0
 
 
 class Admin(OperatorSession):
@@ -169,6 +197,92 @@ class Admin(OperatorSession):
         """The return value job ``job_id``'s record keeps, encoded (tasks with
         ``store_result``); None when there is none."""
         return await operations.job_result(self.app, await self.connection(), check_job_id(job_id))
+
+    async def running_jobs(self, queue: str | None = None, limit: int = 1000) -> RunningJobs:
+        """The running jobs (of ``queue`` when given), at most ``limit`` (1 to 10,000), grouped
+        by the worker running each: one :meth:`jobs` page of ``running`` (the module
+        :mod:`jsworker.admin.listing` says what it costs)."""
+        return RunningJobs.of(await self.jobs(queue, "running", limit=limit))
+
+    async def workflow(self, flow_id: str) -> WorkflowStatus:
+        """The status of workflow ``flow_id`` (a chain, group or chord; ``app.workflow(id)``'s
+        :meth:`~jsworker.workflows.Workflow.astatus`), each step's read from the server as
+        :meth:`job` does, 32 at a time. :class:`~jsworker.JobNotFound` when there is no such
+        workflow (or its definition expired, ``workflow_ttl`` after its last write)."""
+        return await _SharedWorkflow(self, check_job_id(flow_id)).astatus()
+
+    async def workflow_of(self, job_id: str) -> str | None:
+        """The id of the workflow job ``job_id`` is a step of, None when it is none: its
+        message's ``Jsw-Flow`` header while the server holds it; otherwise, for an app with
+        ``workflows=True``, the workflow its id names (a step's id is its workflow's, or that
+        and the step's label) if that workflow's definition is still kept."""
+        job_id = check_job_id(job_id)
+        message = await self.job_message(job_id)
+        flow_id = message.headers.get(FLOW) if message is not None else None
+        if flow_id:
+            return flow_id
+        if not self.app.options.workflows:
+            return None
+        named = _STEP_ID.fullmatch(job_id)
+        stream = LimitsStream(await self.connection(), self.app.namespace.stream)
+        for candidate in (job_id, named["flow"] if named else None):
+            if candidate and await stream.next(def_subject(self.app.namespace, candidate)) is not None:
+                return candidate
+        return None
+
+    async def event_counts(
+        self,
+        kinds: Iterable[str] = ("started", "dead_lettered"),
+        *,
+        window: float = WINDOW,
+        bucket: float = BUCKET,
+        after_seq: int | None = None,
+        limit: int = COUNT_LIMIT,
+    ) -> EventCounts:
+        """How many job events of ``kinds`` each queue had per ``bucket`` seconds over the last
+        ``window`` seconds, from the job-events stream (``App(events=True)``), or only those
+        stored after sequence ``after_seq`` (a previous count's ``last_seq``: merge the two
+        with :meth:`EventCounts.merged <jsworker.events.window.EventCounts.merged>`).
+
+        One throwaway consumer reads the events of the window headers only; a window holding
+        more than ``limit`` of them is shortened to its newest part (``cut``).
+        :class:`~jsworker.EventsNotFound` when the app has no events stream.
+        """
+        return await _count_events(
+            await self.connection(),
+            self.app.namespace,
+            tuple(kinds),
+            window=window,
+            bucket=bucket,
+            after_seq=after_seq,
+            limit=limit,
+        )
+
+    async def job_events(self, job_id: str, *, limit: int = TIMELINE_LIMIT) -> JobTimeline:
+        """The events of job ``job_id`` in the job-events stream (``App(events=True)``), oldest
+        first. The job's id is not in an event's subject, so they are looked for among the
+        events of its queue and task from its enqueue on (when the server holds the job, its
+        headers say when; otherwise from its last run, then its enqueue as its events tell),
+        up to ``limit`` events read, stopping at the event that ended it
+        (:func:`jsworker.events.window.job_timeline`). :class:`~jsworker.EventsNotFound`
+        when the app has no events stream."""
+        job_id = check_job_id(job_id)
+        conn = await self.connection()
+        status = await job_status(self.app, conn, job_id)
+        message = None if status.state.finished else await operations.job_message(self.app, conn, job_id)
+        sent = enqueued_at(message.headers) if message is not None else None
+        known = [t.timestamp() for t in (status.started_at, status.finished_at, status.scheduled_for) if t]
+        return await _job_timeline(
+            conn,
+            self.app.namespace,
+            job_id,
+            queue=status.queue,
+            task=status.task,
+            enqueued_at=sent.timestamp() if sent is not None else None,
+            anchor=min(known, default=time.time() - _LOOKBACK),
+            ended=status.state.value if status.state.finished else None,
+            limit=limit,
+        )
 
     async def health(self) -> StreamHealth:
         """The server's version and the job stream's health: its leader, its replicas (in a

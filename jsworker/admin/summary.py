@@ -64,6 +64,34 @@ class JobSummary:
 JobPage = Page[JobSummary]
 
 
+@dataclass(frozen=True, slots=True)
+class RunningJobs:
+    """The running jobs, by the registry id (or ``host:pid``) of the worker running each.
+
+    ``unheld`` are jobs handed out that no worker says it holds: their worker is gone (they are
+    handed out again after their ``ack_wait``) or did not answer in time. ``more`` is True when
+    there were more running jobs than were read; ``reads`` what the listing cost the server.
+    """
+
+    workers: dict[str, tuple[JobSummary, ...]]
+    unheld: tuple[JobSummary, ...] = ()
+    more: bool = False
+    reads: int = 0
+
+    @classmethod
+    def of(cls, page: JobPage) -> RunningJobs:
+        """The running jobs of ``page`` grouped by worker, each worker's in the page's order."""
+        workers: dict[str, list[JobSummary]] = {}
+        unheld: list[JobSummary] = []
+        for job in page.items:
+            if job.worker:
+                workers.setdefault(job.worker, []).append(job)
+            else:
+                unheld.append(job)
+        grouped = {worker: tuple(jobs) for worker, jobs in workers.items()}
+        return cls(grouped, tuple(unheld), page.next_after is not None, page.reads)
+
+
 def utc(seconds: float | None) -> datetime | None:
     """Unix seconds as a UTC datetime (None stays None)."""
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)

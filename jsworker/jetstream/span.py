@@ -1,0 +1,147 @@
+"""Reading a span of a Limits stream through a throwaway pull consumer that first says how many
+messages it holds for the reader (:class:`Span`).
+
+The consumer takes no acks, lives in memory, is filtered by the server (one subject or
+several) and starts at a sequence, at a time or at the first message; it is deleted when the
+``async with`` block ends, and by the server a minute after a reader that crashed. Knowing
+how many messages wait before reading any lets a caller bound a read, or start later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+import nats.errors
+import nats.js.errors
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from ..errors import ConsumeError, LimitsStreamError, StreamNotFoundError
+from .api import failures_as
+from .connection import Connection
+from .consume import PullConsumer
+from .delivery import Delivery
+from .limits_stream import MSG_SIZE, StoredMessage
+
+_FETCH_WAIT = 5.0
+# A throwaway consumer outlives a crashed reader only this long (seconds).
+_INACTIVE = 60.0
+_BATCH = 1000
+
+
+class Span:
+    """The messages of ``stream`` on ``filters`` from ``start_seq`` or ``start_time`` (unix
+    seconds; neither: the first), bodies included unless ``headers_only``::
+
+        async with Span(conn, "JSW_SHOP_EVENTS", ["jsw.shop.ev.*.*.started"], start_time=t) as span:
+            if span.pending <= limit:
+                async for msg in span.messages(stop_seq):
+                    ...
+
+    :class:`~jsworker.errors.StreamNotFoundError` when there is no such stream,
+    :class:`~jsworker.errors.LimitsStreamError` when a read fails.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        stream: str,
+        filters: Sequence[str],
+        *,
+        start_seq: int | None = None,
+        start_time: float | None = None,
+        headers_only: bool = False,
+    ) -> None:
+        self.conn, self.stream, self.headers_only = conn, stream, headers_only
+        where: dict[str, Any] = {"deliver_policy": DeliverPolicy.ALL}
+        if start_seq is not None:
+            where = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": start_seq}
+        elif start_time is not None:
+            when = datetime.fromtimestamp(start_time, UTC)
+            where = {"deliver_policy": DeliverPolicy.BY_START_TIME, "opt_start_time": when}
+        one = len(filters) == 1
+        self.config = ConsumerConfig(
+            ack_policy=AckPolicy.NONE,
+            filter_subject=filters[0] if one else None,
+            filter_subjects=None if one else list(filters),
+            headers_only=True if headers_only else None,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=_INACTIVE,
+            **where,
+        )
+        #: How many messages the consumer holds for the reader, as it was made.
+        self.pending = 0
+        self._name = ""
+
+    async def __aenter__(self) -> Self:
+        with _errors(f"cannot read {self.stream}"):
+            info = await self.conn.js.add_consumer(self.stream, self.config)
+        self._name, self.pending = str(info.name), int(info.num_pending or 0)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await self.conn.js.delete_consumer(self.stream, self._name)
+
+    async def messages(self, stop_seq: int) -> AsyncIterator[StoredMessage]:
+        """What the consumer delivers, in sequence order, up to sequence ``stop_seq`` (so a
+        read of a stream that keeps growing ends)."""
+        if not self.pending:
+            return
+        # The workers' pull loop: its inbox is fed from the client's read loop, several times
+        # faster than nats-py's fetch (30,000 messages a second on 2 cores against 8,000).
+        pull = PullConsumer(
+            self.conn, self.stream, self._name, max_messages=_BATCH, expires=_FETCH_WAIT, limit=self.pending
+        )
+        try:
+            with _errors(f"cannot read {self.stream}"):
+                await pull.start()
+            for _ in range(self.pending):
+                try:
+                    delivery = await pull.next(_FETCH_WAIT)
+                except ConsumeError as exc:
+                    raise LimitsStreamError(f"cannot read {self.stream}: {exc}", transient=True) from exc
+                if delivery is None:
+                    # Messages counted as pending may have expired since: none left is the end.
+                    with _errors(f"cannot read {self.stream}"):
+                        info = await self.conn.js.consumer_info(self.stream, self._name)
+                    if not info.num_pending:
+                        return
+                    raise LimitsStreamError(f"cannot read {self.stream}: no message for {_FETCH_WAIT:g}s")
+                seq = delivery.stream_seq
+                if seq > stop_seq:
+                    return
+                yield _stored(delivery, self.headers_only)
+                if seq == stop_seq:
+                    return
+        finally:
+            await pull.close()
+
+
+def _stored(delivery: Delivery, headers_only: bool) -> StoredMessage:
+    headers = dict(delivery.headers)
+    size = headers.pop(MSG_SIZE, None)
+    body = None if headers_only else delivery.body
+    return StoredMessage(
+        seq=delivery.stream_seq,
+        subject=delivery.subject,
+        headers=headers,
+        body=body,
+        size=int(size) if size is not None and size.isdigit() else len(delivery.body),
+        stored_at=delivery.stored_at,
+    )
+
+
+@contextlib.contextmanager
+def _errors(what: str) -> Iterator[None]:
+    with failures_as(what, LimitsStreamError):
+        try:
+            yield
+        except nats.js.errors.NotFoundError as exc:
+            raise StreamNotFoundError(f"{what}: no such stream") from exc
