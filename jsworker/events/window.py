@@ -104,7 +104,7 @@ class EventCounts:
         out = []
         for n in range(first, last + 1):
             span = min(self.bucket, max(1.0, now - n * self.bucket))
-            out.append(round(buckets.get(n, 0) / span, 3))
+            out.append(round(buckets.get(n, 0) / span, 2))
         return out
 
 

@@ -5,10 +5,15 @@ through :class:`~jsworker.admin.Admin` every :data:`INTERVAL` seconds and keeps 
 reading as a JSON-ready snapshot; every open page's event stream (``/live``) sends each new
 one. Ten open tabs cost the server what one does.
 
-The charts are sampled here too: each reading's change in a queue's deliveries (its consumer's
-counter) is the rate jobs start at, and a rise in its dead letters the rate they fail at. The
-history therefore begins when the dashboard's process first served a page and holds the last
-:data:`KEEP` readings (five minutes); a restarted dashboard starts over.
+The charts show, per queue, the jobs started and the jobs dead-lettered per second. For an app
+with job events (``App(events=True)``) they come from the events stream through
+:meth:`Admin.event_counts <jsworker.admin.Admin.event_counts>`: the last 15 minutes in
+30-second buckets, read once when the feed starts (so a restarted dashboard shows them at
+once), then only the events that came since at each reading. Without events (or while the
+events cannot be read) they are sampled here: each reading's change in a queue's deliveries
+(its consumer's counter) is the rate jobs start at, and a rise in its dead letters the rate
+they fail at. That history begins when the dashboard's process first served a page and holds
+the last :data:`KEEP` readings (five minutes); a restarted dashboard starts over.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..admin import Admin
-from ..errors import JsworkerError, ServerVersionError
+from ..errors import EventsNotFound, JsworkerError, ServerVersionError
+from ..events.window import BUCKET, WINDOW, EventCounts
 from ..jetstream.health import StreamHealth
 from ..observability.logging import get_logger
 from ..status import QueueStatus
@@ -39,6 +45,10 @@ KEEP = 150
 IDLE = 900.0
 # A reading that takes longer than this is given up (the server is down or overloaded).
 _READ_TIMEOUT = 15.0
+# The events' part of a reading gets less: the figures must not wait for the charts.
+_EVENTS_TIMEOUT = 10.0
+#: The kinds of event each chart counts, by the series' name.
+CHARTED = {"started": "started", "failed": "dead_lettered"}
 
 
 class _Series:
@@ -68,6 +78,9 @@ class Feed:
         self.admin = admin
         self.interval = interval
         self._series: dict[str, _Series] = {}
+        # The events counted so far (None: none read yet, or events are off or unreadable).
+        self._counts: EventCounts | None = None
+        self._events = bool(admin.app.options.events)
         self._latest: dict[str, Any] | None = None
         self._changed = asyncio.Condition()
         self._poked = asyncio.Event()
@@ -136,15 +149,38 @@ class Feed:
         began = time.time()
         try:
             async with asyncio.timeout(_READ_TIMEOUT):
-                queues, workers, health = await asyncio.gather(
-                    self.admin.queues(), registered(self.admin), self.admin.health()
+                queues, workers, health, counts = await asyncio.gather(
+                    self.admin.queues(), registered(self.admin), self.admin.health(), self._count_events()
                 )
         except (JsworkerError, TimeoutError) as exc:
             return self._failed(describe(exc).message)
         except Exception:
             log.exception("ui.feed_failed")
             return self._failed("the figures could not be read (see the dashboard's log)")
-        return self._snapshot(began, queues, workers, health)
+        return self._snapshot(began, queues, workers, health, counts)
+
+    async def _count_events(self) -> EventCounts | None:
+        """The events counted over the charts' window, brought up to date; None when the app
+        has no events (the charts are sampled then)."""
+        if not self._events:
+            return None
+        try:
+            async with asyncio.timeout(_EVENTS_TIMEOUT):
+                if self._counts is None:
+                    self._counts = await self.admin.event_counts(tuple(CHARTED.values()))
+                else:
+                    newer = await self.admin.event_counts(
+                        tuple(CHARTED.values()), after_seq=self._counts.last_seq
+                    )
+                    self._counts = self._counts.merged(newer)
+        except EventsNotFound:
+            # No worker created the stream yet: sampled until it exists (asked again each time).
+            self._counts = None
+        except (JsworkerError, TimeoutError) as exc:
+            # Sampled this time; the next reading tries again from where the counts are.
+            log.warning("ui.events_unread", error=describe(exc).message)
+            return None
+        return self._counts
 
     def _failed(self, why: str) -> dict[str, Any]:
         # The last figures stay on the pages, with the reason they are not fresh.
@@ -153,10 +189,22 @@ class Feed:
         return failed
 
     def _snapshot(
-        self, now: float, queues: list[QueueStatus], workers: list[WorkerEntry], health: StreamHealth
+        self,
+        now: float,
+        queues: list[QueueStatus],
+        workers: list[WorkerEntry],
+        health: StreamHealth,
+        counts: EventCounts | None,
     ) -> dict[str, Any]:
         for queue in queues:
             self._series.setdefault(queue.queue, _Series()).add(now, queue.delivered, queue.dead_letters)
+        if counts is not None:
+            names = sorted({q.queue for q in queues} | set(counts.queues()))
+            series = {q: {name: counts.rates(q, kind, now) for name, kind in CHARTED.items()} for q in names}
+            charts = {"source": "events", "window": WINDOW, "bucket": BUCKET, "since": counts.since}
+        else:
+            series = {name: s.as_dict() for name, s in self._series.items()}
+            charts = {"source": "sampled", "window": KEEP * self.interval, "bucket": self.interval}
         return {
             "at": now,
             "error": None,
@@ -165,8 +213,20 @@ class Feed:
             "order": [q.queue for q in queues],
             "queues": {q.queue: q.as_dict() for q in queues},
             "workers": [worker_dict(w, now) for w in workers],
-            "series": {name: s.as_dict() for name, s in self._series.items()},
+            "series": series,
+            "charts": charts,
         }
+
+    def charts(self) -> dict[str, Any]:
+        """Where the charts come from (``source``: ``events`` or ``sampled``) and what they
+        span (``window`` and ``bucket``, seconds), as the latest reading says, else as it
+        will."""
+        if self._latest is not None and "charts" in self._latest:
+            found: dict[str, Any] = self._latest["charts"]
+            return found
+        if self._events:
+            return {"source": "events", "window": WINDOW, "bucket": BUCKET}
+        return {"source": "sampled", "window": KEEP * self.interval, "bucket": self.interval}
 
 
 async def registered(admin: Admin) -> list[WorkerEntry]:

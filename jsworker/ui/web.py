@@ -92,7 +92,9 @@ class Dashboard:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters.update(age=_age, when=_when, number=_number, size=_size)
+        self.templates.filters.update(
+            age=_age, when=_when, moment=_moment, duration=duration, number=_number, size=_size
+        )
         # The empty rows the live tables copy for a queue or a worker that comes along.
         self.templates.globals.update(blank_queue=QueueStatus(""), blank_worker=dict.fromkeys(_WORKER_FIELDS))
 
@@ -307,6 +309,26 @@ def _when(moment: datetime | float | None) -> str:
     if isinstance(moment, int | float):
         moment = datetime.fromtimestamp(moment, UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _moment(seconds: float | None) -> str:
+    """A time to the millisecond (a timeline's events come milliseconds apart)."""
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def duration(seconds: float | None) -> str:
+    """A duration as people read it: ``850 µs``, ``12.3 ms``, ``4.56 s``, or an age above a minute."""
+    if seconds is None:
+        return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    return format_age(seconds)
 
 
 def _number(value: int | None) -> str:

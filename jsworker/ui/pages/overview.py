@@ -32,6 +32,7 @@ async def overview(request: Request, d: Dashboard) -> Response:
         totals=totals(queues, workers),
         health=health_dict(health),
         workers=[worker_dict(w, now) for w in workers],
+        charts=d.feed.charts(),
     )
 
 
