@@ -1,10 +1,13 @@
 """The seams of a job's run in the worker, filled by the features that are on.
 
 A run goes: the job's own checks (task, body, arguments, crashes), then each **gate** (may
-it start: a fired job's claim, a cancel or an expiry), then each **start step** (the
-``started`` event), then the **call** (the task, inside the app's ``around_run``
-middleware), then the settlement, then each **end step** (events, ``on_settled``
-middleware). A feature that is off contributes nothing, so its cost is not paid per job.
+it start: a fired job's claim, a cancel or an expiry, a task's rate limit, its partition's
+lease), then each **start step** (the ``started`` event), then the **call** (the task, inside
+the app's ``around_run`` middleware, and a workflow step's continuation), then the
+settlement (with the **final steps** before a final outcome is sent: a workflow's end), then
+each **end step** (events, ``on_settled`` middleware, a partition lease given back). Features
+may also run **services** beside the pull loops (lease renewals). A feature that is off
+contributes nothing, so its cost is not paid per job.
 
 The start and stop hooks of the app (``@app.on_startup``, ``@app.on_shutdown``) run here too.
 """
@@ -30,15 +33,13 @@ if TYPE_CHECKING:
 
 log = get_logger("jsworker.worker")
 
-#: A check before a run: why a job may not start (an outcome that settles it), or None; an
-#: awaitable of either when finding out takes the server.
-Gate = Callable[[JobRun], "Outcome | Awaitable[Outcome | None] | None"]
+#: Why a job may not start (an outcome that settles it), or None; an awaitable of either
+#: when finding out takes the server.
+Verdict = Outcome | Awaitable[Outcome | None] | None
+#: A check before a run.
+Gate = Callable[[JobRun], Verdict]
 StartStep = Callable[[JobRun], Awaitable[None]]
 EndStep = Callable[[JobRun, Outcome, Decision, float], Awaitable[None]]
-
-
-#: Why a job may not start, or None; an awaitable of either when finding out takes the server.
-Verdict = Outcome | Awaitable[Outcome | None] | None
 
 
 @dataclass(slots=True)
