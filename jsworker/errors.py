@@ -279,6 +279,11 @@ class EventsNotFound(JsworkerError):
     """The app has no events stream on the server (it never ran with ``App(events=True)``)."""
 
 
+class NoWorkerRunning(JsworkerError):
+    """A user that may only ask the app's workers to do something (the dashboard's cancel)
+    asked, and no worker runs to do it."""
+
+
 class ProcessExited(JsworkerError):
     """The process running a task's call ended before it answered (a crash, ``os._exit``, a
     signal from outside, the OOM killer)."""

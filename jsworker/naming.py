@@ -63,9 +63,10 @@ def validate_app_name(value: str) -> str:
 
 #: Who a connection is, for the server's permissions: each role gets replies on its own inbox
 #: subjects, so a user of one role cannot read what is delivered to another.
-#: A canceller is a producer that may also cancel jobs (see :mod:`jsworker.permissions`).
-Role = Literal["producer", "canceller", "worker", "operator"]
-ROLES: tuple[Role, ...] = ("producer", "canceller", "worker", "operator")
+#: A canceller is a producer that may also cancel jobs; a dashboard reads what an operator
+#: reads and takes only the actions the web dashboard offers (see :mod:`jsworker.permissions`).
+Role = Literal["producer", "canceller", "worker", "operator", "dashboard"]
+ROLES: tuple[Role, ...] = ("producer", "canceller", "worker", "operator", "dashboard")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The NATS permissions each role of an app needs, each grant with the feature it serves.
 
-Four roles use an app (see :data:`~jsworker.naming.ROLES`):
+Five roles use an app (see :data:`~jsworker.naming.ROLES`):
 
 * **producer** only adds work: it enqueues jobs and one-shot delayed jobs, watches and reads
   job records (results) by job id, and asks the workers for a job's status. It cannot read
@@ -17,6 +17,12 @@ Four roles use an app (see :data:`~jsworker.naming.ROLES`):
   writes and removes schedules, pauses, resumes and purges queues, and may cancel jobs
   itself. It never pulls from a queue's consumer, so it cannot take a job away from the
   workers.
+* **dashboard** is what the web dashboard (``jsworker ui``) connects as: it reads what an
+  operator reads, and takes exactly the actions the dashboard offers (pause, resume and purge
+  a queue; ask the workers to cancel a job; run a retrying job now; replay and purge dead
+  letters; trigger, pause, resume and remove a schedule). It creates no stream and no queue
+  consumer, pulls no job, writes no record, claim or dead letter, and tells no worker to stop
+  a job (it asks the workers to cancel, as a canceller does).
 
 Every allow entry is a :class:`Grant` naming why it is there; ``jsworker permissions`` prints
 them as a NATS server configuration block, and :func:`role_table` as the README's table.
@@ -32,13 +38,19 @@ from typing import Any
 from .naming import ROLES, Namespace, Role
 
 _API = "$JS.API"
-_ALL: frozenset[Role] = frozenset(ROLES)
-_PRODUCING: frozenset[Role] = frozenset(ROLES)  # every role may enqueue
+_EVERY: frozenset[Role] = frozenset(ROLES)
+# Every role but the dashboard starts work: it only enqueues again what is there already.
+_PRODUCING: frozenset[Role] = frozenset({"producer", "canceller", "worker", "operator"})
 _TRUSTED: frozenset[Role] = frozenset({"worker", "operator"})
 _WORKER: frozenset[Role] = frozenset({"worker"})
 _OPERATOR: frozenset[Role] = frozenset({"operator"})
-_CANCELLING: frozenset[Role] = frozenset({"canceller", "worker", "operator"})
+_CANCELLING: frozenset[Role] = frozenset({"canceller", "worker", "operator", "dashboard"})
 _READERS: frozenset[Role] = frozenset({"producer", "canceller", "operator"})
+# Who reads the job stream and acts on single messages of it: workers, operators, dashboards.
+_LOOKING: frozenset[Role] = frozenset({"worker", "operator", "dashboard"})
+# Who looks after an app: its operators, and the dashboard with only its own actions.
+_OPERATING: frozenset[Role] = frozenset({"operator", "dashboard"})
+_DASHBOARD: frozenset[Role] = frozenset({"dashboard"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +83,10 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         ),
         # -- what every role does --------------------------------------------------------
         Grant(
-            ns.job_subjects, "enqueue jobs (workers from tasks, operators replaying dead letters)", _PRODUCING
+            ns.job_subjects,
+            "enqueue jobs (workers from tasks; operators and dashboards replaying dead letters, running a "
+            "retrying job now, triggering a schedule)",
+            _EVERY,
         ),
         Grant(
             ns.delayed_filter(),
@@ -87,13 +102,13 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             Grant(
                 ns.event_subject("*", "*", kind),
                 f"the `{kind}` event of an enqueue (`App(events=True)`)",
-                _ALL,
+                _PRODUCING,
             )
             for kind in ("enqueued", "scheduled")
         ),
         Grant(ns.event_subject("*", "*", "cancelled"), "the `cancelled` event of a cancel", _TRUSTED),
-        Grant(f"{_API}.STREAM.MSG.GET.{kv}", "read a job's record (status, result) by its job id", _ALL),
-        Grant(ns.ask_subject("status"), "ask the workers for a job's status", _ALL),
+        Grant(f"{_API}.STREAM.MSG.GET.{kv}", "read a job's record (status, result) by its job id", _EVERY),
+        Grant(ns.ask_subject("status"), "ask the workers for a job's status", _PRODUCING),
         Grant(ns.ask_subject("cancel"), "ask the workers to cancel a job", _CANCELLING),
         Grant(
             ns.record_subject(), "watch job records as they are stored (waiting for results)", _READERS, True
@@ -104,27 +119,31 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             for s in streams
             for verb in ("INFO", "CREATE", "UPDATE")
         ),
-        Grant(f"{_API}.CONSUMER.LIST.{jobs}", "list the queues (status, queue gauges)", _TRUSTED),
+        *(
+            Grant(f"{_API}.STREAM.INFO.{s}", "check the streams it shows (figures, health)", _DASHBOARD)
+            for s in (jobs, dlq, events)
+        ),
+        Grant(f"{_API}.CONSUMER.LIST.{jobs}", "list the queues (status, queue gauges)", _LOOKING),
         Grant(
-            f"{_API}.CONSUMER.INFO.{jobs}.*", "read a queue's consumer (status: queued or running)", _TRUSTED
+            f"{_API}.CONSUMER.INFO.{jobs}.*", "read a queue's consumer (status: queued or running)", _LOOKING
         ),
         Grant(
             f"{_API}.STREAM.MSG.GET.{jobs}",
             "read waiting jobs and schedules (status, cancel, the oldest job of a queue, leftover schedules)",
-            _TRUSTED,
+            _LOOKING,
         ),
         Grant(
             f"{_API}.STREAM.MSG.DELETE.{jobs}",
-            "delete a cancelled job or schedule, a schedule a producer may not install, or one left "
-            "behind after its job fired",
-            _TRUSTED,
+            "delete a cancelled job or schedule, a schedule a producer may not install, one left behind "
+            "after its job fired, a retrying job's waiting message once it runs now, a removed schedule",
+            _LOOKING,
         ),
         Grant(ns.record_subject(), "write job records (results, failures, cancels)", _TRUSTED),
         Grant(ns.claim_subjects, "claim fired jobs and cancelled firings (each firing runs once)", _TRUSTED),
         Grant(f"{_API}.STREAM.MSG.GET.{claims}", "read claims", _TRUSTED),
         Grant(ns.halt_subject(), "tell the worker holding a cancelled job to drop or stop it", _TRUSTED),
-        Grant(ns.held_subject(), "ask which worker runs a job (status: running)", _TRUSTED),
-        Grant(ns.periodic_filter, "install, pause and remove periodic schedules", _TRUSTED),
+        Grant(ns.held_subject(), "ask which worker runs a job (status: running)", _LOOKING),
+        Grant(ns.periodic_filter, "install, pause and remove periodic schedules", _LOOKING),
         Grant(
             f"jsw.{ns.app}.flow.*.>",
             "advance workflows: their states and members' results (each written once, by compare-and-set)",
@@ -155,12 +174,12 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         Grant(ns.halt_subject(), "hear of cancelled jobs it may hold", _WORKER, True),
         Grant(ns.held_subject(), "say which jobs it runs", _WORKER, True),
         # -- operators -------------------------------------------------------------------
-        *(Grant(f"{_API}.STREAM.MSG.GET.{s}", "read dead letters and events", _OPERATOR) for s in kept),
+        *(Grant(f"{_API}.STREAM.MSG.GET.{s}", "read dead letters and events", _OPERATING) for s in kept),
         *(
             Grant(
                 f"{_API}.CONSUMER.{verb}.{s}{tail}",
                 "read dead letters, events and the worker registry through short-lived consumers",
-                _OPERATOR,
+                _OPERATING,
             )
             for s in (*kept, registry)
             for verb, tail in (
@@ -172,14 +191,14 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             )
         ),
         *(Grant(f"$JS.ACK.{s}.>", "read dead letters and events", _OPERATOR) for s in kept),
-        Grant(f"{_API}.STREAM.MSG.DELETE.{dlq}", "remove a dead letter", _OPERATOR),
-        Grant(f"{_API}.STREAM.PURGE.{dlq}", "purge dead letters", _OPERATOR),
+        Grant(f"{_API}.STREAM.MSG.DELETE.{dlq}", "remove a dead letter", _OPERATING),
+        Grant(f"{_API}.STREAM.PURGE.{dlq}", "purge dead letters", _OPERATING),
         Grant(
             f"{_API}.CONSUMER.PAUSE.{jobs}.*",
             "pause and resume a queue (its consumer hands out nothing while paused)",
-            _OPERATOR,
+            _OPERATING,
         ),
-        Grant(f"{_API}.STREAM.PURGE.{jobs}", "purge a queue's jobs", _OPERATOR),
+        Grant(f"{_API}.STREAM.PURGE.{jobs}", "purge a queue's jobs", _OPERATING),
     ]
 
 

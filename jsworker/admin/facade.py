@@ -1,7 +1,7 @@
 """``Admin(app)``: one async façade over what the server keeps of an app, for the command
 line and dashboards alike.
 
-It holds one ``operator`` connection and delegates: queue figures to
+It holds one ``operator`` connection (or a ``dashboard`` one) and delegates: queue figures to
 :func:`~jsworker.status.queue_status`, workers to :func:`~jsworker.fleet.registry.live_workers`,
 dead letters to :class:`~jsworker.deadletters.DeadLetters`, schedules to
 :class:`~jsworker.scheduling.admin.Schedules`, a job's status and its cancel to
@@ -27,7 +27,7 @@ from ..jetstream.connection import Connection
 from ..jetstream.health import StreamHealth, stream_health
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.pause import PauseState
-from ..jetstream.session import OperatorSession
+from ..jetstream.session import OperatorSession, SessionRole
 from ..job import Job
 from ..lifecycle.cancel import cancel_job
 from ..lifecycle.lookup import job_status
@@ -102,16 +102,20 @@ class Admin(OperatorSession):
             more = await admin.jobs(queue="default", state="queued", after=page.next_after)
 
     Connects as the ``operator`` role (``jsworker permissions``) on first use, on the event
-    loop it is used from; close it with :meth:`aclose` or ``async with``. Listings are paged:
+    loop it is used from; close it with :meth:`aclose` or ``async with``. With
+    ``role="dashboard"`` it connects as the web dashboard's role instead, which reads as much
+    but may only take the dashboard's actions: it cancels by asking the workers (as a
+    canceller does), and the server refuses it the rest (:meth:`sync_schedules`, which may
+    create the app's streams). Listings are paged:
     a :class:`~jsworker.paging.Page` holds one page, never a whole stream (README: "Admin
     API" says what each costs the server). Connection failures raise
     :class:`~jsworker.ConnectError`; a bad argument :class:`~jsworker.ConfigurationError`.
     """
 
-    def __init__(self, app: App, *, purpose: str = "admin") -> None:
+    def __init__(self, app: App, *, purpose: str = "admin", role: SessionRole = "operator") -> None:
         # ``purpose`` names the connection on the server (``jsworker:<app>:<purpose>``): the
         # commands name theirs, as before they shared this.
-        super().__init__(app, purpose)
+        super().__init__(app, purpose, role)
         self._letters = _SharedDeadLetters(self)
         self._schedules = _SharedSchedules(self)
 
@@ -292,10 +296,15 @@ class Admin(OperatorSession):
     # -- acting ---------------------------------------------------------------------------
 
     async def cancel(self, job_id: str) -> bool:
-        """Cancel job ``job_id`` as ``app.acancel`` does, carried out by this operator
-        itself: True when it was scheduled, queued, retrying or running and now never runs
-        (again); False when there was nothing to cancel."""
-        return await cancel_job(self.app, await self.connection(), check_job_id(job_id))
+        """Cancel job ``job_id`` as ``app.acancel`` does: True when it was scheduled, queued,
+        retrying or running and now never runs (again); False when there was nothing to
+        cancel. An operator carries it out itself; a dashboard asks the workers to (it may not
+        write a job's record or tell a worker to stop a job), and with no worker running
+        raises :class:`~jsworker.NoWorkerRunning`."""
+        job_id = check_job_id(job_id)
+        if self.role == "operator":
+            return await cancel_job(self.app, await self.connection(), job_id)
+        return await operations.ask_to_cancel(self.app, await self.connection(), job_id)
 
     async def replay_dead_letters(
         self, refs: Iterable[int | str] | None = None, *, task: str | None = None, all: bool = False

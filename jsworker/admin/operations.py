@@ -12,6 +12,9 @@ keeps of one job (its message, its result).
   waiting one): their workers finish the attempt they are running, but one that fails is not
   tried again and one waiting out a retry's delay never runs again. Delayed jobs of the queue
   (their schedules) stay.
+* **cancel, asked**: a role that may not cancel on its own (the dashboard) asks the workers on
+  ``jsw.<app>.ask.cancel.<job id>``, as a canceller does; whichever worker gets the question
+  carries the cancel out.
 * **retry now**: a job waiting out a retry's delay (or a snooze) sits on the server as a
   delivery its consumer will hand out again at the end of the delay, and nothing shortens
   that delay but the worker that asked for it. So a copy of its message is stored as a new job under the same
@@ -20,18 +23,20 @@ keeps of one job (its message, its result).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .. import wire
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, JsworkerError, NoWorkerRunning
 from ..jetstream.connection import Connection
 from ..jetstream.inspect import consumer_facts
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.pause import PauseState, pause_consumer
 from ..jetstream.publish import OutMessage, Publisher
+from ..jetstream.service import NobodyAnswered, ask
 from ..lifecycle.bucket import RECORDS_SINCE, Records
 from ..lifecycle.lookup import current_message
 from ..naming import validate_name
@@ -102,6 +107,25 @@ async def purge_queue(app: App, conn: Connection, queue: str) -> int:
     removed = await LimitsStream(conn, app.namespace.stream).purge(app.namespace.queue_filter(queue))
     log.info("queue.purged", queue=queue, removed=removed)
     return removed
+
+
+async def ask_to_cancel(app: App, conn: Connection, job_id: str) -> bool:
+    """Ask the workers to cancel ``job_id`` (see the module): what the one that got the
+    question answered; :class:`~jsworker.NoWorkerRunning` when no worker runs to answer."""
+    subject = app.namespace.ask_subject("cancel", job_id)
+    try:
+        raw = await ask(conn, subject, b"", app.options.publish_timeout)
+    except NobodyAnswered:
+        raise NoWorkerRunning(
+            f"cannot cancel job {job_id}: no worker of app {app.name} is running to carry it out "
+            "(this user may only ask the workers to cancel)"
+        ) from None
+    except TimeoutError as exc:
+        raise JsworkerError(f"cannot cancel job {job_id}: {exc}") from None
+    answer = json.loads(raw)
+    if "error" in answer:
+        raise JsworkerError(f"cannot cancel job {job_id}: {answer['error']}")
+    return bool(answer["value"])
 
 
 async def retry_now(app: App, conn: Connection, job_id: str) -> bool:

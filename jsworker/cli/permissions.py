@@ -1,4 +1,4 @@
-"""``jsworker permissions``: the NATS permissions of an app's producer, worker and operator."""
+"""``jsworker permissions``: the NATS permissions of each role of an app (:data:`~jsworker.naming.ROLES`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .errors import command_errors
     "roles",
     type=click.Choice(ROLES),
     multiple=True,
-    help="Only this role (repeatable) [default: all three].",
+    help="Only this role (repeatable) [default: all of them].",
 )
 @click.option(
     "--inbox-prefix",
@@ -37,9 +37,9 @@ def permissions(
     """Print the NATS permissions each role of the named apps needs.
 
     By default an ``authorization`` block for a nats-server configuration, one user per role
-    (``<app>-producer``, ``<app>-worker``, ``<app>-operator``) whose password the server reads
-    from ``<APP>_<ROLE>_PASSWORD``; with --json, the permissions alone, to put in an account's
-    user JWTs or another configuration.
+    (``<app>-producer``, ``<app>-canceller``, ``<app>-worker``, ``<app>-operator``,
+    ``<app>-dashboard``) whose password the server reads from ``<APP>_<ROLE>_PASSWORD``; with
+    --json, the permissions alone, to put in an account's user JWTs or another configuration.
     """
     with command_errors():
         for name in app_names:

@@ -77,8 +77,10 @@ def ui(
     """Serve the web dashboard of MODULE's app: queues, jobs, dead letters, schedules and
     workers, live, with the actions an operator takes.
 
-    It connects to NATS as the app's operator role (`jsworker permissions`: it reads every
-    stream, and replays, purges, cancels, pauses and removes), so give it the operator's
+    It connects to NATS as the app's dashboard role (`jsworker permissions`: it reads what an
+    operator reads, and may only take the dashboard's actions: pause, resume and purge
+    queues, ask the workers to cancel jobs, run retrying jobs now, replay and purge dead
+    letters, trigger, pause, resume and remove schedules), so give it the dashboard user's
     credentials (--user/--password, --creds, JSWORKER_* as for every command), and give the
     dashboard itself a password (--auth) or a token (--token) before it listens anywhere
     but 127.0.0.1. Every action it takes is logged as ui.action (who, what, which jobs).
@@ -101,8 +103,8 @@ def ui(
             fail(f"--auth: {exc}", EXIT_USAGE)
     if auth is None and ui_token is None and not _loopback(host):
         click.echo(
-            f"warning: serving on {host} with no --auth or --token: anyone who reaches it can act as the "
-            "operator",
+            f"warning: serving on {host} with no --auth or --token: anyone who reaches it can take the "
+            "dashboard's actions",
             err=True,
         )
     click.echo(f"jsworker dashboard of {app.name} on http://{host}:{port}/", err=True)

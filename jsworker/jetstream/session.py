@@ -10,12 +10,16 @@ from typing_extensions import TypeVar
 
 from .connection import Connection, ConnectOptions
 
+#: The roles a session connects as: an ``operator``, or a ``dashboard`` (an operator's reads
+#: and only the actions a dashboard offers; see :mod:`jsworker.permissions`).
+SessionRole = Literal["operator", "dashboard"]
+
 
 class OperatorApp(Protocol):
     """What a session needs of its app: how it connects as an operator (any app does)."""
 
-    def connect_options(self, role: Literal["operator"], purpose: str | None = None) -> ConnectOptions:
-        """The options of an ``operator`` connection named after ``purpose``."""
+    def connect_options(self, role: SessionRole, purpose: str | None = None) -> ConnectOptions:
+        """The options of a connection in ``role`` named after ``purpose``."""
         ...
 
 
@@ -25,11 +29,13 @@ AppT = TypeVar("AppT", bound=OperatorApp, default=Any)
 
 
 class OperatorSession(Generic[AppT]):
-    """Opens an ``operator`` connection of ``app`` on first use, on the event loop it is
-    used from; close it with :meth:`aclose` or use the object as ``async with``."""
+    """Opens an ``operator`` connection of ``app`` on first use (or one of ``role``), on the
+    event loop it is used from; close it with :meth:`aclose` or use the object as
+    ``async with``."""
 
-    def __init__(self, app: AppT, purpose: str) -> None:
+    def __init__(self, app: AppT, purpose: str, role: SessionRole = "operator") -> None:
         self.app = app
+        self.role: SessionRole = role
         self._purpose = purpose
         self._conn: Connection | None = None
         self._lock = asyncio.Lock()
@@ -52,5 +58,5 @@ class OperatorSession(Generic[AppT]):
         """The session's connection, opened on first use (ConnectError when it cannot be)."""
         async with self._lock:
             if self._conn is None or self._conn.is_closed:
-                self._conn = await Connection.open(self.app.connect_options("operator", self._purpose))
+                self._conn = await Connection.open(self.app.connect_options(self.role, self._purpose))
             return self._conn

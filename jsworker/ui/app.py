@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from ..jetstream.session import SessionRole
 from .pages import dead_letters, job, jobs, overview, queues, schedules, workers
 from .security import Credentials, Gate, parse_auth
 from .web import SECURITY_HEADERS, Dashboard, Settings, problem_page
@@ -32,22 +33,24 @@ def create_app(
     token: str | None = None,
     read_only: bool = False,
     payloads: bool = True,
+    role: SessionRole = "dashboard",
 ) -> Starlette:
     """The dashboard of ``app`` (README: "Web dashboard"), an ASGI application to serve with
     uvicorn or mount in your own (``Mount("/jobs", create_app(app))``).
 
     It reads and acts through one :class:`~jsworker.admin.Admin` connection, as the app's
-    ``operator`` role. ``auth`` (``"user:password"``) asks for HTTP Basic, ``token`` for a
-    bearer token (or its cookie, set once from a ``?token=`` link); with both, either passes;
-    with neither, anyone who reaches it gets in (mounted in your app, put your own
-    authentication in front). ``read_only`` hides every action and refuses them (403);
-    ``payloads=False`` never shows a job's payload or result. The returned app's
-    ``state.dashboard`` is the :class:`~jsworker.ui.web.Dashboard`; its lifespan closes the
-    connection (``await app.state.dashboard.aclose()`` where a mounted app's lifespan does
-    not run).
+    ``dashboard`` role (``jsworker permissions``: an operator's reads and the dashboard's
+    actions only; ``role="operator"`` connects as the operator instead). ``auth``
+    (``"user:password"``) asks for HTTP Basic, ``token`` for a bearer token (or its cookie,
+    set once from a ``?token=`` link); with both, either passes; with neither, anyone who
+    reaches it gets in (mounted in your app, put your own authentication in front).
+    ``read_only`` hides every action and refuses them (403); ``payloads=False`` never shows
+    a job's payload or result. The returned app's ``state.dashboard`` is the
+    :class:`~jsworker.ui.web.Dashboard`; its lifespan closes the connection (``await
+    app.state.dashboard.aclose()`` where a mounted app's lifespan does not run).
     """
     credentials = Credentials(parse_auth(auth), token or None)
-    board = Dashboard(app, Settings(read_only=read_only, payloads=payloads))
+    board = Dashboard(app, Settings(read_only=read_only, payloads=payloads), role)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -19,6 +19,7 @@ from ..errors import (
     EnqueueError,
     JobNotFound,
     JsworkerError,
+    NoWorkerRunning,
     PermissionDeniedError,
     ServerVersionError,
     StreamRequestError,
@@ -41,19 +42,24 @@ def refuse(status: int, message: str) -> HTTPException:
     return HTTPException(status, message)
 
 
+# Errors whose own message says it all, in the order they are looked for: status and title.
+_PLAIN: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int, str], ...] = (
+    ((JobNotFound, DeadLetterNotFound), 404, "Not found"),
+    (DeadLetterNotReplayable, 409, "Cannot replay"),
+    (ServerVersionError, 501, "Server too old"),
+    (ConfigurationError, 400, "Bad request"),
+    (NoWorkerRunning, 503, "No worker running"),
+)
+
+
 def describe(exc: BaseException) -> Problem:
     """The :class:`Problem` ``exc`` is to the person at the page."""
     text = redact_urls(str(exc)) or type(exc).__name__
     if isinstance(exc, HTTPException):
         return Problem(exc.status_code, HTTPStatus(exc.status_code).phrase, str(exc.detail))
-    if isinstance(exc, JobNotFound | DeadLetterNotFound):
-        return Problem(404, "Not found", text)
-    if isinstance(exc, DeadLetterNotReplayable):
-        return Problem(409, "Cannot replay", text)
-    if isinstance(exc, ServerVersionError):
-        return Problem(501, "Server too old", text)
-    if isinstance(exc, ConfigurationError):
-        return Problem(400, "Bad request", text)
+    for kinds, status, title in _PLAIN:
+        if isinstance(exc, kinds):
+            return Problem(status, title, text)
     if isinstance(exc, PermissionDeniedError):
         return Problem(403, "Not allowed by NATS", f"the dashboard's NATS user may not do this: {text}")
     if isinstance(exc, ConnectError):

@@ -26,6 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..admin import Admin
 from ..errors import ConfigurationError
+from ..jetstream.session import SessionRole
 from ..observability.logging import get_logger
 from ..status import QueueStatus, format_age
 from .errors import describe, refuse
@@ -80,10 +81,10 @@ class Settings:
 class Dashboard:
     """One dashboard of ``app``: its Admin connection, its live feed, its signing key."""
 
-    def __init__(self, app: App, settings: Settings) -> None:
+    def __init__(self, app: App, settings: Settings, role: SessionRole = "dashboard") -> None:
         self.app = app
         self.settings = settings
-        self.admin = Admin(app, purpose="ui")
+        self.admin = Admin(app, purpose="ui", role=role)
         self.feed = Feed(self.admin)
         self.signer = Signer()
         self.templates = Environment(

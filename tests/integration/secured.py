@@ -66,6 +66,9 @@ def role_app(url: str, user: str, name: str = "perm") -> App:
     @app.task(max_retries=0)
     async def refuse() -> None: ...
 
+    @app.task(max_retries=3)
+    async def not_yet() -> None: ...
+
     @app.task(queue="gated", store_result=True)
     async def hold(gate: str) -> str:
         return gate

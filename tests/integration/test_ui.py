@@ -20,6 +20,7 @@ from starlette.routing import Mount
 
 from jsworker import App, DeadLetterNotFound, Job, Retry
 from jsworker.admin import Admin
+from jsworker.jetstream.session import SessionRole
 from jsworker.lifecycle.state import JobState
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
@@ -287,9 +288,10 @@ async def test_mounted_in_another_app(nats_server: NatsServer) -> None:
             assert "Path=/ops/jobs/" in page.headers["set-cookie"]
             paused = await http.post("/ops/jobs/queues/default/pause", data={"csrf": csrf_of(page.text)})
             assert paused.status_code == 303 and paused.headers["location"] == "/ops/jobs/queues/default"
-            # A form's "next" never leads out of the dashboard.
+            # A form's "next" never leads out of the dashboard. (A cancel would need a worker
+            # to ask: the dashboard's role does not cancel on its own.)
             away = await http.post(
-                "/ops/jobs/jobs/cancel",
+                "/ops/jobs/jobs/retry",
                 data={"csrf": csrf_of(page.text), "id": "nope", "next": "https://evil.example/"},
             )
             assert away.headers["location"] == "/ops/jobs/"
@@ -297,11 +299,18 @@ async def test_mounted_in_another_app(nats_server: NatsServer) -> None:
         await ui.state.dashboard.aclose()
 
 
-def test_the_command_says_it_runs_as_the_operator(nats_server: NatsServer, tmp_path: Path) -> None:
+def test_the_command_says_it_runs_as_the_dashboard_role(nats_server: NatsServer, tmp_path: Path) -> None:
     from .workers import cli
 
     shown = cli(nats_server.url, "ui", "--help")
-    assert shown.returncode == 0 and "operator" in shown.stdout and "--read-only" in shown.stdout
+    assert shown.returncode == 0 and "dashboard role" in shown.stdout and "--read-only" in shown.stdout
+    # Its own role's inbox; mounted elsewhere, it may connect as the operator instead.
+    app = App("roles", nats_server.url)
+    assert create_app(app).state.dashboard.admin.role == "dashboard"
+    roles: tuple[SessionRole, ...] = ("dashboard", "operator")
+    for role in roles:
+        admin = create_app(app, role=role).state.dashboard.admin
+        assert admin.role == role and app.connect_options(admin.role).inbox == f"_jsw_inbox.roles.{role}"
     assert "--nats-token" in shown.stdout and "--token TOKEN" in shown.stdout
     bad = cli(nats_server.url, "ui", "life_cli_app", "--auth", "nopassword")
     assert bad.returncode == 2 and "user:password" in bad.stderr

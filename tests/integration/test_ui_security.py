@@ -1,14 +1,13 @@
 """The dashboard is safe to expose: a password or a token (401 and nothing else without),
 CSRF on every action (403 without), read-only (actions hidden and refused), payloads off;
 and every failure a clear page with its status, never a traceback: bad input, unknown jobs
-and dead letters, the streams deleted while it is open, NATS unreachable, the operator role's
-permissions only."""
+and dead letters, the streams deleted while it is open, NATS unreachable. Its own NATS
+credential, the dashboard role: ``test_dashboard_role.py``."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,9 +19,7 @@ from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 
 from ..support import connected, free_port, wait_until_async
-from .secured import as_user, role_app
 from .ui_support import client, csrf_of, no_traceback, post
-from .workers import start_worker, stop
 
 pytestmark = pytest.mark.anyio
 
@@ -235,43 +232,3 @@ async def test_a_server_that_goes_away_while_the_dashboard_is_open() -> None:
             assert action.status_code in (503, 504), action.text
     finally:
         server.stop()
-
-
-async def test_the_operator_role_is_all_the_dashboard_needs(secured: NatsServer, tmp_path: Path) -> None:
-    url, log = secured.url, tmp_path / "worker.log"
-    worker = start_worker(url, tmp_path / "record", log, module="perm_app", env=as_user("perm-worker"))
-    operator = role_app(url, "perm-operator")
-    try:
-        producer = role_app(url, "perm-producer")
-        refused = await producer.tasks["refuse"].adelay()
-        later = await producer.tasks["add"].aapply((1, 2), countdown=600)
-        await producer.tasks["hold"].adelay(str(tmp_path / "gate"))
-        await producer.aclose()
-        async with client(create_app(operator)) as http, Admin(operator) as admin:
-            await wait_until_async(admin.workers, timeout=20, message="the worker's entry")
-            await wait_until_async(lambda: admin.count_dead_letters(), until=lambda n: n == 1, timeout=20)
-            pages = ["/", "/queues/gated", "/jobs?state=running", "/jobs?state=scheduled", "/dead-letters"]
-            pages += [
-                "/dead-letters/1?show=payload",
-                "/workers",
-                "/schedules",
-                f"/jobs/{later.id}?show=payload",
-            ]
-            for path in pages:
-                page = await http.get(path)
-                assert page.status_code == 200, (path, page.text[-500:])
-            for path, data in (
-                ("/queues/gated/pause", {}),
-                ("/queues/gated/resume", {}),
-                ("/jobs/cancel", {"id": later.id}),
-                ("/jobs/replay", {"seq": "1"}),
-                ("/queues/gated/purge", {"confirm": "gated"}),
-                ("/dead-letters/purge", {"confirm": "purge"}),
-            ):
-                done = await post(http, path, data)
-                assert done.status_code == 303, (path, done.text[-500:])
-            assert refused.id
-    finally:
-        (tmp_path / "gate").touch()
-        assert stop(worker) == 0
-    assert "permission" not in log.read_text().lower()

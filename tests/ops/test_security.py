@@ -55,7 +55,7 @@ from .opsfiles import (
     without_leading_comments,
 )
 
-ROLES = ("producer", "canceller", "worker", "operator")
+ROLES = ("producer", "canceller", "worker", "operator", "dashboard")
 # The one role that answers the questions it receives (status and cancel, from producers whose
 # inboxes it may not publish to): NATS ``allow_responses``.
 ANSWERING = {"worker"}

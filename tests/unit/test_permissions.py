@@ -57,6 +57,54 @@ def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
     )
 
 
+def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> None:
+    dashboard, operator = permissions("shop", "dashboard"), permissions("shop", "operator")
+    assert dashboard.subscribe == ("_jsw_inbox.shop.dashboard.>",)  # its replies, nothing else
+    reads = {s for s in operator.publish if ".MSG.GET." in s or ".CONSUMER.INFO." in s or ".LIST." in s}
+    reads -= {"$JS.API.STREAM.MSG.GET.JSW_SHOP_CLAIMS"}  # the claims are the workers' business
+    assert reads <= set(dashboard.publish)
+    # Its actions: enqueue again (replay, run now, trigger), ask the workers to cancel, delete
+    # single messages (run now, remove a schedule, a replayed dead letter), write schedules
+    # (pause, resume), purge a queue or the dead letters, pause a queue's consumer.
+    assert set(dashboard.publish) - set(operator.publish) == set()
+    assert {s for s in dashboard.publish if "DELETE" in s or "PURGE" in s or "PAUSE" in s} == {
+        "$JS.API.STREAM.MSG.DELETE.JSW_SHOP",
+        "$JS.API.STREAM.MSG.DELETE.JSW_SHOP_DLQ",
+        "$JS.API.STREAM.PURGE.JSW_SHOP",
+        "$JS.API.STREAM.PURGE.JSW_SHOP_DLQ",
+        "$JS.API.CONSUMER.PAUSE.JSW_SHOP.*",
+        "$JS.API.CONSUMER.DELETE.JSW_SHOP_DLQ.*",  # its own short-lived reading consumers
+        "$JS.API.CONSUMER.DELETE.JSW_SHOP_EVENTS.*",
+        "$JS.API.CONSUMER.DELETE.KV_jsw_shop_workers.*",
+    }
+    assert [s for s in dashboard.publish if not s.startswith("$JS.")] == [
+        "jsw.shop.q.>",
+        "jsw.shop.ask.cancel.*",
+        "jsw.shop.held.*",
+        "jsw.shop.sched.repeat.*",
+    ]
+    # What it must not do: create streams or the queues' consumers, pull or settle a job,
+    # write records, claims, dead letters or events, stop a job, advance a workflow.
+    for refused in (
+        "$JS.API.STREAM.CREATE.",
+        "$JS.API.STREAM.UPDATE.",
+        "$JS.API.CONSUMER.CREATE.JSW_SHOP.",
+        "$JS.API.CONSUMER.DURABLE.",
+        "$JS.API.CONSUMER.MSG.NEXT.JSW_SHOP.",
+        "$JS.ACK.",
+        "$KV.",
+        "jsw.shop.claim.",
+        "jsw.shop.halt.",
+        "jsw.shop.dlq.",
+        "jsw.shop.ev.",
+        "jsw.shop.flow.",
+        "jsw.shop.tally.",
+        "jsw.shop.sched.at.",
+    ):
+        assert not any(s.startswith(refused) for s in dashboard.publish), refused
+    assert not dashboard.answers
+
+
 def test_workers_write_their_registry_entries_and_operators_read_them() -> None:
     worker = permissions("shop", "worker")
     assert "$KV.jsw_shop_workers.*" in worker.publish  # its entry, under the id it makes up

@@ -62,6 +62,7 @@ PUBLIC = [
     "LimitsStreamError",
     "Middleware",
     "NoStreamError",
+    "NoWorkerRunning",
     "OutgoingJob",
     "PayloadTooLargeError",
     "PermissionDeniedError",

@@ -6,7 +6,7 @@ import asyncio
 
 import anyio
 
-from jsworker import App, Reject
+from jsworker import App, Reject, Retry
 from jsworker.testing import record_execution as record
 
 app = App("perm", events=True)
@@ -22,6 +22,12 @@ async def add(a: int, b: int) -> int:
 async def refuse() -> None:
     record("done")
     raise Reject("refused on purpose")
+
+
+@app.task(max_retries=3)
+async def not_yet() -> None:
+    """Waits out a long retry: a retrying job to look at, run now or cancel."""
+    raise Retry(600, reason="not yet")
 
 
 # One job at a time on "gated": a second one waits queued behind a held one.
