@@ -228,10 +228,10 @@ async def test_a_batch_calls_on_complete_always_and_on_success_only_without_fail
     async def celebrate(values: list[Any]) -> None:
         ran[f"celebrate {values}"] += 1
 
-    callbacks = {"on_complete": complete.s(), "on_success": celebrate.s()}
+    on_complete, on_success = complete.s(), celebrate.s()
     async with in_process_worker(app):
-        await batch([double.s(1), double.s(2)], **callbacks).aapply()
-        await batch([double.s(3), refuse.s(4)], **callbacks).aapply()
+        await batch([double.s(1), double.s(2)], on_complete=on_complete, on_success=on_success).aapply()
+        await batch([double.s(3), refuse.s(4)], on_complete=on_complete, on_success=on_success).aapply()
         await wait_until_async(lambda: len(completed) == 2, timeout=30, message="both on_complete callbacks")
         await wait_until_async(
             lambda: ran["celebrate [2, 4]"] == 1, timeout=30, message="the clean one's on_success"
