@@ -203,8 +203,12 @@ async def test_the_operator_role_may_do_all_of_it(secured: NatsServer, tmp_path:
             refused = await producer.tasks["refuse"].adelay()
             later = await producer.tasks["add"].aapply((1, 2), countdown=300)
             await producer.aclose()
+            # Handed out and answered for by its worker (under load a listing can come between
+            # the delivery and the worker's first answer, and shows no worker yet).
             running = await wait_until_async(
-                lambda: admin.jobs(state="running"), until=lambda page: page.items, timeout=20
+                lambda: admin.jobs(state="running"),
+                until=lambda page: page.items and all(j.worker for j in page.items),
+                timeout=20,
             )
             assert [(j.id, j.worker) for j in running.items] == [(held.id, entry.id)]
             assert [j.id for j in (await admin.jobs(queue="gated")).items] == [waiting.id]
