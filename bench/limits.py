@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lib.procs import rss_mb
 
 from jsworker import App
 from jsworker.runtime.settings import WorkerSettings
@@ -55,14 +58,6 @@ async def run_all(app: App, send: object, n: int) -> float:
     await running
     await app.aclose()
     return n / elapsed
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 def make_app(url: str, name: str, rate: str | None = None) -> App:
