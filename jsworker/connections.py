@@ -29,13 +29,16 @@ class ConnectionPool:
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
+        # The connections this pool opened itself (not those workers bound).
+        self._opened: weakref.WeakSet[Connection] = weakref.WeakSet()
 
     async def bind(self, conn: Connection) -> None:
         """Use ``conn`` on its event loop (a worker shares its own with its tasks' enqueues);
-        the connection enqueues on that loop used until now is closed."""
+        a connection this pool opened for that loop is closed (another worker's, bound
+        before, is that worker's to close)."""
         old = self._conns.get(conn.loop)
         self._conns[conn.loop] = conn
-        if old is not None and old is not conn and not old.is_closed:
+        if old is not None and old is not conn and old in self._opened and not old.is_closed:
             # Nothing reaches it any more: left open, it would only leak its socket.
             await old.close()
 
@@ -55,6 +58,7 @@ class ConnectionPool:
                 except ConnectError as exc:
                     raise EnqueueError(f"cannot enqueue: {exc}") from exc
                 self._conns[loop] = conn
+                self._opened.add(conn)
         return conn
 
     async def aclose(self) -> None:
@@ -68,3 +72,4 @@ class ConnectionPool:
         (their sockets too), and closing them would hit the parent's."""
         self._conns = weakref.WeakKeyDictionary()
         self._locks = weakref.WeakKeyDictionary()
+        self._opened = weakref.WeakSet()
