@@ -238,7 +238,9 @@ def audit(request: Request, what: str, **fields: Any) -> None:
     """The ``ui.action`` log line of an action: who, from where, what, on which jobs."""
     client = request.client.host if request.client is not None else None
     who = getattr(request.state, "who", "anonymous")
-    log.info("ui.action", who=who, client=client, action=what, **fields)
+    # A logger made now, not the module's cached one: an audit line follows the logging
+    # configuration of the moment it is written (actions are few: the cost does not show).
+    get_logger("jsworker.ui").info("ui.action", who=who, client=client, action=what, **fields)
 
 
 def _safe_target(request: Request, target: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from jsworker import App, DeadLetterNotFound, Job, Retry
 from jsworker.admin import Admin
 from jsworker.jetstream.session import SessionRole
 from jsworker.lifecycle.state import JobState
+from jsworker.observability.logging import configure_logging
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 
@@ -169,6 +170,16 @@ async def test_pages_page_both_ways(nats_server: NatsServer) -> None:
         assert listed(newer) == ids[::-1][:3]
 
 
+@pytest.fixture
+def info_logging() -> Iterator[None]:
+    """Info lines logged for the test, whatever level an earlier test configured."""
+    saved = structlog.get_config()
+    configure_logging("info")
+    yield
+    structlog.configure(**saved)
+
+
+@pytest.mark.usefixtures("info_logging")
 async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
     async with scene(nats_server.url) as s, client(create_app(s.app)) as http, Admin(s.app) as admin:
         with structlog.testing.capture_logs() as logged:
