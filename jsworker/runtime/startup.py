@@ -124,7 +124,10 @@ def build_seams(app: App, conn: Connection, executor: Executor, book: JobBook) -
     tasks = {name[2:]: limiter for name, limiter in limits.items() if name.startswith("t-")}
     if tasks:
         seams.gates.append(functools.partial(_task_rate, tasks))
-    if any(t.partition_key is not None for t in app.tasks.values()):
+    partitioned = [t.name for t in app.tasks.values() if t.partition_key is not None]
+    if partitioned:
+        for name in partitioned:
+            app.metrics.partition_held.labels(name)  # its series starts at 0
         parts = Partitions(conn, app.namespace, lambda task: app.metrics.partition_held.labels(task).inc())
         seams.gates.append(functools.partial(_partition_gate, parts, app.metrics.rate_held))
         seams.ends.append(functools.partial(_release_lease, parts))
@@ -139,6 +142,8 @@ def build_seams(app: App, conn: Connection, executor: Executor, book: JobBook) -
 def rate_limiters(app: App, conn: Connection) -> dict[str, RateLimiter]:
     """A limiter for each of the app's rate limits, by scope (``q-<queue>``, ``t-<task>``)."""
     held = app.metrics.rate_held
+    # Each limit's series starts at 0 (labels() makes it): alerts use increase(), which cannot
+    # see a series' first sample.
     return {
         scope: RateLimiter(conn, app.namespace, scope, rate, held.labels(scope).inc)
         for scope, rate in app.rate_limits().items()

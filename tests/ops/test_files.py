@@ -250,6 +250,25 @@ def test_dashboard_has_a_schedules_row() -> None:
         assert _panel(title)["description"], title
 
 
+FLOW_PANELS = ["Paused queues", "Starts held back by limits", "Jobs snoozed"]
+
+
+def test_dashboard_has_a_flow_control_row() -> None:
+    """Paused queues as the max every worker reports, starts held back by each limit, snoozes."""
+    board = dashboard()
+    (row,) = [p for p in board["panels"] if p["title"] == "Flow control"]
+    assert row["type"] == "row"
+    below = [p for p in board["panels"] if p["gridPos"]["y"] == row["gridPos"]["y"] + 1]
+    assert sorted(p["title"] for p in below) == sorted(FLOW_PANELS)
+    (paused,) = _exprs("Paused queues")
+    assert paused.startswith("max by (queue) (jsworker_queue_paused{")
+    held = " ".join(_exprs("Starts held back by limits"))
+    assert "rate(jsworker_rate_limited_total" in held and "rate(jsworker_partition_waits_total" in held
+    assert "rate(jsworker_jobs_snoozed_total" in _exprs("Jobs snoozed")[0]
+    for title in FLOW_PANELS:
+        assert _panel(title)["description"], title
+
+
 # --- alert rules ------------------------------------------------------------------------------
 
 
