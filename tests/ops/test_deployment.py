@@ -93,6 +93,8 @@ DEAD_LETTER_ALERT = "JsworkerDeadLettersArriving"
 MAY_BE_EMPTY = {
     ("Fired jobs dropped unrun", "A"): "only a schedule fired twice or a cancel racing a firing makes "
     "the series, and nothing here does; tests/ops/test_prometheus.py makes both",
+    ("Starts held back by limits", "A"): "the deployed app declares no rate limit",
+    ("Starts held back by limits", "B"): "the deployed app declares no per-partition limit",
 }
 
 
