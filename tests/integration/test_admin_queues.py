@@ -51,7 +51,11 @@ async def test_a_paused_queue_hands_out_nothing_until_resumed(nats_server: NatsS
         # A worker creating its consumers again (as one starting does) leaves the pause alone.
         await app.provision(worker.conn)
         assert {q.queue: q.paused for q in await admin.queues()}["default"]
-        await asyncio.sleep(1.0)  # what a paused queue must not do is run it: give it the chance
+        # The worker runs the other queue's jobs meanwhile: one more round trip through it.
+        await elsewhere.adelay("later, other queue")
+        await wait_until_async(
+            lambda: "later, other queue" in ran, timeout=10, message="the other queue again"
+        )
         assert "while paused" not in ran
         assert await admin.resume_queue("default") is True
         await wait_until_async(lambda: "while paused" in ran, timeout=10, message="the job after resume")

@@ -8,6 +8,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,8 +69,10 @@ def test_a_schedule_is_stamped_once_when_declared(app: App) -> None:
 
 async def test_on_settled_hears_each_way_a_delivery_ends(app: App, tmp_path: Path) -> None:
     await app.provision()
+    began = time.time()
     expiring = await middleware_app.plain.aapply(expires=0.05)
-    await asyncio.sleep(0.1)  # past its expiry, with no worker to start it
+    # Past its expiry, with no worker to start it.
+    await wait_until_async(lambda: time.time() > began + 0.05, timeout=5, message="its expiry")
     await app.aclose()
     started = tmp_path / "started"
     async with in_process_worker(app, queues=["default", "held"], grace=0.2) as worker:

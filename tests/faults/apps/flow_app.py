@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from jsworker import App
+from jsworker import App, current_job
 from jsworker.testing import record_execution as record
 from jsworker.workflows import group
 
@@ -23,6 +23,12 @@ app = App("flw", workflows=True)
 
 
 # A queue of its own: a queue's consumer takes the longest ack_wait of its tasks.
+def _starts(job_id: str) -> int:
+    """How many runs of ``job_id`` the record file shows started, in any worker process."""
+    with open(os.environ["JSW_TEST_RECORD"]) as f:
+        return sum(1 for line in f if line.startswith(f"start {job_id} "))
+
+
 @app.task(queue="parts", ack_wait=1)
 async def part(i: int, stall: str = "") -> int:
     record("start")
@@ -30,7 +36,10 @@ async def part(i: int, stall: str = "") -> int:
     if marker is not None and marker.exists():
         marker.unlink()
         # Blocking on purpose: the worker's heartbeats stop too, so the server redelivers it.
-        time.sleep(2.5)  # noqa: ASYNC251
+        # Held until the other copy has started (bounded, should the redelivery never come).
+        job_id, deadline = current_job().id, time.monotonic() + 30
+        while _starts(job_id) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # noqa: ASYNC251
     record("done")
     return i
 
