@@ -311,3 +311,42 @@ def test_a_producer_enqueues_unique_jobs_without_reading_the_job_stream(
         asyncio.run(with_worker())
     finally:
         assert stop(worker) == 0
+
+
+def test_flow_control_and_workflow_grants_cannot_be_misused(secured: NatsServer) -> None:
+    """What this wave granted, tried against with the printed credentials: a producer cannot
+    take or free a partition lease, count against a rate limit, count a group's members or
+    read the leases; a worker may count and take leases but cannot purge the rates or leases
+    streams, delete a lease by hand (it gives one back by a write over its own), or delete a
+    workflow tally stream."""
+    url = secured.url
+
+    async def attack() -> None:
+        async with _role(url, "perm-producer") as producer:
+            conn = await Connection.open(producer.connect_options("producer", "attack"))
+            try:
+                for subject in (
+                    "jsw.perm.lease.add.abc.0",
+                    "jsw.perm.rate.q-default.1",
+                    "jsw.perm.tally.flow1",
+                ):
+                    await _refused(conn, subject, b"")
+                with pytest.raises(PermissionDeniedError):
+                    await request_json(conn, "$JS.API.DIRECT.GET.JSW_PERM_LEASES", {"seq": 1})
+            finally:
+                await conn.close()
+        async with _role(url, "perm-worker") as worker:
+            conn = await Connection.open(worker.connect_options("worker", "attack"))
+            try:
+                for verb, stream in (
+                    ("STREAM.PURGE", "JSW_PERM_RATES"),
+                    ("STREAM.PURGE", "JSW_PERM_LEASES"),
+                    ("STREAM.MSG.DELETE", "JSW_PERM_LEASES"),
+                    ("STREAM.DELETE", "JSW_PERM_TALLY"),
+                ):
+                    with pytest.raises(PermissionDeniedError):
+                        await request_json(conn, api_subject(verb, stream), {"seq": 1})
+            finally:
+                await conn.close()
+
+    asyncio.run(attack())
