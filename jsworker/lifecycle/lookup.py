@@ -136,8 +136,8 @@ async def _in_stream(
 def progress_said(holder: dict[str, Any]) -> tuple[float | None, str | None]:
     """The progress (fraction, message) a worker holding a job said, as far as it makes sense."""
     fraction, message = holder.get("progress"), holder.get("progress_message")
-    ok = isinstance(fraction, int | float) and not isinstance(fraction, bool)
-    return (float(fraction) if ok else None), (message if isinstance(message, str) else None)  # type: ignore[arg-type]
+    said = float(fraction) if isinstance(fraction, int | float) and not isinstance(fraction, bool) else None
+    return said, (message if isinstance(message, str) else None)
 
 
 def holder_said(answers: list[bytes]) -> dict[str, Any]:

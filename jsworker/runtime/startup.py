@@ -110,8 +110,11 @@ async def records_connection(
     return await Connection.open(purpose)
 
 
-def build_seams(app: App, conn: Connection, executor: Executor, book: JobBook) -> RunSeams:
-    """Each feature that is on adds its steps to a run (see :mod:`.seams`)."""
+def build_seams(
+    app: App, conn: Connection, executor: Executor, book: JobBook, limits: dict[str, RateLimiter]
+) -> RunSeams:
+    """Each feature that is on adds its steps to a run (see :mod:`.seams`); ``limits`` are the
+    app's rate limiters (:func:`rate_limiters`), of which the tasks' are gates."""
     seams = RunSeams(wrapped_call(executor, app.middleware))
     seams.gates += [FiredJobs(app, conn).gate, book.gate]
     if app.options.events:
@@ -120,7 +123,6 @@ def build_seams(app: App, conn: Connection, executor: Executor, book: JobBook) -
         seams.ends.append(functools.partial(emit_job_end, events))
     if app.middleware.settles:
         seams.ends.append(settled_step(app.middleware))
-    limits = rate_limiters(app, conn)
     tasks = {name[2:]: limiter for name, limiter in limits.items() if name.startswith("t-")}
     if tasks:
         seams.gates.append(functools.partial(_task_rate, tasks))

@@ -123,10 +123,9 @@ class Worker:
             self._book = JobBook(app, conn, self._jobs, records_conn, self._buffered)
             await self._book.start()
             self._handbacks = HandBacks(app, conn)
-            self._rates = {
-                k[2:]: v for k, v in startup.rate_limiters(app, conn).items() if k.startswith("q-")
-            }
-            self._seams = startup.build_seams(app, conn, self._executor, self._book)
+            limits = startup.rate_limiters(app, conn)
+            self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
+            self._seams = startup.build_seams(app, conn, self._executor, self._book, limits)
             self._admit = self._seams.admission(
                 self._executor, functools.partial(startup.recheck, self._handbacks, self._book)
             )
