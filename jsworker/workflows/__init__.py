@@ -44,6 +44,12 @@ def _app_of(sigs: Iterable[Signature]) -> TaskOwner:
     return next(iter(apps.values()))
 
 
+def _check_members(members: list[Signature]) -> None:
+    """TypeError for a member whose arguments do not fit its task, before anything is sent."""
+    for sig in members:
+        sig.task.make_call(sig.args, sig.kwargs, None)
+
+
 class _Startable:
     """Something that starts as a workflow: ``apply`` / ``aapply`` return its handle."""
 
@@ -87,8 +93,7 @@ class Group(_Startable):
 
     def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
         flow = group_flow(self.id, self.members, None, None, self.on_failure)
-        for sig in self.members:
-            sig.task.make_call(sig.args, sig.kwargs, None)  # arguments checked before anything is sent
+        _check_members(self.members)
         return _app_of(self.members), flow, {f"m{i}": d for i, d in enumerate(flow.steps)}
 
 
@@ -105,8 +110,7 @@ class Chord(_Startable):
     def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
         g = self.members
         flow = group_flow(g.id, g.members, self.callback, self.error, g.on_failure)
-        for sig in g.members:
-            sig.task.make_call(sig.args, sig.kwargs, None)
+        _check_members(g.members)
         return _app_of([*g.members, self.callback]), flow, {f"m{i}": d for i, d in enumerate(flow.steps)}
 
 
@@ -127,8 +131,7 @@ class Batch(_Startable):
         flow = group_flow(self.id, self.members, self.on_complete, None, "continue")
         if self.on_success is not None:
             flow = dataclasses.replace(flow, on_success=self.on_success.describe())
-        for sig in self.members:
-            sig.task.make_call(sig.args, sig.kwargs, None)
+        _check_members(self.members)
         return _app_of(self.members), flow, {f"m{i}": d for i, d in enumerate(flow.steps)}
 
 

@@ -10,15 +10,21 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 
 
-def test_quickstart_runs_every_job() -> None:
-    """examples/quickstart/run.py starts its server and worker, and all its jobs get done."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart" / "run.py")],
+def run_example(name: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``examples/<name>/run.py``, run to its end; its output as text."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name / "run.py")],
         capture_output=True,
         text=True,
         timeout=120,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
+
+
+def test_quickstart_runs_every_job() -> None:
+    """examples/quickstart/run.py starts its server and worker, and all its jobs get done."""
+    result = run_example("quickstart")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all 6 jobs done" in result.stdout
     # flaky_report fails its first attempt: one more start, one failure, one retry.
@@ -29,14 +35,7 @@ def test_quickstart_runs_every_job() -> None:
 
 def test_the_task_tracking_example_keeps_every_jobs_final_state(tmp_path: Path) -> None:
     """examples/task_tracking: one middleware keeps a row per job, from enqueued to its end."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "task_tracking" / "run.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "TRACKING_DB": str(tmp_path / "tracking.sqlite3")},
-    )
+    result = run_example("task_tracking", {"TRACKING_DB": str(tmp_path / "tracking.sqlite3")})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [line.split()[1:4] for line in result.stdout.splitlines()[1:]]
     assert sorted(rows) == [
