@@ -357,17 +357,33 @@ class App:
         return self.bridge.run_sync(self.acancel, job_id)
 
     def queue(
-        self, name: str, *, max_running: int | None = None, priority: int = 0, rate_limit: str | None = None
+        self,
+        name: str,
+        *,
+        max_running: int | None = None,
+        priority: int = 0,
+        rate_limit: str | None = None,
+        fair: bool = False,
     ) -> QueueOptions:
         """Declare how queue ``name`` is served: ``max_running`` jobs at most at once across
         all workers (the server enforces it; ``--concurrency`` is per worker process), its
         ``priority`` among the queues a worker serves, and ``rate_limit`` (``"50/s"``,
         ``"N/m"``, ``"N/h"``) starts across all workers, taken before a worker takes a job.
+        With ``fair``, the partitions of its jobs (each task's ``partition_key``; the task
+        itself for a task without one) take turns: one partition's backlog never holds up
+        another's jobs for long (see :mod:`jsworker.flow.fair`).
         A worker applies a changed ``max_running`` to the server when it starts."""
         rate = parse_rate(rate_limit, f"queue {name!r}: rate_limit") if rate_limit is not None else None
-        options = QueueOptions(max_running=max_running, priority=priority, rate_limit=rate)
+        if not isinstance(fair, bool):
+            raise ConfigurationError(f"queue {name!r}: fair must be True or False, not {fair!r}")
+        options = QueueOptions(max_running=max_running, priority=priority, rate_limit=rate, fair=fair)
         self.queue_options[validate_name("queue", name)] = options
         return options
+
+    @property
+    def fair_queues(self) -> frozenset[str]:
+        """The queues declared ``fair``."""
+        return frozenset(name for name, options in self.queue_options.items() if options.fair)
 
     def queue_priority(self, queue: str) -> int:
         """The priority of ``queue`` (0 unless declared)."""
@@ -437,7 +453,8 @@ class App:
         partitioned = [t for t in self.tasks.values() if t.partition_key is not None]
         if schedules and (self.rate_limits() or any(t.rate_limit_per_partition for t in partitioned)):
             specs.append(rates_spec(self))
-        if schedules and any(t.max_running_per_partition for t in partitioned):
+        # Leases: those of the partitions, and the movers' of fair queues.
+        if schedules and (any(t.max_running_per_partition for t in partitioned) or self.fair_queues):
             specs.append(leases_spec(self))
         return specs
 

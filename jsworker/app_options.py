@@ -96,6 +96,8 @@ class QueueOptions:
     priority: int = 0
     #: Job starts allowed across every worker (see :mod:`jsworker.flow.rates`), None: no limit.
     rate_limit: Rate | None = None
+    #: Partitions take turns (see :mod:`jsworker.flow.fair`).
+    fair: bool = False
 
     def __post_init__(self) -> None:
         if self.max_running is not None and (

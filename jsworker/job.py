@@ -28,7 +28,8 @@ class Job:
     window, or, for a unique task, a job with the same key that is scheduled, queued or
     running: nothing new was stored and ``id`` and ``seq`` name that job.
     ``scheduled_for`` is when a delayed job becomes runnable (UTC), None for a job that can
-    run now; ``seq`` is then the sequence of its schedule, not of the job it fires.
+    run now; ``seq`` is then the sequence of its schedule, not of the job it fires. For a job
+    of a fair queue, ``seq`` is its message's in the queue's intake, where it waits its turn.
     A handle from :meth:`App.job <jsworker.App.job>` knows only the id (``task`` and
     ``queue`` empty, ``seq`` 0).
     """
@@ -69,8 +70,11 @@ class Job:
             )
         seq: int | None = None  # a handle from the id alone: the lifecycle finds the message
         if not self.from_id:
-            # A receipt names the very message of its job; a delayed job's names its schedule.
-            seq = self.seq if self.scheduled_for is None else 0
+            # A receipt names the very message of its job; a delayed job's names its schedule,
+            # and that of a job for a fair queue its message in the queue's intake.
+            declared = app.queue_options.get(self.queue)
+            waits_turn = declared is not None and declared.fair
+            seq = self.seq if self.scheduled_for is None and not waits_turn else 0
         return await app.lifecycle.result(self.id, seq, timeout)
 
     def result(self, timeout: float | None = None) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .errors import ConfigurationError
 from .jetstream.topology import ConsumerSpec, StreamSpec
 from .naming import validate_name
 
@@ -21,14 +22,23 @@ def job_stream_spec(app: AppView, schedules: bool = True) -> StreamSpec:
     # Workflows keep their definitions and states beside their jobs: a step and the state
     # write that records it are stored in one atomic batch (servers with schedules have those).
     flows = app.options.workflows and schedules
+    # Jobs for a fair queue move into it by atomic batches (:mod:`jsworker.flow.fair`).
+    fair = any(options.fair for options in app.queue_options.values())
+    if fair and not schedules:
+        raise ConfigurationError("fair queues need nats-server 2.12 or later (atomic batch publish)")
     return StreamSpec(
         name=ns.stream,
-        subjects=(ns.job_subjects, ns.schedule_subjects, *([ns.flow_subjects] if flows else [])),
+        subjects=(
+            ns.job_subjects,
+            ns.schedule_subjects,
+            *([ns.flow_subjects] if flows else []),
+            *([ns.intake_subjects] if fair else []),
+        ),
         work_queue=True,
         replicas=app.options.replicas,
         duplicate_window=app.options.duplicate_window,
         schedules=schedules,
-        atomic=flows,
+        atomic=flows or fair,
     )
 
 

@@ -281,6 +281,27 @@ class Namespace:
         """Filter matching the job ``job_id`` on any queue, while it waits or runs."""
         return f"jsw.{self.app}.q.*.*.{job_id}"
 
+    @property
+    def intake_subjects(self) -> str:
+        """Wildcard covering the intake of every fair queue: ``...in.<queue>.<task>.<job id>``,
+        where a fair queue's jobs wait for their partition's turn (:mod:`jsworker.flow.fair`)."""
+        return f"jsw.{self.app}.in.>"
+
+    def intake_subject(self, queue: str, task: str, job_id: str) -> str:
+        """Subject a job of ``task`` for fair queue ``queue`` waits on for its turn."""
+        return f"jsw.{self.app}.in.{queue}.{task}.{job_id}"
+
+    def intake_filter(self, queue: str | None = None, job_id: str = "*") -> str:
+        """Filter matching the jobs waiting for their turn (on ``queue``, or any; ``job_id``)."""
+        return f"jsw.{self.app}.in.{queue or '*'}.*.{job_id}"
+
+    def moved_subject(self, intake_subject: str) -> str:
+        """The job subject a job waiting on ``intake_subject`` goes to when its turn comes."""
+        prefix = f"jsw.{self.app}.in."
+        if not intake_subject.startswith(prefix):
+            raise ValueError(f"not an intake subject of app {self.app}: {intake_subject}")
+        return f"jsw.{self.app}.q.{intake_subject[len(prefix) :]}"
+
     def dlq_subject(self, queue: str, task: str) -> str:
         """Subject a dead letter of ``task`` on ``queue`` is stored under."""
         return f"jsw.{self.app}.dlq.{queue}.{task}"
@@ -289,6 +310,10 @@ class Namespace:
         """Return ``(queue, task)`` from a job subject (with or without the job id token),
         or None when it is not one of ours."""
         return self._parse(subject, "q", with_id=True)
+
+    def parse_intake_subject(self, subject: str) -> tuple[str, str] | None:
+        """Return ``(queue, task)`` from an intake subject, or None when it is not one."""
+        return self._parse(subject, "in", with_id=True)
 
     def parse_dlq_subject(self, subject: str) -> tuple[str, str] | None:
         """Return ``(queue, task)`` from a dead-letter subject, or None when it is not one."""

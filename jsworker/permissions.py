@@ -89,6 +89,11 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             _EVERY,
         ),
         Grant(
+            ns.intake_subjects,
+            "enqueue jobs for fair queues (they wait in its intake for their partition's turn)",
+            _PRODUCING,
+        ),
+        Grant(
             ns.delayed_filter(),
             "enqueue delayed jobs (one-shot `@at` schedules; a worker dead-letters any other firing)",
             _PRODUCING,

@@ -27,6 +27,7 @@ from .jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, Sub
 from .job import Job
 from .jobstatus import Form, JobState, JobStatus
 from .naming import Namespace
+from .rates import partition_of, partition_token
 from .serializers import encode_call
 from .wire import (
     CONTENT_TYPE,
@@ -35,6 +36,7 @@ from .wire import (
     EXPIRES_AT,
     JOB_ID,
     MSG_ID,
+    PARTITION,
     QUEUE,
     TASK,
 )
@@ -119,14 +121,36 @@ class Producer:
             # runs, past the dedup window too. The dedup key stays, so a retry of this very
             # publish after a lost answer is recognised (see Publisher.publish).
             headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
+        subject = app.namespace.job_subject(queue, task.name, call.job_id)
+        declared = app.queue_options.get(queue)
+        if declared is not None and declared.fair and call.due is None:
+            subject = self._intake(task, call, queue, headers)
         msg = OutMessage(
-            subject=app.namespace.job_subject(queue, task.name, call.job_id),
+            subject=subject,
             body=encode_call(app.serializer, call.args, call.kwargs, signature=task.signature),
             headers=headers,
         )
         if call.due is not None:
             return self._delayed.message(app.namespace, queue, msg, call.due)
         return msg
+
+    def _intake(self, task: Task[Any, Any], call: Call, queue: str, headers: dict[str, str]) -> str:
+        """Where a job for fair queue ``queue`` waits for its partition's turn; its partition
+        goes in ``headers``. (A delayed job joins the queue itself when due.)"""
+        if call.unique:
+            raise ConfigurationError(
+                f"task {task.name}: unique jobs cannot go to fair queue {queue!r} (its jobs wait for "
+                "their turn where a unique key cannot be held)"
+            )
+        if task.partition_key is None:
+            key = task.name  # the tasks of the queue take turns
+        else:
+            try:
+                key = partition_of(task.partition_key, task.signature, list(call.args), dict(call.kwargs))
+            except ValueError as exc:
+                raise ValueError(f"task {task.name}: {exc}") from exc
+        headers[PARTITION] = partition_token(key)
+        return self._app.namespace.intake_subject(queue, task.name, call.job_id)
 
     async def send(self, task: Task[Any, Any], call: Call, settling: float = 0.0) -> Job:
         """Store one job; returns its receipt. (``settling``: the pause before the next try of

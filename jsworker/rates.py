@@ -1,7 +1,10 @@
-"""Rates: ``"100/s"``, ``"50/m"``, ``"10/h"``, checked where they are declared."""
+"""Rates: ``"100/s"``, ``"50/m"``, ``"10/h"``, checked where they are declared; and the
+partition a job counts against (``partition_key``), which producers and workers both read."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +14,8 @@ from .errors import ConfigurationError
 
 _PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*")
+#: The longest partition key (what ``partition_key`` returns).
+MAX_KEY = 256
 #: A rate's period is cut into at most this many windows, each allowing its share: the
 #: burst a rate allows in any period-long stretch is then one window's share.
 MAX_WINDOWS = 10
@@ -66,7 +71,8 @@ def partition_limits(
 ) -> tuple[Callable[..., Any] | None, int | None, Rate | None]:
     """A task's per-partition limits, checked: ``partition_key`` (a function of the task's
     arguments) with ``max_running_per_partition`` (an int >= 1) and/or
-    ``rate_limit_per_partition``; ConfigurationError for anything wrong."""
+    ``rate_limit_per_partition``, or alone (the turns of a fair queue); ConfigurationError
+    for anything wrong."""
     if key is None:
         if max_running is not None or rate is not None:
             raise ConfigurationError(
@@ -84,9 +90,29 @@ def partition_limits(
         raise ConfigurationError(
             f"task {task}: max_running_per_partition must be an int >= 1, not {max_running!r}"
         )
-    if max_running is None and rate is None:
-        raise ConfigurationError(
-            f"task {task}: partition_key= is for max_running_per_partition= or rate_limit_per_partition="
-        )
     parsed = parse_rate(rate, f"task {task}: rate_limit_per_partition") if rate is not None else None
     return key, max_running, parsed
+
+
+def partition_of(
+    key_fn: Callable[..., Any], signature: inspect.Signature, args: list[Any], kwargs: dict[str, Any]
+) -> str:
+    """The partition key ``key_fn`` gives a job's arguments, passed by name (so that
+    ``lambda account_id, **_: account_id`` picks one out of them); ValueError saying what is
+    wrong with it (a key function that raises, or returns anything but a short string)."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = key_fn(**bound.arguments)
+    except Exception as exc:  # the user's function: any exception is bad input
+        raise ValueError(f"partition_key raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = str(key)
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise ValueError(f"partition_key must return a string of 1 to {MAX_KEY} characters, not {key!r:.80}")
+    return key
+
+
+def partition_token(key: str) -> str:
+    """A subject token (or header value) for partition ``key`` (any characters): a hash of it."""
+    return hashlib.blake2b(key.encode(), digest_size=10).hexdigest()

@@ -20,19 +20,17 @@ free, whichever waiting job tries first takes it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import inspect
 import random
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import JsworkerError
 from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.stored import SubjectMoved, write
 from ..observability.logging import get_logger
-from ..rates import Rate
+from ..rates import Rate, partition_token
 from .rates import RateLimiter
 
 if TYPE_CHECKING:
@@ -43,8 +41,6 @@ log = get_logger("jsworker.flow")
 
 #: Seconds a lease outlives its worker; renewed every third of it while its job runs.
 LEASE_TTL = 15
-#: The longest partition key (what ``partition_key`` returns).
-MAX_KEY = 256
 # Rate limiters kept for the partitions seen last: one is a few small objects.
 _KEPT_RATES = 10_000
 # A lease's message says whether it is held or was given back; both expire.
@@ -54,30 +50,6 @@ _HELD = {"Nats-TTL": str(LEASE_TTL)}
 _GIVEN_BACK = {"Nats-TTL": str(LEASE_TTL), _STATE: _FREE}
 # A job waiting for a lease looks again after this long, doubling up to a second.
 _FIRST_LOOK, _LONGEST_LOOK = 0.02, 1.0
-
-
-def partition_of(
-    key_fn: Callable[..., Any], signature: inspect.Signature, args: list[Any], kwargs: dict[str, Any]
-) -> str:
-    """The partition key ``key_fn`` gives a job's arguments, passed by name (so that
-    ``lambda account_id, **_: account_id`` picks one out of them); ValueError saying what is
-    wrong with it (a key function that raises, or returns anything but a short string)."""
-    try:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        key = key_fn(**bound.arguments)
-    except Exception as exc:  # the user's function: any exception is bad input
-        raise ValueError(f"partition_key raised {type(exc).__name__}: {exc}") from exc
-    if isinstance(key, int) and not isinstance(key, bool):
-        key = str(key)
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-        raise ValueError(f"partition_key must return a string of 1 to {MAX_KEY} characters, not {key!r:.80}")
-    return key
-
-
-def token(key: str) -> str:
-    """A subject token for partition ``key`` (any characters): a hash of it."""
-    return hashlib.blake2b(key.encode(), digest_size=10).hexdigest()
 
 
 @dataclass(slots=True, eq=False)
@@ -102,13 +74,13 @@ class Partitions:
 
     async def lease(self, task: str, key: str, size: int) -> Lease:
         """Wait for one of the ``size`` leases of ``key``'s partition of ``task``, and hold it."""
-        base = f"jsw.{self.namespace.app}.lease.{task}.{token(key)}."
+        base = f"jsw.{self.namespace.app}.lease.{task}.{partition_token(key)}."
         pause, waited = _FIRST_LOOK, False
         while True:
             # From a random slot: workers waiting together do not all try slot 0 first.
             start = random.randrange(size)
             for i in range(size):
-                lease = await self._take(f"{base}{(start + i) % size}")
+                lease = await take_lease(self._stream, f"{base}{(start + i) % size}")
                 if lease is not None:
                     self._leases.add(lease)
                     return lease
@@ -118,55 +90,23 @@ class Partitions:
             await asyncio.sleep(pause * (0.5 + random.random()))
             pause = min(_LONGEST_LOOK, pause * 2)
 
-    async def _take(self, subject: str) -> Lease | None:
-        """The lease on ``subject`` if it is free (never used, expired, or given back), else None."""
-        expect = 0
-        for _ in range(2):
-            try:
-                stored = await write(self.conn, subject, b"", _HELD, expect_last=expect)
-                return Lease(subject, stored.seq)
-            except SubjectMoved:
-                pass
-            # Used before: free when its last message says it was given back.
-            found = await self._stream.last_direct(subject)
-            if found is None:
-                continue  # expired meanwhile: empty again
-            if found.headers.get(_STATE) != _FREE:
-                return None
-            expect = found.seq
-        return None
-
     async def release(self, lease: Lease) -> None:
-        """Give ``lease`` back: a message saying it is free, written only over this lease's
-        own (a publish, not a request to the JetStream API, which answers one at a time)."""
+        """Give ``lease`` back (see :func:`release_lease`)."""
         self._leases.discard(lease)
-        try:
-            await write(self.conn, lease.subject, b"", _GIVEN_BACK, expect_last=lease.seq)
-        except SubjectMoved:
-            pass  # expired and taken by another job already: not ours to free
-        except JsworkerError as exc:
-            # It expires on its own within LEASE_TTL.
-            log.warning("partition.release_failed", lease=lease.subject, error=str(exc))
+        await release_lease(self.conn, lease)
 
     async def renew_forever(self) -> None:
         """Renew every held lease every third of its time to live, for as long as it is held."""
         while True:
             await asyncio.sleep(LEASE_TTL / 3)
             for lease in list(self._leases):
-                try:
-                    stored = await write(self.conn, lease.subject, b"", _HELD, expect_last=lease.seq)
-                    lease.seq = stored.seq
-                except SubjectMoved:
-                    # Expired (the server could not be reached for its whole time) and taken:
-                    # two jobs of the partition may now run at once. Said, not hidden.
-                    log.warning("partition.lease_lost", lease=lease.subject)
+                if not await renew_lease(self.conn, lease):
+                    # Two jobs of the partition may now run at once. Said, not hidden.
                     self._leases.discard(lease)
-                except JsworkerError as exc:
-                    log.warning("partition.renew_failed", lease=lease.subject, error=str(exc))
 
     def rate(self, task: str, key: str, rate: Rate, held: Callable[[], None]) -> RateLimiter:
         """The rate limiter of ``key``'s partition of ``task``."""
-        scope = f"p-{task}-{token(key)}"
+        scope = f"p-{task}-{partition_token(key)}"
         found = self._rates.get((task, key))
         if found is None:
             found = self._rates[(task, key)] = RateLimiter(self.conn, self.namespace, scope, rate, held)
@@ -175,3 +115,50 @@ class Partitions:
         else:
             self._rates.move_to_end((task, key))
         return found
+
+
+async def take_lease(stream: LimitsStream, subject: str) -> Lease | None:
+    """The lease on ``subject`` (in the leases ``stream``) if it is free (never used, expired,
+    or given back), else None."""
+    expect = 0
+    for _ in range(2):
+        try:
+            stored = await write(stream.conn, subject, b"", _HELD, expect_last=expect)
+            return Lease(subject, stored.seq)
+        except SubjectMoved:
+            pass
+        # Used before: free when its last message says it was given back.
+        found = await stream.last_direct(subject)
+        if found is None:
+            continue  # expired meanwhile: empty again
+        if found.headers.get(_STATE) != _FREE:
+            return None
+        expect = found.seq
+    return None
+
+
+async def renew_lease(conn: Connection, lease: Lease) -> bool:
+    """Renew ``lease`` for another :data:`LEASE_TTL`; False when it was lost (it expired while
+    the server could not be reached, and was taken). A renewal that fails otherwise is logged
+    and True: the lease may still be held, the next renewal tells."""
+    try:
+        stored = await write(conn, lease.subject, b"", _HELD, expect_last=lease.seq)
+        lease.seq = stored.seq
+    except SubjectMoved:
+        log.warning("partition.lease_lost", lease=lease.subject)
+        return False
+    except JsworkerError as exc:
+        log.warning("partition.renew_failed", lease=lease.subject, error=str(exc))
+    return True
+
+
+async def release_lease(conn: Connection, lease: Lease) -> None:
+    """Give ``lease`` back: a message saying it is free, written only over this lease's own (a
+    publish, not a request to the JetStream API, which answers one at a time)."""
+    try:
+        await write(conn, lease.subject, b"", _GIVEN_BACK, expect_last=lease.seq)
+    except SubjectMoved:
+        pass  # expired and taken by another holder already: not ours to free
+    except JsworkerError as exc:
+        # It expires on its own within LEASE_TTL.
+        log.warning("partition.release_failed", lease=lease.subject, error=str(exc))

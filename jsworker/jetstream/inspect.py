@@ -191,3 +191,14 @@ async def delivered_seq(conn: Connection, stream: str, consumer: str) -> int:
     except (nats.errors.Error, OSError) as exc:
         raise JsworkerError(f"cannot read consumer {consumer} of {stream}: {exc}") from exc
     return int(info.delivered.stream_seq or 0) if info.delivered is not None else 0
+
+
+async def waiting_count(conn: Connection, stream: str, consumer: str) -> int:
+    """How many messages ``consumer`` has not handed out yet (0 when there is no such consumer)."""
+    try:
+        info = await conn.js.consumer_info(stream, consumer)
+    except nats.js.errors.NotFoundError:
+        return 0
+    except (nats.errors.Error, OSError) as exc:
+        raise JsworkerError(f"cannot read consumer {consumer} of {stream}: {exc}") from exc
+    return int(info.num_pending or 0)

@@ -1,5 +1,6 @@
 """Reading a span of a Limits stream through a throwaway pull consumer that first says how many
-messages it holds for the reader (:class:`Span`).
+messages it holds for the reader (:class:`Span`); following a work queue's messages as they
+are stored (:func:`follow_headers`).
 
 The consumer takes no acks, lives in memory, is filtered by the server (one subject or
 several) and starts at a sequence, at a time or at the first message; it is deleted when the
@@ -9,7 +10,10 @@ how many messages wait before reading any lets a caller bound a read, or start l
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
@@ -30,6 +34,12 @@ _FETCH_WAIT = 5.0
 # A throwaway consumer outlives a crashed reader only this long (seconds).
 _INACTIVE = 60.0
 _BATCH = 1000
+# How long a message followed through a work queue's consumer waits to be delivered again.
+_UNACKED = 86_400.0
+# A follower's consumer outlives its reader only this long (seconds): the next one waits for it.
+_FOLLOW_INACTIVE = 5.0
+# The server's refusal of a second consumer on a work queue's filter.
+_NOT_UNIQUE = 10100
 
 
 class Span:
@@ -122,6 +132,55 @@ class Span:
                     return
         finally:
             await pull.close()
+
+
+async def follow_headers(
+    conn: Connection, stream: str, prefix: str, filter_subject: str
+) -> AsyncIterator[StoredMessage | None]:
+    """The headers of the messages of work-queue ``stream`` on ``filter_subject``, in sequence
+    order, for as long as the caller reads: those stored so far, then each new one soon after
+    it is stored; None after a few seconds with nothing new.
+
+    Read through a consumer of its own, named ``<prefix>-<random>``. It takes acks, as a work
+    queue's consumers must, but is never acked: it removes nothing. It lives in memory and is
+    deleted by the server seconds after its reader stopped; until then a work queue, which
+    allows one consumer per filter, has no room for the next reader's, which waits. A message
+    still stored after a day is delivered again.
+    """
+    config = ConsumerConfig(
+        name=f"{prefix}-{uuid.uuid4().hex[:12]}",
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=_UNACKED,
+        max_ack_pending=-1,
+        filter_subject=filter_subject,
+        headers_only=True,
+        mem_storage=True,
+        num_replicas=1,
+        inactive_threshold=_FOLLOW_INACTIVE,
+        deliver_policy=DeliverPolicy.ALL,
+    )
+    deadline = time.monotonic() + 3 * _FOLLOW_INACTIVE
+    with _errors(f"cannot read {stream}"):
+        while True:
+            try:
+                await conn.js.add_consumer(stream, config)
+                break
+            except nats.js.errors.APIError as exc:
+                if exc.err_code != _NOT_UNIQUE or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.5)  # an earlier reader's consumer, soon gone
+    pull = PullConsumer(conn, stream, str(config.name), max_messages=_BATCH, expires=_FETCH_WAIT)
+    try:
+        with _errors(f"cannot read {stream}"):
+            await pull.start()
+        while True:
+            try:
+                delivery = await pull.next(_FETCH_WAIT)
+            except ConsumeError as exc:
+                raise LimitsStreamError(f"cannot read {stream}: {exc}", transient=True) from exc
+            yield None if delivery is None else _stored(delivery, True)
+    finally:
+        await pull.close()
 
 
 def _stored(delivery: Delivery, headers_only: bool) -> StoredMessage:

@@ -11,6 +11,8 @@ operator) does it; producers with the cancel permission ask a worker to (see
   message is gone, then drops it unstarted from its buffer or stops it while it runs, and says
   so; a worker that had already finished it says that, and the cancel reports False. Then a
   ``cancelled`` record is written.
+* **waiting for its turn** on a fair queue: its message is deleted from the intake; a mover
+  that read it before cannot move it any more (see :mod:`jsworker.flow.fair`).
 
 True therefore means the job did not finish and will not start. The record is written only
 over the record read before the delete (compare-and-set): a worker that stored the job's
@@ -31,6 +33,7 @@ from ..jetstream.stored import SubjectMoved
 from ..observability.metrics import UNKNOWN
 from ..scheduling.declare import DELAYED_SINCE
 from ..scheduling.delayed import cancel_delayed
+from ..wire import MOVED
 from .bucket import RECORDS_SINCE, Records
 from .state import JobRecord, JobState
 
@@ -63,6 +66,14 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
         return True
     jobs = LimitsStream(conn, ns.stream)
     message = await jobs.next(ns.job_filter(job_id))
+    if message is None and any(options.fair for options in app.queue_options.values()):
+        waiting = await jobs.next(ns.intake_filter(job_id=job_id))
+        if waiting is not None and MOVED not in waiting.headers and await jobs.delete(waiting.seq):
+            queue, task = ns.parse_intake_subject(waiting.subject) or ("", "")
+            return await _cancelled(app, conn, records, job_id, queue, task, waiting.seq)
+        # Moved into its queue since it was looked for (a move stores its copy and rolls the
+        # job up at once): it is cancelled there.
+        message = await jobs.next(ns.job_filter(job_id))
     if message is None:
         return False
     queue, task = ns.parse_job_subject(message.subject) or ("", "")
@@ -85,14 +96,29 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
         )
         if FINISHED in answers:
             return False
-    if conn.server_version >= RECORDS_SINCE:
-        last = found[0] if found is not None else 0
-        if not await _record(app, records, job_id, queue, task, message.seq, last):
-            return False
+    last = found[0] if found is not None else 0
+    return await _cancelled(app, conn, records, job_id, queue, task, message.seq, last)
+
+
+async def _cancelled(
+    app: AppView,
+    conn: Connection,
+    records: Records,
+    job_id: str,
+    queue: str,
+    task: str,
+    seq: int,
+    last: int | None = None,
+) -> bool:
+    """Its record, metric and event, once the job's message is deleted: False when a worker
+    finished the job first (its record moved)."""
+    newer = conn.server_version >= RECORDS_SINCE
+    if newer and not await _record(app, records, job_id, queue, task, seq, last):
+        return False
     label = task if task in app.tasks else UNKNOWN
     app.metrics.cancelled.labels(queue, label).inc()
     if app.options.events:
-        await EventEmitter(conn, ns, app.metrics).emit("cancelled", queue, label, job_id)
+        await EventEmitter(conn, app.namespace, app.metrics).emit("cancelled", queue, label, job_id)
     return True
 
 

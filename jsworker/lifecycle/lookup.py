@@ -5,7 +5,7 @@ state      read from
 =========  ==============================================================================
 scheduled  a delayed job's schedule subject (``sched.at.<queue>.<due>.<job id>``)
 queued     the job's message (its subject ends in the job id), past the consumer's
-           delivered sequence
+           delivered sequence; or in a fair queue's intake, waiting for its turn
 running    the job's message at or before the delivered sequence: handed out, not settled
 retrying   the same, with a ``retrying`` record whose next attempt is still to come
 succeeded  the job's record (written for tasks that keep results, and for a success after
@@ -30,13 +30,15 @@ from ..jetstream.connection import Connection
 from ..jetstream.inspect import delivered_seq as delivered_seq
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.service import gather
-from ..wire import TASK
+from ..wire import MOVED, TASK
 from .bucket import Records
 from .state import Form, JobRecord, JobState, JobStatus
 
 if TYPE_CHECKING:
     from ..appview import AppView
 
+#: The ``reason`` of a queued job that waits for its partition's turn on a fair queue.
+WAITING_TURN = "waiting for its partition's turn (fair queue)"
 # How long a status waits for the worker running a job to say so: a live one answers within
 # milliseconds.
 _HELD_WAIT = 0.5
@@ -62,7 +64,7 @@ async def job_status(app: AppView, conn: Connection, job_id: str, form: Form | N
     if message is not None:
         # A finished record of another message is a previous run of a unique job.
         return await _in_stream(conn, app, job_id, message, record)
-    scheduled = await _scheduled(app, conn, job_id)
+    scheduled = await _scheduled(app, conn, job_id) or await _waiting_turn(app, conn, job_id)
     if scheduled is not None:
         return scheduled
     # It may have finished between the reads.
@@ -88,6 +90,19 @@ async def _scheduled(app: AppView, conn: Connection, job_id: str) -> JobStatus |
         scheduled_for=datetime.fromtimestamp(due_ms / 1000, UTC),
         seq=schedule.seq,
     )
+
+
+async def _waiting_turn(app: AppView, conn: Connection, job_id: str) -> JobStatus | None:
+    """The status of ``job_id`` as a job waiting for its partition's turn on a fair queue (in
+    its intake), None when it is not."""
+    if not any(options.fair for options in app.queue_options.values()):
+        return None
+    ns = app.namespace
+    waiting = await LimitsStream(conn, ns.stream).next(ns.intake_filter(job_id=job_id))
+    if waiting is None or MOVED in waiting.headers:
+        return None
+    queue, task = ns.parse_intake_subject(waiting.subject) or ("", "")
+    return JobStatus(job_id, JobState.QUEUED, queue=queue, task=task, seq=waiting.seq, reason=WAITING_TURN)
 
 
 async def current_message(app: AppView, conn: Connection, job_id: str) -> StoredMessage | None:

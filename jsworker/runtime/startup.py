@@ -16,12 +16,14 @@ from prometheus_client import Counter
 from .._version import __version__
 from ..errors import TopologyError
 from ..events.emit import EventEmitter
-from ..flow.partitions import Partitions, partition_of
+from ..flow.fair import FairMover
+from ..flow.partitions import Partitions
 from ..flow.rates import RateLimiter
 from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import EventHook, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
+from ..rates import partition_of
 from ..workflows.advance import Continuations
 from .execution import Executor, JobRun
 from .flows import flow_call, flow_final
@@ -111,10 +113,16 @@ async def records_connection(
 
 
 def build_seams(
-    app: App, conn: Connection, executor: Executor, book: JobBook, limits: dict[str, RateLimiter]
+    app: App,
+    conn: Connection,
+    executor: Executor,
+    book: JobBook,
+    limits: dict[str, RateLimiter],
+    queues: list[str],
 ) -> RunSeams:
     """Each feature that is on adds its steps to a run (see :mod:`.seams`); ``limits`` are the
-    app's rate limiters (:func:`rate_limiters`), of which the tasks' are gates."""
+    app's rate limiters (:func:`rate_limiters`), of which the tasks' are gates; ``queues``
+    those the worker serves, of which the fair ones get a mover (standing by)."""
     seams = RunSeams(wrapped_call(executor, app.middleware))
     seams.gates += [FiredJobs(app, conn).gate, book.gate]
     if app.options.events:
@@ -134,6 +142,8 @@ def build_seams(
         seams.gates.append(functools.partial(_partition_gate, parts, app.metrics.rate_held))
         seams.ends.append(functools.partial(_release_lease, parts))
         seams.services.append(parts.renew_forever)
+    for queue in sorted(app.fair_queues.intersection(queues)):
+        seams.services.append(FairMover(conn, app.namespace, queue).run)
     if app.options.workflows:
         flows = Continuations(app, conn)
         seams.call = flow_call(seams.call, flows)
@@ -170,14 +180,17 @@ def queue_consumer(
 ) -> PullConsumer:
     """The pull loop of ``queue``. A rate-limited queue pulls little more than a window of its
     limit allows, and ``handler`` must be None for it (nothing starts on arrival: each start
-    takes its permit first). ``limit``: the most jobs it hands out (a worker's job budget)."""
+    takes its permit first); a fair queue never pulls more than ``--prefetch`` (the jobs a
+    worker holds count against its turns' bound). ``limit``: the most jobs it hands out (a
+    worker's job budget)."""
     prefetch = settings.prefetch if limited is None else min(settings.prefetch, limited.rate.burst)
+    steady = limited is not None or queue in app.fair_queues
     return PullConsumer(
         conn,
         app.namespace.stream,
         queue,
         max_messages=prefetch,
-        grow_to=settings.prefetch_grows_to if limited is None else prefetch,
+        grow_to=prefetch if steady else settings.prefetch_grows_to,
         expires=settings.expires,
         idle_heartbeat=settings.idle_heartbeat,
         on_event=on_event,

@@ -125,7 +125,7 @@ class Worker:
             self._handbacks = HandBacks(app, conn)
             limits = startup.rate_limiters(app, conn)
             self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
-            self._seams = startup.build_seams(app, conn, self._executor, self._book, limits)
+            self._seams = startup.build_seams(app, conn, self._executor, self._book, limits, self.queues)
             self._admit = self._seams.admission(
                 self._executor, functools.partial(startup.recheck, self._handbacks, self._book)
             )

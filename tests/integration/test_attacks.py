@@ -22,7 +22,7 @@ from jsworker.lifecycle.state import JobRecord, JobState
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
-from .secured import ADMIN, as_user, provision_as_admin, role_app
+from .secured import ADMIN, PASSWORD, as_user, provision_as_admin, role_app
 from .workers import records, start_worker, stop
 
 DUE = "Jsw-Scheduled-For"
@@ -350,3 +350,52 @@ def test_flow_control_and_workflow_grants_cannot_be_misused(secured: NatsServer)
                 await conn.close()
 
     asyncio.run(attack())
+
+
+def test_fair_queue_grants_cannot_be_misused(secured: NatsServer, tmp_path: Path) -> None:
+    """A producer may put a job in a fair queue's intake, nothing more: it cannot read, delete
+    or follow what waits there, nor take the queue's mover lease. A worker with the printed
+    credentials moves the jobs in turns and runs each once."""
+    url, record = secured.url, tmp_path / "record"
+    worker = start_worker(
+        url,
+        record,
+        tmp_path / "worker.log",
+        "--log-level",
+        "info",
+        module="perm_fair_app",
+        env=as_user("perm-worker"),
+    )
+
+    async def scenario() -> None:
+        producer = App("perm", url, user="perm-producer", password=PASSWORD.format("perm-producer"))
+        producer.queue("turns", fair=True)
+
+        @producer.task(queue="turns", partition_key=lambda account, **_: account, store_result=True)
+        async def visit(account: str) -> str:
+            return account  # run by the worker (apps/perm_fair_app.py), never here
+
+        try:
+            jobs = [await visit.adelay(account) for account in ("a", "b", "a")]
+            conn = await _connect(producer)
+            try:
+                await _refused(conn, "jsw.perm.lease.turns.fair.0", b"")
+                for verb, request in (
+                    ("STREAM.MSG.GET", {"seq": jobs[0].seq}),
+                    ("STREAM.MSG.DELETE", {"seq": jobs[0].seq}),
+                    ("CONSUMER.CREATE", {"stream_name": "JSW_PERM", "config": {"ack_policy": "explicit"}}),
+                ):
+                    with pytest.raises(PermissionDeniedError):
+                        await request_json(conn, api_subject(verb, "JSW_PERM"), request)
+            finally:
+                await conn.close()
+            assert [await job.aresult(timeout=30) for job in jobs] == ["a", "b", "a"]
+        finally:
+            await producer.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0
+    assert len(records(record, "done")) == 3
+    assert "permission" not in (tmp_path / "worker.log").read_text().lower()

@@ -25,6 +25,7 @@ def test_producer_may_only_add_work_and_read_records() -> None:
     assert producer.subscribe == ("_jsw_inbox.shop.producer.>", "$KV.jsw_shop_jobs.>")  # replies, results
     assert producer.publish == (
         "jsw.shop.q.>",
+        "jsw.shop.in.>",
         "jsw.shop.sched.at.*.>",
         "jsw.shop.flow.def.*",
         "jsw.shop.ev.*.*.enqueued",

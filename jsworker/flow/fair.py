@@ -1,0 +1,251 @@
+"""Fair queues (``app.queue(name, fair=True)``): the partitions of a queue's jobs take turns,
+so that one partition's backlog never holds up another's jobs for long.
+
+A job for a fair queue is not published to the queue but to its **intake**,
+``jsw.<app>.in.<queue>.<task>.<job id>`` in the job stream, with its partition (a hash of its
+``partition_key``, or its task's name) in a header. One worker of the queue at a time, the
+holder of the queue's **mover lease** (``jsw.<app>.lease.<queue>.fair.0``, renewed like a
+partition lease, taken over by another worker within :data:`~.partitions.LEASE_TTL` of its
+holder's death), moves jobs from the intake into the queue:
+
+* it follows the intake (headers only, through a consumer of its own) and keeps the sequence
+  of each job waiting there in memory, by partition, in the order they were stored (about
+  100 bytes a job); it moves nothing before it has read what the intake held when it took
+  the lease (some 30,000 jobs a second);
+* it keeps at most :data:`READY` jobs waiting in the queue: whenever fewer wait, it moves
+  the next jobs **round-robin**, one from each partition that has any in turn, a partition
+  seen for the first time joining the end of the turn;
+* a move reads the job, then stores in one atomic batch its copy in the queue and, over the
+  job in the intake, a marker that rolls it up, expecting the job to be the last message on
+  its subject: a job cancelled (deleted) after it was read is not moved, and a job is moved
+  once whatever fails (servers 2.12+). The marker is deleted next, or expires by itself.
+
+**The bound.** A job that is first of its partition in the intake starts after at most
+``READY + B + P`` other jobs of the queue have started, where ``B`` is what the queue's
+workers hold pulled and not yet started (a fair queue pulls no more than its workers' free
+slots: ``--prefetch``, at most the concurrency) and ``P`` the partitions ahead of it in the
+turn. Within a partition, jobs move in the order they were stored.
+
+What it costs: three requests a job (read, batch, delete) on one worker, and one
+``CONSUMER.INFO`` a round; a queue that is not fair costs nothing. Delayed jobs for a fair
+queue join the queue itself when they are due; so do retries (the queue's consumer keeps
+them). A job whose explicit id is held by a job still running waits in the intake until the
+id is free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Mapping
+
+import anyio
+
+from ..errors import JsworkerError
+from ..jetstream.atomic import BatchConflict, publish_atomic
+from ..jetstream.connection import Connection
+from ..jetstream.inspect import waiting_count
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.message import OutMessage
+from ..jetstream.span import follow_headers
+from ..jetstream.stored import SubjectMoved
+from ..naming import Namespace
+from ..observability.logging import get_logger
+from ..wire import EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MOVED, MSG_ID, MSG_TTL, PARTITION, ROLLUP
+from .partitions import LEASE_TTL, Lease, release_lease, renew_lease, take_lease
+
+log = get_logger("jsworker.flow")
+
+#: The most jobs a fair queue keeps waiting in the queue itself (moved, not handed out yet).
+READY = 20
+# How often the mover looks at the queue while it is full, and a standing-by worker at the lease.
+_LOOK = 0.02
+_STAND_BY = LEASE_TTL / 3
+# The headers a move keeps of the server's own: everything else with the prefix is left out,
+# so that a move never does more than store a plain job (no schedule, rollup or counter).
+_SERVER_PREFIX = "nats-"
+_KEPT = frozenset({EXPECTED_LAST_SUBJECT_SEQ.lower()})
+# A marker left by a mover that died before it removed it goes by itself.
+_MARKER_TTL = "60"
+
+
+class Turns:
+    """The jobs waiting in an intake, by partition, and whose turn is next."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, deque[tuple[int, str]]] = {}
+        self._turn: deque[str] = deque()
+
+    def add(self, partition: str, seq: int, subject: str) -> None:
+        """A job stored at ``seq`` on ``subject`` in ``partition``'s line (last in it)."""
+        line = self._waiting.get(partition)
+        if line is None:
+            line = self._waiting[partition] = deque()
+            self._turn.append(partition)
+        line.append((seq, subject))
+
+    def take(self, most: int) -> list[tuple[str, int, str]]:
+        """Up to ``most`` jobs, one from each partition in turn: ``(partition, seq, subject)``."""
+        out: list[tuple[str, int, str]] = []
+        while len(out) < most and self._turn:
+            partition = self._turn.popleft()
+            line = self._waiting[partition]
+            seq, subject = line.popleft()
+            out.append((partition, seq, subject))
+            if line:
+                self._turn.append(partition)
+            else:
+                del self._waiting[partition]
+        return out
+
+    def put_back(self, partition: str, seq: int, subject: str) -> None:
+        """A job taken that could not move yet: first of its line again (a partition whose
+        line had emptied has the next turn)."""
+        line = self._waiting.get(partition)
+        if line is None:
+            line = self._waiting[partition] = deque()
+            self._turn.appendleft(partition)
+        line.appendleft((seq, subject))
+
+
+class FairMover:
+    """Moves the jobs of one fair queue from its intake into the queue, partitions taking
+    turns, while its worker holds the queue's mover lease."""
+
+    def __init__(self, conn: Connection, namespace: Namespace, queue: str) -> None:
+        self.conn, self.namespace, self.queue = conn, namespace, queue
+        self._jobs = LimitsStream(conn, namespace.stream)
+        self._leases = LimitsStream(conn, namespace.leases_stream)
+        self._lease_subject = f"jsw.{namespace.app}.lease.{queue}.fair.0"
+        self.moved = 0
+
+    async def run(self) -> None:
+        """Stand by for the mover lease, then move jobs for as long as it is held."""
+        while True:
+            lease = await self._take()
+            if lease is None:
+                await asyncio.sleep(_STAND_BY)
+                continue
+            log.info("fair.mover_started", queue=self.queue)
+            try:
+                await self._hold(lease)
+            except JsworkerError as exc:
+                # The server could not be read or written for a while: the lease goes back
+                # and is taken again (by this worker or another) once the server answers.
+                log.warning("fair.mover_stopped", queue=self.queue, error=str(exc))
+            finally:
+                # Given back even when the worker stops: a standing-by one takes over at once.
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_STAND_BY):
+                    await release_lease(self.conn, lease)
+
+    async def _take(self) -> Lease | None:
+        try:
+            return await take_lease(self._leases, self._lease_subject)
+        except JsworkerError as exc:
+            log.warning("fair.lease_unreadable", queue=self.queue, error=str(exc))
+            return None
+
+    async def _hold(self, lease: Lease) -> None:
+        turns, arrived, caught_up = Turns(), asyncio.Event(), asyncio.Event()
+        follow = asyncio.create_task(
+            self._follow(turns, arrived, caught_up), name=f"jsworker-fair-{self.queue}"
+        )
+        try:
+            renew_at = time.monotonic() + LEASE_TTL / 3
+            while not follow.done():
+                if time.monotonic() >= renew_at:
+                    if not await renew_lease(self.conn, lease):
+                        return  # another worker moves this queue's jobs now
+                    renew_at = time.monotonic() + LEASE_TTL / 3
+                if not caught_up.is_set():
+                    # Every partition waiting when the lease was taken gets its turn from the
+                    # first round on: nothing moves before the whole intake is known.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(caught_up.wait(), LEASE_TTL / 3)
+                    continue
+                arrived.clear()  # before the look: a job stored from here on wakes the wait
+                room = READY - await waiting_count(self.conn, self.namespace.stream, self.queue)
+                batch = turns.take(room) if room > 0 else []
+                if batch and await self._move_all(turns, batch):
+                    continue
+                if batch or room <= 0:
+                    # Nothing could move, or the queue is full: its workers take what waits.
+                    await asyncio.sleep(_LOOK)
+                    continue
+                with contextlib.suppress(TimeoutError):  # the intake is empty: wait for a job
+                    await asyncio.wait_for(arrived.wait(), LEASE_TTL / 3)
+            follow.result()  # the intake could not be followed: said by the supervisor
+        finally:
+            follow.cancel()
+
+    async def _follow(self, turns: Turns, arrived: asyncio.Event, caught_up: asyncio.Event) -> None:
+        ns = self.namespace
+        backlog = await self._jobs.count(ns.intake_filter(self.queue))
+        if not backlog:
+            caught_up.set()
+        async for msg in follow_headers(
+            self.conn, ns.stream, f"fair-{self.queue}", ns.intake_filter(self.queue)
+        ):
+            backlog -= msg is not None
+            if msg is None or backlog <= 0:
+                caught_up.set()  # read all of it (or what is left of it: some were deleted)
+            if msg is None or MOVED in msg.headers:
+                continue  # the marker of a job moved already
+            turns.add(msg.headers.get(PARTITION, ""), msg.seq, msg.subject)
+            arrived.set()
+
+    async def _move_all(self, turns: Turns, batch: list[tuple[str, int, str]]) -> bool:
+        """Move ``batch``, partitions at once, each one's jobs in order; True when any moved."""
+        lines: dict[str, list[tuple[int, str]]] = {}
+        for partition, seq, subject in batch:
+            lines.setdefault(partition, []).append((seq, subject))
+        moved = await asyncio.gather(*(self._move_line(turns, p, line) for p, line in lines.items()))
+        return sum(moved) > 0
+
+    async def _move_line(self, turns: Turns, partition: str, line: list[tuple[int, str]]) -> int:
+        """Move one partition's jobs of a batch in order, up to the first that cannot move
+        yet (it and those behind it go back, first in line); how many moved."""
+        moved = 0
+        for i, (seq, subject) in enumerate(line):
+            try:
+                if await self._move(seq, subject):
+                    moved += 1
+            except (SubjectMoved, JsworkerError) as exc:
+                if not isinstance(exc, SubjectMoved):
+                    log.warning("fair.move_failed", queue=self.queue, seq=seq, error=str(exc))
+                for back_seq, back_subject in reversed(line[i:]):
+                    turns.put_back(partition, back_seq, back_subject)
+                break
+        return moved
+
+    async def _move(self, seq: int, subject: str) -> bool:
+        """Move the job at ``seq``: True once moved, False when it left the intake meanwhile
+        (cancelled); :class:`SubjectMoved` when its explicit id is held by a job that waits or
+        runs."""
+        msg = await self._jobs.get(seq)
+        if msg is None:
+            return False
+        copy = OutMessage(self.namespace.moved_subject(subject), msg.body or b"", _kept(msg))
+        # Rolls the job's own subject up to a marker, if it still holds the job: moved, or not.
+        marker = {ROLLUP: "sub", EXPECTED_LAST_SUBJECT_SEQ: str(seq), MOVED: "1", MSG_TTL: _MARKER_TTL}
+        try:
+            stored = await publish_atomic(self.conn, [copy, OutMessage(subject, b"", marker)])
+        except BatchConflict:
+            if await self._jobs.get(seq) is not None:
+                raise SubjectMoved(subject) from None  # the copy's id expectation failed
+            return False
+        await self._jobs.delete(stored.seq)  # the marker: it would expire anyway
+        return True
+
+
+def _kept(msg: StoredMessage) -> Mapping[str, str]:
+    """The headers a moved job keeps: the job's own and its id expectation; its dedup key,
+    which the server would take for the job's own first publish, becomes its job id."""
+    kept = {
+        k: v for k, v in msg.headers.items() if not k.lower().startswith(_SERVER_PREFIX) or k.lower() in _KEPT
+    }
+    if MSG_ID in msg.headers:
+        kept.setdefault(JOB_ID, msg.headers[MSG_ID])
+    return kept

@@ -1,0 +1,110 @@
+"""Fair queues on a real server with worker processes: one partition's backlog does not hold
+up another's jobs beyond the stated bound; a job waiting for its turn shows as queued with
+the reason and can be cancelled; the mover's lease passes to another worker when its holder
+is killed."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jsworker import App, JobState
+from jsworker.flow.fair import READY
+from jsworker.flow.partitions import LEASE_TTL
+from jsworker.lifecycle.lookup import WAITING_TURN
+from jsworker.testing import NatsServer
+
+from ..support import wait_until
+from .workers import APPS, start_worker, stop
+
+sys.path.insert(0, str(APPS))
+import fair_app
+
+
+@pytest.fixture
+def app(nats_server: NatsServer) -> Iterator[App]:
+    fair_app.app.configure_connection([nats_server.url])
+    yield fair_app.app
+    fair_app.app.close()
+
+
+def starts(record: Path) -> list[tuple[str, str]]:
+    """(job id, account) of each start, in the order the worker started them."""
+    lines = record.read_text().splitlines() if record.exists() else []
+    return [(job_id, account) for _, job_id, account in (line.split() for line in lines)]
+
+
+def test_a_late_partition_starts_within_the_bound_not_after_the_backlog(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    record, log = tmp_path / "record", tmp_path / "log"
+    fair_app.send.delay_many([("big",)] * 10_000)
+    small = fair_app.send.delay_many([("small",)] * 10)
+    concurrency = prefetch = 2
+    worker = start_worker(nats_server.url, record, log, "-c", str(concurrency), module="fair_app")
+    try:
+        wait_until(
+            lambda: sum(account == "small" for _, account in starts(record)) == 10,
+            timeout=120,
+            message="the small partition's 10 jobs",
+        )
+    finally:
+        assert stop(worker) == 0
+    order = starts(record)
+    positions = [i for i, (_, account) in enumerate(order) if account == "small"]
+    # Ahead of the small partition's first job: what waited in the queue, what the worker
+    # had pulled, and the big partition's turn (2 partitions).
+    bound = READY + prefetch + 2
+    assert positions[0] <= bound, (positions, bound)
+    # Then the partitions take turns: each later small job has one big job ahead of it.
+    assert positions[-1] <= bound + 2 * 9, (positions, bound)
+    assert {job_id for job_id, account in order if account == "small"} == {job.id for job in small}
+    assert len({job_id for job_id, _ in order}) == len(order)  # each moved job ran once
+
+
+def test_a_job_waiting_for_its_turn_is_queued_with_the_reason_and_can_be_cancelled(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    record, log = tmp_path / "record", tmp_path / "log"
+    waiting = fair_app.send.delay("a")
+    status = waiting.status()
+    assert (status.state, status.queue, status.task, status.reason) == (
+        JobState.QUEUED,
+        "emails",
+        "send",
+        WAITING_TURN,
+    )
+    assert app.cancel(waiting.id)
+    assert waiting.status().state is JobState.CANCELLED
+    assert not app.cancel(waiting.id)
+    worker = start_worker(nats_server.url, record, log, module="fair_app")
+    try:
+        later, tidy = fair_app.send.delay("a"), fair_app.tidy.delay()
+        wait_until(lambda: len(starts(record)) == 2, timeout=30, message="the two later jobs")
+    finally:
+        assert stop(worker) == 0
+    assert sorted(starts(record)) == sorted([(later.id, "a"), (tidy.id, "tidy")])
+
+
+def test_another_worker_moves_the_jobs_once_the_movers_worker_is_killed(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    record, log = tmp_path / "record", tmp_path / "log"
+    first = start_worker(nats_server.url, record, log, module="fair_app")
+    try:
+        fair_app.send.delay("a")
+        wait_until(lambda: len(starts(record)) == 1, timeout=30, message="a job moved and run")
+    finally:
+        first.kill()
+        first.wait()
+    second = start_worker(nats_server.url, record, log, module="fair_app")
+    try:
+        jobs = fair_app.send.delay_many([(account,) for account in ("a", "b") for _ in range(5)])
+        # The dead worker's lease expires; the standing-by one takes it at its next look.
+        wait_until(lambda: len(starts(record)) == 11, timeout=LEASE_TTL * 2 + 10, message="the other 10")
+    finally:
+        assert stop(second) == 0
+    assert {job_id for job_id, _ in starts(record)[1:]} == {job.id for job in jobs}
