@@ -7,6 +7,7 @@ scheduled  a delayed job's schedule subject (``sched.at.<queue>.<due>.<job id>``
 queued     the job's message (its subject ends in the job id), past the consumer's
            delivered sequence; or in a fair queue's intake, waiting for its turn
 running    the job's message at or before the delivered sequence: handed out, not settled
+           (queued, with the reason, while its worker holds it back for a limit)
 retrying   the same, with a ``retrying`` record whose next attempt is still to come
 succeeded  the job's record (written for tasks that keep results, and for a success after
            retries)
@@ -133,6 +134,13 @@ async def _in_stream(
     # this is (no answer: it waits in a worker's buffer, or its worker is gone).
     held = await gather(conn, ns.held_subject(job_id), str(message.seq).encode(), wait=_HELD_WAIT, linger=0.0)
     holder = holder_said(held)
+    waiting = holder.get("waiting")
+    if isinstance(waiting, str):
+        # In a worker's slot, waiting for a limit (a rate, a partition's lease): not started.
+        attempt = holder.get("attempt", attempts)
+        return JobStatus(
+            job_id, JobState.QUEUED, queue=queue, task=task, attempts=attempt, seq=message.seq, reason=waiting
+        )
     progress, progress_message = progress_said(holder)
     return JobStatus(
         job_id,

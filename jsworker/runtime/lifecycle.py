@@ -21,7 +21,7 @@ import socket
 import time
 import traceback
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EnqueueError, JsworkerError
@@ -82,6 +82,9 @@ class JobBook:
         self._helds: Serving | None = None
         #: Stream sequences of jobs settled for good (acknowledged or ended), newest last.
         self.finished: deque[int] = deque(maxlen=_REMEMBERED_FINISHED)
+        #: Jobs in a slot that wait for a limit (a rate, a partition's lease), with the reason
+        #: a status gives: such a job is queued, not running (see :func:`held_back`).
+        self.held_back: dict[JobRun, str] = {}
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self._running = running
         self._writer = AckedPublisher(
@@ -143,6 +146,9 @@ class JobBook:
         job_id, seq = subject.rsplit(".", 1)[-1], body.decode(errors="replace")
         for job in list(self._running):
             if job.job_id == job_id and str(job.delivery.stream_seq) == seq:
+                waiting = self.held_back.get(job)
+                if waiting is not None:
+                    return self._holder(None, job.attempt, waiting=waiting)
                 began = time.time() - (time.monotonic() - job.started) if job.started else None
                 return self._holder(began, job.attempt, job.progress)
         for delivery in self._buffered():
@@ -151,11 +157,17 @@ class JobBook:
         return None
 
     def _holder(
-        self, started_at: float | None, attempt: int, progress: tuple[float, str | None] | None = None
+        self,
+        started_at: float | None,
+        attempt: int,
+        progress: tuple[float, str | None] | None = None,
+        waiting: str | None = None,
     ) -> bytes:
         said: dict[str, Any] = {"worker": self.worker, "started_at": started_at, "attempt": attempt}
         if progress is not None:
             said["progress"], said["progress_message"] = progress
+        if waiting is not None:
+            said["waiting"] = waiting
         return json.dumps(said).encode()
 
     async def read_failures(self, job: JobRun) -> int:
@@ -323,3 +335,12 @@ def _error(outcome: Outcome) -> JobError | None:
         "".join(traceback.format_exception(exc))[-_MAX_TRACEBACK:] if exc.__traceback__ is not None else None
     )
     return JobError(type(exc).__qualname__, (str(exc) or outcome.reason)[:_MAX_TEXT], text)
+
+
+async def held_back(book: JobBook, job: JobRun, reason: str, limit: Awaitable[None]) -> None:
+    """Wait for ``limit`` with ``job`` counted as held back for ``reason`` meanwhile."""
+    book.held_back[job] = reason
+    try:
+        await limit
+    finally:
+        del book.held_back[job]

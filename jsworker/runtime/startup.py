@@ -28,7 +28,7 @@ from ..workflows.advance import Continuations
 from .execution import Executor, JobRun
 from .flows import flow_call, flow_final
 from .handbacks import HandBacks
-from .lifecycle import JobBook
+from .lifecycle import JobBook, held_back
 from .observe import emit_job_end, emit_job_start, warn_replicas_differ
 from .schedules import FiredJobs
 from .seams import RunSeams, settled_step, wrapped_call
@@ -133,13 +133,13 @@ def build_seams(
         seams.ends.append(settled_step(app.middleware))
     tasks = {name[2:]: limiter for name, limiter in limits.items() if name.startswith("t-")}
     if tasks:
-        seams.gates.append(functools.partial(_task_rate, tasks))
+        seams.gates.append(functools.partial(_task_rate, book, tasks))
     partitioned = [t.name for t in app.tasks.values() if t.partition_key is not None]
     if partitioned:
         for name in partitioned:
             app.metrics.partition_held.labels(name)  # its series starts at 0
         parts = Partitions(conn, app.namespace, lambda task: app.metrics.partition_held.labels(task).inc())
-        seams.gates.append(functools.partial(_partition_gate, parts, app.metrics.rate_held))
+        seams.gates.append(functools.partial(_partition_gate, book, parts, app.metrics.rate_held))
         seams.ends.append(functools.partial(_release_lease, parts))
         seams.services.append(parts.renew_forever)
     for queue in sorted(app.fair_queues.intersection(queues)):
@@ -162,10 +162,13 @@ def rate_limiters(app: App, conn: Connection) -> dict[str, RateLimiter]:
     }
 
 
-def _task_rate(limits: dict[str, RateLimiter], job: JobRun) -> Awaitable[None] | None:
-    """The gate of tasks with a rate limit: a job of one waits for its turn (in its slot)."""
+def _task_rate(book: JobBook, limits: dict[str, RateLimiter], job: JobRun) -> Awaitable[None] | None:
+    """The gate of tasks with a rate limit: a job of one waits for its turn (in its slot),
+    held back meanwhile."""
     limiter = limits.get(job.task_name) if job.task is not None else None
-    return None if limiter is None else limiter.acquire()
+    if limiter is None:
+        return None
+    return held_back(book, job, f"held back by the rate limit of task {job.task_name}", limiter.acquire())
 
 
 def queue_consumer(
@@ -199,9 +202,11 @@ def queue_consumer(
     )
 
 
-def _partition_gate(parts: Partitions, rate_held: Counter, job: JobRun) -> Outcome | Awaitable[None] | None:
+def _partition_gate(
+    book: JobBook, parts: Partitions, rate_held: Counter, job: JobRun
+) -> Outcome | Awaitable[None] | None:
     """The gate of tasks with per-partition limits: the job's partition, then its turn under
-    the partition's rate and one of its leases (awaited in the job's slot)."""
+    the partition's rate and one of its leases (awaited in the job's slot, held back)."""
     task = job.task
     if task is None or task.partition_key is None:
         return None
@@ -209,7 +214,8 @@ def _partition_gate(parts: Partitions, rate_held: Counter, job: JobRun) -> Outco
         key = partition_of(task.partition_key, task.signature, job.args, job.kwargs)
     except ValueError as exc:
         return Outcome(OutcomeKind.BAD_INPUT, str(exc), error=exc)
-    return _partition_turn(parts, rate_held, job, task.name, key)
+    why = f"held back by the partition limits of task {task.name}"
+    return held_back(book, job, why, _partition_turn(parts, rate_held, job, task.name, key))
 
 
 async def _partition_turn(parts: Partitions, rate_held: Counter, job: JobRun, task: str, key: str) -> None:

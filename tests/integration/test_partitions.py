@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jsworker import App
+from jsworker import App, JobState
 from jsworker.flow.partitions import LEASE_TTL
 from jsworker.testing import NatsServer
 
@@ -88,6 +88,30 @@ def test_a_killed_workers_partition_goes_on_once_its_lease_expires(
     finally:
         stop(second)
     assert not overlap(spans(record)["a"])
+
+
+def test_a_job_waiting_for_its_partition_shows_queued_with_the_reason(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    record, log, gate = tmp_path / "record", tmp_path / "log", tmp_path / "gate"
+    proc = start_worker(nats_server.url, record, log, module="partition_app")
+    try:
+        holding = partition_app.visit.delay("a", 0, str(gate))
+        wait_until(lambda: "begin" in (record.read_text() if record.exists() else ""), timeout=30)
+        waiting = partition_app.visit.delay("a", 0)
+        status = wait_until(
+            waiting.status, until=lambda s: s.reason is not None, timeout=30, message="held back"
+        )
+        assert (status.state, status.reason) == (
+            JobState.QUEUED,
+            "held back by the partition limits of task visit",
+        )
+        assert holding.status().state is JobState.RUNNING
+        gate.touch()
+        wait_until(lambda: len(spans(record)["a"]) == 2, timeout=30, message="both runs")
+    finally:
+        gate.touch()
+        assert stop(proc) == 0
 
 
 def test_a_broken_partition_key_dead_letters_the_job(
