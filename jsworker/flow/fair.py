@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import anyio
 
@@ -77,6 +77,13 @@ class Turns:
     def __init__(self) -> None:
         self._waiting: dict[str, deque[tuple[int, str]]] = {}
         self._turn: deque[str] = deque()
+        #: Jobs waiting, in every partition's line.
+        self.jobs = 0
+
+    @property
+    def partitions(self) -> int:
+        """Partitions with jobs waiting."""
+        return len(self._waiting)
 
     def add(self, partition: str, seq: int, subject: str) -> None:
         """A job stored at ``seq`` on ``subject`` in ``partition``'s line (last in it)."""
@@ -85,6 +92,7 @@ class Turns:
             line = self._waiting[partition] = deque()
             self._turn.append(partition)
         line.append((seq, subject))
+        self.jobs += 1
 
     def take(self, most: int) -> list[tuple[str, int, str]]:
         """Up to ``most`` jobs, one from each partition in turn: ``(partition, seq, subject)``."""
@@ -98,6 +106,7 @@ class Turns:
                 self._turn.append(partition)
             else:
                 del self._waiting[partition]
+        self.jobs -= len(out)
         return out
 
     def put_back(self, partition: str, seq: int, subject: str) -> None:
@@ -108,18 +117,22 @@ class Turns:
             line = self._waiting[partition] = deque()
             self._turn.appendleft(partition)
         line.appendleft((seq, subject))
+        self.jobs += 1
 
 
 class FairMover:
     """Moves the jobs of one fair queue from its intake into the queue, partitions taking
     turns, while its worker holds the queue's mover lease."""
 
-    def __init__(self, conn: Connection, namespace: Namespace, queue: str) -> None:
-        self.conn, self.namespace, self.queue = conn, namespace, queue
+    def __init__(
+        self, conn: Connection, namespace: Namespace, queue: str, report: Callable[[int, int], None]
+    ) -> None:
+        """``report(jobs, partitions)`` is told what waits in the intake as the mover knows it
+        (0, 0 while it does not hold the lease)."""
+        self.conn, self.namespace, self.queue, self._report = conn, namespace, queue, report
         self._jobs = LimitsStream(conn, namespace.stream)
         self._leases = LimitsStream(conn, namespace.leases_stream)
         self._lease_subject = f"jsw.{namespace.app}.lease.{queue}.fair.0"
-        self.moved = 0
 
     async def run(self) -> None:
         """Stand by for the mover lease, then move jobs for as long as it is held."""
@@ -136,6 +149,7 @@ class FairMover:
                 # and is taken again (by this worker or another) once the server answers.
                 log.warning("fair.mover_stopped", queue=self.queue, error=str(exc))
             finally:
+                self._report(0, 0)
                 # Given back even when the worker stops: a standing-by one takes over at once.
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_STAND_BY):
                     await release_lease(self.conn, lease)
@@ -165,6 +179,7 @@ class FairMover:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(caught_up.wait(), LEASE_TTL / 3)
                     continue
+                self._report(turns.jobs, turns.partitions)
                 arrived.clear()  # before the look: a job stored from here on wakes the wait
                 room = READY - await waiting_count(self.conn, self.namespace.stream, self.queue)
                 batch = turns.take(room) if room > 0 else []

@@ -87,6 +87,19 @@ class Metrics:
             ("limit",),
             registry=r,
         )
+        # Fair queues: what the mover of a queue knows of its intake (0 on other workers).
+        self.fair_waiting = Gauge(
+            "jsworker_fair_jobs_waiting",
+            "Jobs waiting in a fair queue's intake for their partition's turn, as its mover knows.",
+            ("queue",),
+            registry=r,
+        )
+        self.fair_partitions = Gauge(
+            "jsworker_fair_partitions_waiting",
+            "Partitions with jobs waiting in a fair queue's intake, as its mover knows.",
+            ("queue",),
+            registry=r,
+        )
         self.loop_blocked = Counter(
             "jsworker_event_loop_blocked", "Times the worker's event loop was blocked too long.", registry=r
         )

@@ -143,12 +143,23 @@ def build_seams(
         seams.ends.append(functools.partial(_release_lease, parts))
         seams.services.append(parts.renew_forever)
     for queue in sorted(app.fair_queues.intersection(queues)):
-        seams.services.append(FairMover(conn, app.namespace, queue).run)
+        seams.services.append(FairMover(conn, app.namespace, queue, _fair_report(app, queue)).run)
     if app.options.workflows:
         flows = Continuations(app, conn)
         seams.call = flow_call(seams.call, flows)
         seams.finals.append(flow_final(flows))
     return seams
+
+
+def _fair_report(app: App, queue: str) -> Callable[[int, int], None]:
+    """Sets the fair-queue gauges of ``queue`` to what its mover knows."""
+    jobs, partitions = app.metrics.fair_waiting.labels(queue), app.metrics.fair_partitions.labels(queue)
+
+    def report(waiting: int, active: int) -> None:
+        jobs.set(waiting)
+        partitions.set(active)
+
+    return report
 
 
 def rate_limiters(app: App, conn: Connection) -> dict[str, RateLimiter]:

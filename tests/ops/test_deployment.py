@@ -95,6 +95,8 @@ MAY_BE_EMPTY = {
     "the series, and nothing here does; tests/ops/test_prometheus.py makes both",
     ("Starts held back by limits", "A"): "the deployed app declares no rate limit",
     ("Starts held back by limits", "B"): "the deployed app declares no per-partition limit",
+    ("Fair queues: waiting their turn", "A"): "the deployed app declares no fair queue",
+    ("Fair queues: waiting their turn", "B"): "the deployed app declares no fair queue",
 }
 
 

@@ -265,7 +265,10 @@ def test_dashboard_has_a_flow_control_row() -> None:
     held = " ".join(_exprs("Starts held back by limits"))
     assert "rate(jsworker_rate_limited_total" in held and "rate(jsworker_partition_waits_total" in held
     assert "rate(jsworker_jobs_snoozed_total" in _exprs("Jobs snoozed")[0]
-    for title in FLOW_PANELS:
+    # Only a queue's mover knows its intake (the others report 0): the max is the figure.
+    fair = _exprs("Fair queues: waiting their turn")
+    assert [e.split("(")[0] for e in fair] == ["max by "] * 2 and "jsworker_fair_partitions_waiting" in fair[1]
+    for title in [*FLOW_PANELS, "Fair queues: waiting their turn"]:
         assert _panel(title)["description"], title
 
 

@@ -57,6 +57,8 @@ HERE = Path(__file__).resolve().parent
 MAY_BE_EMPTY: dict[tuple[str, str], str] = {
     ("Starts held back by limits", "A"): "the ops app declares no rate limit",
     ("Starts held back by limits", "B"): "the ops app declares no per-partition limit",
+    ("Fair queues: waiting their turn", "A"): "the ops app declares no fair queue",
+    ("Fair queues: waiting their turn", "B"): "the ops app declares no fair queue",
 }
 
 # Alerts this scenario must set off: it dead-letters jobs and blocks the event loop (no `for`).

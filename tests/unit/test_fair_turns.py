@@ -20,7 +20,9 @@ def test_partitions_take_turns_in_the_order_they_were_first_seen() -> None:
         turns.add("big", seq, f"s{seq}")
     turns.add("small", 6, "s6")
     turns.add("small", 7, "s7")
+    assert (turns.jobs, turns.partitions) == (7, 2)
     taken = turns.take(4)
+    assert (turns.jobs, turns.partitions) == (3, 1)
     assert [(p, seq) for p, seq, _ in taken] == [("big", 1), ("small", 6), ("big", 2), ("small", 7)]
     turns.add("late", 8, "s8")  # joins the end of the turn
     assert [(p, seq) for p, seq, _ in turns.take(10)] == [("big", 3), ("late", 8), ("big", 4), ("big", 5)]
