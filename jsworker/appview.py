@@ -89,6 +89,9 @@ class AppView(Protocol):
     def queue_options(self) -> Mapping[str, QueueOptions]: ...
 
     @property
+    def fair_queues(self) -> frozenset[str]: ...
+
+    @property
     def connections(self) -> ConnectionPool: ...
 
     @property

@@ -72,8 +72,7 @@ class Job:
         if not self.from_id:
             # A receipt names the very message of its job; a delayed job's names its schedule,
             # and that of a job for a fair queue its message in the queue's intake.
-            declared = app.queue_options.get(self.queue)
-            waits_turn = declared is not None and declared.fair
+            waits_turn = self.queue in app.fair_queues
             seq = self.seq if self.scheduled_for is None and not waits_turn else 0
         return await app.lifecycle.result(self.id, seq, timeout)
 

@@ -23,7 +23,7 @@ def job_stream_spec(app: AppView, schedules: bool = True) -> StreamSpec:
     # write that records it are stored in one atomic batch (servers with schedules have those).
     flows = app.options.workflows and schedules
     # Jobs for a fair queue move into it by atomic batches (:mod:`jsworker.flow.fair`).
-    fair = any(options.fair for options in app.queue_options.values())
+    fair = bool(app.fair_queues)
     if fair and not schedules:
         raise ConfigurationError("fair queues need nats-server 2.12 or later (atomic batch publish)")
     return StreamSpec(

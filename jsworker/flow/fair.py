@@ -15,19 +15,21 @@ holder's death), moves jobs from the intake into the queue:
 * it keeps at most :data:`READY` jobs waiting in the queue: whenever fewer wait, it moves
   the next jobs **round-robin**, one from each partition that has any in turn, a partition
   seen for the first time joining the end of the turn;
-* a move reads the job, then stores in one atomic batch its copy in the queue and, over the
-  job in the intake, a marker that rolls it up, expecting the job to be the last message on
-  its subject: a job cancelled (deleted) after it was read is not moved, and a job is moved
-  once whatever fails (servers 2.12+). The marker is deleted next, or expires by itself.
+* a round reads the jobs it moves, then stores in one atomic batch, for each, its copy in the
+  queue and, over the job in the intake, a marker that rolls it up, expecting the job to be
+  the last message on its subject: a job cancelled (deleted) after it was read makes the
+  batch fail as a whole, and the round moves its jobs one by one instead; a job is moved
+  once whatever fails (servers 2.12+). A marker expires a second later.
 
 **The bound.** A job that is first of its partition in the intake starts after at most
 ``READY + B + P`` other jobs of the queue have started, where ``B`` is what the queue's
-workers hold pulled and not yet started (a fair queue pulls no more than its workers' free
-slots: ``--prefetch``, at most the concurrency) and ``P`` the partitions ahead of it in the
-turn. Within a partition, jobs move in the order they were stored.
+workers hold pulled and not yet started (a fair queue's pull does not grow past
+``--max-messages``, by default the concurrency up to 128) and ``P`` the partitions ahead of
+it in the turn. Within a partition, jobs move in the order they were stored.
 
-What it costs: three requests a job (read, batch, delete) on one worker, and one
-``CONSUMER.INFO`` a round; a queue that is not fair costs nothing. Delayed jobs for a fair
+What it costs: a read a job and, a round, one atomic batch and one ``CONSUMER.INFO``, on one
+worker (about a thousand jobs a second on two cores, ``bench/limits.py``); a queue that is
+not fair costs nothing. Delayed jobs for a fair
 queue join the queue itself when they are due; so do retries (the queue's consumer keeps
 them). A job whose explicit id is held by a job still running waits in the intake until the
 id is free.
@@ -50,7 +52,6 @@ from ..jetstream.inspect import waiting_count
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.message import OutMessage
 from ..jetstream.span import follow_headers
-from ..jetstream.stored import SubjectMoved
 from ..naming import Namespace
 from ..observability.logging import get_logger
 from ..wire import EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MOVED, MSG_ID, MSG_TTL, PARTITION, ROLLUP
@@ -67,8 +68,12 @@ _STAND_BY = LEASE_TTL / 3
 # so that a move never does more than store a plain job (no schedule, rollup or counter).
 _SERVER_PREFIX = "nats-"
 _KEPT = frozenset({EXPECTED_LAST_SUBJECT_SEQ.lower()})
-# A marker left by a mover that died before it removed it goes by itself.
-_MARKER_TTL = "60"
+# A marker is only needed while its batch is checked: it goes by itself soon after.
+_MARKER_TTL = "1s"
+
+
+#: A job waiting its turn: its partition, its sequence in the intake, its subject there.
+_Job = tuple[str, int, str]
 
 
 class Turns:
@@ -94,9 +99,9 @@ class Turns:
         line.append((seq, subject))
         self.jobs += 1
 
-    def take(self, most: int) -> list[tuple[str, int, str]]:
+    def take(self, most: int) -> list[_Job]:
         """Up to ``most`` jobs, one from each partition in turn: ``(partition, seq, subject)``."""
-        out: list[tuple[str, int, str]] = []
+        out: list[_Job] = []
         while len(out) < most and self._turn:
             partition = self._turn.popleft()
             line = self._waiting[partition]
@@ -211,48 +216,73 @@ class FairMover:
             turns.add(msg.headers.get(PARTITION, ""), msg.seq, msg.subject)
             arrived.set()
 
-    async def _move_all(self, turns: Turns, batch: list[tuple[str, int, str]]) -> bool:
-        """Move ``batch``, partitions at once, each one's jobs in order; True when any moved."""
-        lines: dict[str, list[tuple[int, str]]] = {}
-        for partition, seq, subject in batch:
-            lines.setdefault(partition, []).append((seq, subject))
-        moved = await asyncio.gather(*(self._move_line(turns, p, line) for p, line in lines.items()))
-        return sum(moved) > 0
-
-    async def _move_line(self, turns: Turns, partition: str, line: list[tuple[int, str]]) -> int:
-        """Move one partition's jobs of a batch in order, up to the first that cannot move
-        yet (it and those behind it go back, first in line); how many moved."""
-        moved = 0
-        for i, (seq, subject) in enumerate(line):
-            try:
-                if await self._move(seq, subject):
-                    moved += 1
-            except (SubjectMoved, JsworkerError) as exc:
-                if not isinstance(exc, SubjectMoved):
-                    log.warning("fair.move_failed", queue=self.queue, seq=seq, error=str(exc))
-                for back_seq, back_subject in reversed(line[i:]):
-                    turns.put_back(partition, back_seq, back_subject)
-                break
-        return moved
-
-    async def _move(self, seq: int, subject: str) -> bool:
-        """Move the job at ``seq``: True once moved, False when it left the intake meanwhile
-        (cancelled); :class:`SubjectMoved` when its explicit id is held by a job that waits or
-        runs."""
-        msg = await self._jobs.get(seq)
-        if msg is None:
-            return False
-        copy = OutMessage(self.namespace.moved_subject(subject), msg.body or b"", _kept(msg))
-        # Rolls the job's own subject up to a marker, if it still holds the job: moved, or not.
-        marker = {ROLLUP: "sub", EXPECTED_LAST_SUBJECT_SEQ: str(seq), MOVED: "1", MSG_TTL: _MARKER_TTL}
+    async def _move_all(self, turns: Turns, batch: list[_Job]) -> bool:
+        """Move ``batch`` in one atomic batch (one by one when that is refused); True when
+        any job left the intake."""
         try:
-            stored = await publish_atomic(self.conn, [copy, OutMessage(subject, b"", marker)])
-        except BatchConflict:
-            if await self._jobs.get(seq) is not None:
-                raise SubjectMoved(subject) from None  # the copy's id expectation failed
+            found = await asyncio.gather(*(self._jobs.get(seq) for _, seq, _ in batch))
+        except JsworkerError as exc:
+            log.warning("fair.read_failed", queue=self.queue, error=str(exc))
+            _put_back(turns, batch)
             return False
-        await self._jobs.delete(stored.seq)  # the marker: it would expire anyway
-        return True
+        # A job no longer there was cancelled: it is done with.
+        waiting = [(job, msg) for job, msg in zip(batch, found, strict=True) if msg is not None]
+        if not waiting:
+            return True
+        try:
+            await publish_atomic(self.conn, [out for job, msg in waiting for out in self._move(job, msg)])
+            return True
+        except BatchConflict:
+            # A job cancelled since it was read, or an id taken: the batch as a whole is
+            # refused, each job on its own is not.
+            return await self._move_each(turns, waiting) or len(waiting) < len(batch)
+        except JsworkerError as exc:
+            log.warning("fair.move_failed", queue=self.queue, error=str(exc))
+            _put_back(turns, [job for job, _ in waiting])
+            return False
+
+    async def _move_each(self, turns: Turns, waiting: list[tuple[_Job, StoredMessage]]) -> bool:
+        """Move each of ``waiting`` on its own, a partition's in order up to the first that
+        cannot move yet (its explicit id is taken: it and those behind it go back, first in
+        line); True when any moved or was found gone."""
+        blocked: set[str] = set()
+        back: list[_Job] = []
+        progress = False
+        for job, msg in waiting:
+            partition, seq, _ = job
+            if partition in blocked:
+                back.append(job)
+                continue
+            try:
+                await publish_atomic(self.conn, self._move(job, msg))
+                progress = True
+                continue
+            except BatchConflict:
+                gone = await self._jobs.get(seq) is None
+            except JsworkerError as exc:
+                log.warning("fair.move_failed", queue=self.queue, seq=seq, error=str(exc))
+                gone = False
+            if gone:
+                progress = True
+            else:
+                blocked.add(partition)
+                back.append(job)
+        _put_back(turns, back)
+        return progress
+
+    def _move(self, job: _Job, msg: StoredMessage) -> list[OutMessage]:
+        """The two messages that move one job: its copy in the queue, and a marker that rolls
+        the job up in the intake if it is still the last message there (it expires soon)."""
+        _, seq, subject = job
+        copy = OutMessage(self.namespace.moved_subject(subject), msg.body or b"", _kept(msg))
+        marker = {ROLLUP: "sub", EXPECTED_LAST_SUBJECT_SEQ: str(seq), MOVED: "1", MSG_TTL: _MARKER_TTL}
+        return [copy, OutMessage(subject, b"", marker)]
+
+
+def _put_back(turns: Turns, jobs: list[_Job]) -> None:
+    """Give ``jobs`` back their places, first in their lines, in their order."""
+    for job in reversed(jobs):
+        turns.put_back(*job)
 
 
 def _kept(msg: StoredMessage) -> Mapping[str, str]:

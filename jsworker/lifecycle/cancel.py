@@ -66,7 +66,7 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
         return True
     jobs = LimitsStream(conn, ns.stream)
     message = await jobs.next(ns.job_filter(job_id))
-    if message is None and any(options.fair for options in app.queue_options.values()):
+    if message is None and app.fair_queues:
         waiting = await jobs.next(ns.intake_filter(job_id=job_id))
         if waiting is not None and MOVED not in waiting.headers and await jobs.delete(waiting.seq):
             queue, task = ns.parse_intake_subject(waiting.subject) or ("", "")

@@ -96,7 +96,7 @@ async def _scheduled(app: AppView, conn: Connection, job_id: str) -> JobStatus |
 async def _waiting_turn(app: AppView, conn: Connection, job_id: str) -> JobStatus | None:
     """The status of ``job_id`` as a job waiting for its partition's turn on a fair queue (in
     its intake), None when it is not."""
-    if not any(options.fair for options in app.queue_options.values()):
+    if not app.fair_queues:
         return None
     ns = app.namespace
     waiting = await LimitsStream(conn, ns.stream).next(ns.intake_filter(job_id=job_id))

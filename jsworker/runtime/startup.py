@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import Counter
 
@@ -37,6 +37,7 @@ from .settlement import Decision, Outcome, OutcomeKind
 
 if TYPE_CHECKING:
     from ..app import App
+    from ..task import Task
 
 
 class _Running(Protocol):
@@ -134,7 +135,8 @@ def build_seams(
     tasks = {name[2:]: limiter for name, limiter in limits.items() if name.startswith("t-")}
     if tasks:
         seams.gates.append(functools.partial(_task_rate, book, tasks))
-    partitioned = [t.name for t in app.tasks.values() if t.partition_key is not None]
+    # A partition key alone (a fair queue's turns) limits nothing here.
+    partitioned = [t.name for t in app.tasks.values() if _partition_limited(t)]
     if partitioned:
         for name in partitioned:
             app.metrics.partition_held.labels(name)  # its series starts at 0
@@ -192,19 +194,23 @@ def queue_consumer(
     handler: Callable[[Delivery], bool] | None,
     limit: int | None,
 ) -> PullConsumer:
-    """The pull loop of ``queue``. A rate-limited queue pulls little more than a window of its
-    limit allows, and ``handler`` must be None for it (nothing starts on arrival: each start
-    takes its permit first); a fair queue never pulls more than ``--prefetch`` (the jobs a
-    worker holds count against its turns' bound). ``limit``: the most jobs it hands out (a
-    worker's job budget)."""
-    prefetch = settings.prefetch if limited is None else min(settings.prefetch, limited.rate.burst)
-    steady = limited is not None or queue in app.fair_queues
+    """The pull loop of ``queue``. A rate-limited queue pulls no more than a window of its
+    limit allows, and its ``handler`` starts a job on arrival only with a start in hand; a
+    fair queue's pull does not grow past ``--max-messages`` (the jobs a worker holds count
+    against its turns' bound). ``limit``: the most jobs it hands out (a worker's job budget)."""
+    prefetch, grow_to = settings.prefetch, settings.prefetch_grows_to
+    if limited is not None:
+        # Growing while jobs go fast, as any queue, but never past a window's share.
+        burst = limited.rate.burst
+        prefetch, grow_to = min(prefetch, burst), None if grow_to is None else max(1, min(grow_to, burst))
+    elif queue in app.fair_queues:
+        grow_to = prefetch
     return PullConsumer(
         conn,
         app.namespace.stream,
         queue,
         max_messages=prefetch,
-        grow_to=prefetch if steady else settings.prefetch_grows_to,
+        grow_to=grow_to,
         expires=settings.expires,
         idle_heartbeat=settings.idle_heartbeat,
         on_event=on_event,
@@ -219,7 +225,7 @@ def _partition_gate(
     """The gate of tasks with per-partition limits: the job's partition, then its turn under
     the partition's rate and one of its leases (awaited in the job's slot, held back)."""
     task = job.task
-    if task is None or task.partition_key is None:
+    if task is None or task.partition_key is None or not _partition_limited(task):
         return None
     try:
         key = partition_of(task.partition_key, task.signature, job.args, job.kwargs)
@@ -227,6 +233,13 @@ def _partition_gate(
         return Outcome(OutcomeKind.BAD_INPUT, str(exc), error=exc)
     why = f"held back by the partition limits of task {task.name}"
     return held_back(book, job, why, _partition_turn(parts, rate_held, job, task.name, key))
+
+
+def _partition_limited(task: Task[Any, Any]) -> bool:
+    """Whether ``task`` has a limit per partition (concurrency or rate)."""
+    return task.partition_key is not None and (
+        task.max_running_per_partition is not None or task.rate_limit_per_partition is not None
+    )
 
 
 async def _partition_turn(parts: Partitions, rate_held: Counter, job: JobRun, task: str, key: str) -> None:

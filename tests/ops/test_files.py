@@ -267,7 +267,8 @@ def test_dashboard_has_a_flow_control_row() -> None:
     assert "rate(jsworker_jobs_snoozed_total" in _exprs("Jobs snoozed")[0]
     # Only a queue's mover knows its intake (the others report 0): the max is the figure.
     fair = _exprs("Fair queues: waiting their turn")
-    assert [e.split("(")[0] for e in fair] == ["max by "] * 2 and "jsworker_fair_partitions_waiting" in fair[1]
+    assert [e.split("(")[0] for e in fair] == ["max by "] * 2
+    assert "jsworker_fair_partitions_waiting" in fair[1]
     for title in [*FLOW_PANELS, "Fair queues: waiting their turn"]:
         assert _panel(title)["description"], title
 
