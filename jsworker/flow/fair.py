@@ -92,11 +92,7 @@ class Turns:
 
     def add(self, partition: str, seq: int, subject: str) -> None:
         """A job stored at ``seq`` on ``subject`` in ``partition``'s line (last in it)."""
-        line = self._waiting.get(partition)
-        if line is None:
-            line = self._waiting[partition] = deque()
-            self._turn.append(partition)
-        line.append((seq, subject))
+        self._line(partition, next_turn=False).append((seq, subject))
         self.jobs += 1
 
     def take(self, most: int) -> list[_Job]:
@@ -117,12 +113,19 @@ class Turns:
     def put_back(self, partition: str, seq: int, subject: str) -> None:
         """A job taken that could not move yet: first of its line again (a partition whose
         line had emptied has the next turn)."""
+        self._line(partition, next_turn=True).appendleft((seq, subject))
+        self.jobs += 1
+
+    def _line(self, partition: str, next_turn: bool) -> deque[tuple[int, str]]:
+        """``partition``'s line; a new one gets the last turn, or the next."""
         line = self._waiting.get(partition)
         if line is None:
             line = self._waiting[partition] = deque()
-            self._turn.appendleft(partition)
-        line.appendleft((seq, subject))
-        self.jobs += 1
+            if next_turn:
+                self._turn.appendleft(partition)
+            else:
+                self._turn.append(partition)
+        return line
 
 
 class FairMover:

@@ -18,6 +18,7 @@ from typing import Any
 
 import nats.errors
 import nats.js.errors
+from nats.js.api import ConsumerInfo
 
 from ..errors import ConnectError, JsworkerError, TopologyError
 from .api import REQUEST_ERRORS, UNAVAILABLE, ApiError, api_subject, classify, request_json
@@ -184,21 +185,21 @@ async def delivered_seq(conn: Connection, stream: str, consumer: str) -> int:
 
     Through nats-py's JetStream manager: no time is read, so the server's clock is not needed.
     """
-    try:
-        info = await conn.js.consumer_info(stream, consumer)
-    except nats.js.errors.NotFoundError:
-        return 0
-    except (nats.errors.Error, OSError) as exc:
-        raise JsworkerError(f"cannot read consumer {consumer} of {stream}: {exc}") from exc
-    return int(info.delivered.stream_seq or 0) if info.delivered is not None else 0
+    info = await _consumer_info(conn, stream, consumer)
+    return int(info.delivered.stream_seq or 0) if info is not None and info.delivered is not None else 0
 
 
 async def waiting_count(conn: Connection, stream: str, consumer: str) -> int:
     """How many messages ``consumer`` has not handed out yet (0 when there is no such consumer)."""
+    info = await _consumer_info(conn, stream, consumer)
+    return int(info.num_pending or 0) if info is not None else 0
+
+
+async def _consumer_info(conn: Connection, stream: str, consumer: str) -> ConsumerInfo | None:
     try:
-        info = await conn.js.consumer_info(stream, consumer)
+        info: ConsumerInfo = await conn.js.consumer_info(stream, consumer)
     except nats.js.errors.NotFoundError:
-        return 0
+        return None
     except (nats.errors.Error, OSError) as exc:
         raise JsworkerError(f"cannot read consumer {consumer} of {stream}: {exc}") from exc
-    return int(info.num_pending or 0)
+    return info
