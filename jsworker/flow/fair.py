@@ -28,11 +28,10 @@ workers hold pulled and not yet started (a fair queue's pull does not grow past
 it in the turn. Within a partition, jobs move in the order they were stored.
 
 What it costs: a read a job and, a round, one atomic batch and one ``CONSUMER.INFO``, on one
-worker (about a thousand jobs a second on two cores, ``bench/limits.py``); a queue that is
-not fair costs nothing. Delayed jobs for a fair
-queue join the queue itself when they are due; so do retries (the queue's consumer keeps
-them). A job whose explicit id is held by a job still running waits in the intake until the
-id is free.
+worker (700 to 1,000 jobs a second on two cores, ``bench/limits.py``); a queue that is not
+fair costs nothing. Delayed jobs and periodic ticks for a fair queue join the queue itself
+when they are due; so do retries (the queue's consumer keeps them). A job whose explicit id
+is held by a job still running waits in the intake until the id is free.
 """
 
 from __future__ import annotations
