@@ -291,9 +291,10 @@ class Namespace:
         """Subject a job of ``task`` for fair queue ``queue`` waits on for its turn."""
         return f"jsw.{self.app}.in.{queue}.{task}.{job_id}"
 
-    def intake_filter(self, queue: str | None = None, job_id: str = "*") -> str:
-        """Filter matching the jobs waiting for their turn (on ``queue``, or any; ``job_id``)."""
-        return f"jsw.{self.app}.in.{queue or '*'}.*.{job_id}"
+    def intake_filter(self, queue: str | None = None, job_id: str = "*", task: str | None = None) -> str:
+        """Filter matching the jobs waiting for their turn (on ``queue``, or any; of ``task``,
+        or any; ``job_id``)."""
+        return f"jsw.{self.app}.in.{queue or '*'}.{task or '*'}.{job_id}"
 
     def moved_subject(self, intake_subject: str) -> str:
         """The job subject a job waiting on ``intake_subject`` goes to when its turn comes."""

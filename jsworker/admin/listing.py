@@ -56,8 +56,18 @@ from ..lifecycle.lookup import holder_said, progress_said
 from ..lifecycle.state import JobRecord, JobState
 from ..naming import validate_name
 from ..paging import Page, seq_cursor
-from ..wire import TASK
-from .summary import JobPage, JobSummary, ListedState, dead_job, enqueued_at, job_id_in, utc, waiting_job
+from ..wire import MOVED, TASK
+from .summary import (
+    JobPage,
+    JobSummary,
+    ListedState,
+    dead_job,
+    enqueued_at,
+    job_id_in,
+    turn_job,
+    utc,
+    waiting_job,
+)
 
 if TYPE_CHECKING:
     from ..app import App
@@ -128,15 +138,26 @@ class JobListing:
             return parsed is not None and msg.seq > delivered.get(parsed[0], 0)
 
         readers = [SubjectReader(self.jobs, f, reads, waiting) for f in self._filters(queue, task)]
-        # One queue's handed-out jobs all lie at or below its delivered sequence: skipped whole.
+        # Fair queues' jobs waiting for their turn, in their intake (not its moved markers).
+        turns: list[SubjectReader] = []
+        if self.app.fair_queues and (queue is None or queue in self.app.fair_queues):
+            turns.append(SubjectReader(self.jobs, self.ns.intake_filter(queue, task=task), reads, _unmoved))
+        # One queue's handed-out jobs all lie at or below its delivered sequence: skipped whole
+        # (not those waiting in an intake, stored before whatever its queue handed out).
         floor = delivered.get(queue, 0) if queue is not None else 0
         if newest:
             before = cursor or await self.jobs.last_seq() + 1
             sources = [r.backward(before, floor + 1, limit) for r in readers]
+            sources += [r.backward(before, 1, limit) for r in turns]
         else:
-            sources = [r.forward(max(cursor, floor)) for r in readers]
+            sources = [r.forward(max(cursor, floor)) for r in readers] + [r.forward(cursor) for r in turns]
         found = await take(sources, newest, limit)
-        items = tuple(waiting_job(self.ns, msg, JobState.QUEUED) for msg in found)
+        items = tuple(
+            waiting_job(self.ns, msg, JobState.QUEUED)
+            if self.ns.parse_intake_subject(msg.subject) is None
+            else turn_job(self.ns, msg)
+            for msg in found
+        )
         return Page(items, _next(found, limit), reads.count)
 
     # -- running and retrying -------------------------------------------------------------
@@ -197,6 +218,7 @@ class JobListing:
         out = []
         for (job, record), holder in zip(jobs, holders, strict=True):
             worker, started, attempt = holder.get("worker"), holder.get("started_at"), holder.get("attempt")
+            waiting = holder.get("waiting")  # held back in its slot by a limit: not started
             if not isinstance(attempt, int):
                 attempt = record.attempts or None if record is not None else None
             out.append(
@@ -207,6 +229,7 @@ class JobListing:
                     worker=names.get(worker, worker) if isinstance(worker, str) else None,
                     progress=progress_said(holder)[0],
                     progress_message=progress_said(holder)[1],
+                    reason=waiting if isinstance(waiting, str) else None,
                 )
             )
         return out
@@ -305,3 +328,8 @@ def _delayed(job_id: str, queue: str, due_ms: int, msg: StoredMessage) -> JobSum
         enqueued_at=enqueued_at(msg.headers, msg.stored_at),
         scheduled_for=utc(due_ms / 1000),
     )
+
+
+def _unmoved(msg: StoredMessage) -> bool:
+    """Whether ``msg`` in an intake is a job still waiting (not the marker of one moved)."""
+    return MOVED not in msg.headers

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from ..deadletters.letter import DeadLetter
 from ..jetstream.limits_stream import StoredMessage
+from ..lifecycle.lookup import WAITING_TURN
 from ..lifecycle.state import JobState
 from ..naming import Namespace
 from ..paging import Page
@@ -31,7 +32,9 @@ class JobSummary:
     (a running job's from the worker holding it). ``worker`` is the worker registry's id of
     the worker running it (``host:pid`` when its entry is not found); ``started_at`` is None
     while it waits in that worker's buffer. ``next_attempt_at`` and ``reason`` come with a
-    retrying job, ``finished_at`` and ``reason`` with a failed one.
+    retrying job, ``finished_at`` and ``reason`` with a failed one, ``reason`` with a queued
+    one waiting for its partition's turn on a fair queue, and with a running one its worker
+    holds back for a limit (a task's rate, a partition's lease; not started yet).
     """
 
     id: str
@@ -132,6 +135,20 @@ def waiting_job(ns: Namespace, msg: StoredMessage, state: JobState) -> JobSummar
         task=msg.headers.get(TASK) or task,
         seq=msg.seq,
         enqueued_at=enqueued_at(msg.headers, msg.stored_at),
+    )
+
+
+def turn_job(ns: Namespace, msg: StoredMessage) -> JobSummary:
+    """The summary of a job waiting in a fair queue's intake for its partition's turn."""
+    queue, task = ns.parse_intake_subject(msg.subject) or ("", "")
+    return JobSummary(
+        id=job_id_in(msg),
+        state=JobState.QUEUED,
+        queue=queue,
+        task=msg.headers.get(TASK) or task,
+        seq=msg.seq,
+        enqueued_at=enqueued_at(msg.headers, msg.stored_at),
+        reason=WAITING_TURN,
     )
 
 

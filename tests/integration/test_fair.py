@@ -5,6 +5,7 @@ is killed."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from jsworker import App, JobState
+from jsworker.admin import Admin
 from jsworker.flow.fair import READY
 from jsworker.flow.partitions import LEASE_TTL
 from jsworker.lifecycle.lookup import WAITING_TURN
@@ -77,7 +79,16 @@ def test_a_job_waiting_for_its_turn_is_queued_with_the_reason_and_can_be_cancell
         "send",
         WAITING_TURN,
     )
+
+    async def queued() -> list[tuple[str, str, str | None]]:
+        async with Admin(app) as admin:
+            page = await admin.jobs(state="queued")
+            return [(job.id, job.queue, job.reason) for job in page.items]
+
+    # Listed among the queued jobs, with the reason.
+    assert asyncio.run(queued()) == [(waiting.id, "emails", WAITING_TURN)]
     assert app.cancel(waiting.id)
+    assert asyncio.run(queued()) == []
     assert waiting.status().state is JobState.CANCELLED
     assert not app.cancel(waiting.id)
     worker = start_worker(nats_server.url, record, log, module="fair_app")

@@ -4,6 +4,7 @@ expires and its partition goes on; a broken partition key dead-letters the job."
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import sys
 from collections import defaultdict
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jsworker import App, JobState
+from jsworker.admin import Admin
 from jsworker.flow.partitions import LEASE_TTL
 from jsworker.testing import NatsServer
 
@@ -94,6 +96,11 @@ def test_a_job_waiting_for_its_partition_shows_queued_with_the_reason(
     app: App, nats_server: NatsServer, tmp_path: Path
 ) -> None:
     record, log, gate = tmp_path / "record", tmp_path / "log", tmp_path / "gate"
+
+    async def running() -> dict[str, str | None]:
+        async with Admin(app) as admin:
+            return {job.id: job.reason for job in (await admin.jobs(state="running")).items}
+
     proc = start_worker(nats_server.url, record, log, module="partition_app")
     try:
         holding = partition_app.visit.delay("a", 0, str(gate))
@@ -102,10 +109,9 @@ def test_a_job_waiting_for_its_partition_shows_queued_with_the_reason(
         status = wait_until(
             waiting.status, until=lambda s: s.reason is not None, timeout=30, message="held back"
         )
-        assert (status.state, status.reason) == (
-            JobState.QUEUED,
-            "held back by the partition limits of task visit",
-        )
+        reason = "held back by the partition limits of task visit"
+        assert (status.state, status.reason) == (JobState.QUEUED, reason)
+        assert asyncio.run(running()) == {holding.id: None, waiting.id: reason}  # listed so too
         assert holding.status().state is JobState.RUNNING
         gate.touch()
         wait_until(lambda: len(spans(record)["a"]) == 2, timeout=30, message="both runs")
