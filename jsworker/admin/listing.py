@@ -8,13 +8,16 @@ queued     The job stream on the queue's subjects (all queues: ``jsw.<app>.q.>``
            ``CONSUMER.INFO`` (``CONSUMER.LIST`` for all queues), then one ``STREAM.MSG.GET``
            (``next_by_subj``, through the subject index) a job listed plus one that finds the
            end. Across queues, jobs handed out after the cursor are read and passed over.
+           A fair queue's intake is read beside it the same way (its markers passed over):
+           the jobs waiting for their partition's turn, with that reason.
 running    The jobs each queue's consumer has handed out and the server still holds (sequence
 retrying   at most its delivered one): one ``MSG.GET`` a job, one read of its record in the
            jobs bucket (a ``retrying`` record of this very message whose next attempt is
            still to come: retrying; else running), and for a running job one question on
            ``jsw.<app>.held.<id>`` that every worker hears and the one holding it answers
-           (who, since when, which attempt; up to half a second when none does), then one
-           read of the worker registry to name the worker. Bounded by the jobs in flight.
+           (who, since when, which attempt, or why it holds it back; up to half a second
+           when none does), then one read of the worker registry to name the worker.
+           Bounded by the jobs in flight.
 scheduled  ``STREAM.INFO`` listing the delayed jobs' subjects (``...sched.at.<queue>.<due>.<id>``:
            due time and id are in the subject), one answer per 100,000 subjects (about 60
            bytes each), of which the ``limit`` next by due time are kept; then one
