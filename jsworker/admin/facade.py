@@ -333,7 +333,7 @@ class Admin(OperatorSession):
         """Remove every job of ``queue`` from the job stream; returns how many. The server
         purges from the oldest job on, so the messages of jobs in flight go too: a running
         job finishes its attempt but is not retried (:mod:`jsworker.admin.operations`).
-        Delayed jobs stay."""
+        Delayed jobs stay; a fair queue's jobs waiting for their turn go too."""
         return await operations.purge_queue(self.app, await self.connection(), queue)
 
     async def retry_now(self, job_id: str) -> bool:

@@ -104,7 +104,11 @@ async def _pause_of(app: App, conn: Connection, queue: str) -> bool:
 async def purge_queue(app: App, conn: Connection, queue: str) -> int:
     """Remove every job of ``queue`` the job stream holds (see the module); how many."""
     validate_name("queue", queue)
-    removed = await LimitsStream(conn, app.namespace.stream).purge(app.namespace.queue_filter(queue))
+    jobs = LimitsStream(conn, app.namespace.stream)
+    removed = await jobs.purge(app.namespace.queue_filter(queue))
+    if queue in app.fair_queues:
+        # And those waiting for their turn (its intake's markers go too, which only roll up).
+        removed += await jobs.purge(app.namespace.intake_filter(queue))
     log.info("queue.purged", queue=queue, removed=removed)
     return removed
 

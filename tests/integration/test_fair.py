@@ -89,6 +89,14 @@ def test_a_job_waiting_for_its_turn_is_queued_with_the_reason_and_can_be_cancell
     assert asyncio.run(queued()) == [(waiting.id, "emails", WAITING_TURN)]
     assert app.cancel(waiting.id)
     assert asyncio.run(queued()) == []
+
+    async def purge() -> int:
+        async with Admin(app) as admin:
+            return await admin.purge_queue("emails")
+
+    purged = fair_app.send.delay("b")
+    assert asyncio.run(purge()) == 1  # a purge takes those waiting for their turn too
+    assert purged.status().state is JobState.UNKNOWN
     assert waiting.status().state is JobState.CANCELLED
     assert not app.cancel(waiting.id)
     worker = start_worker(nats_server.url, record, log, module="fair_app")
