@@ -6,8 +6,8 @@ rate allows fewer than ten): window ``i`` of a limit is a counter on
 they happen, several in one round trip (no read first): as many as the worker has jobs for,
 or used in the last window, for what is left of this one. A start whose addition brings the
 counter past the window's share waits for the next window and tries again there; starts
-counted and not used before their window ends are lost, never carried over. So no window starts more than its
-share, whatever the number of workers. Any period-long stretch of time then holds at most
+counted and not used before their window ends are lost, never carried over. So no window
+starts more than its share, whatever the number of workers. Any period-long stretch of time then holds at most
 the rate's count plus two windows' shares: one because it overlaps one window more than a
 period holds, one for the starts counted at the very end of a window that begin in the next
 (a start is counted just before its job is taken, milliseconds before it runs).
