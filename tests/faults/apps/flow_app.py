@@ -10,25 +10,26 @@ its gate file exists, so the test decides when it ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
-import time
 from pathlib import Path
 
 from jsworker import App, current_job
 from jsworker.testing import record_execution as record
 from jsworker.workflows import group
+from tests.support import wait_until
 
 app = App("flw", workflows=True)
 
 
-# A queue of its own: a queue's consumer takes the longest ack_wait of its tasks.
 def _starts(job_id: str) -> int:
     """How many runs of ``job_id`` the record file shows started, in any worker process."""
     with open(os.environ["JSW_TEST_RECORD"]) as f:
         return sum(1 for line in f if line.startswith(f"start {job_id} "))
 
 
+# A queue of its own: a queue's consumer takes the longest ack_wait of its tasks.
 @app.task(queue="parts", ack_wait=1)
 async def part(i: int, stall: str = "") -> int:
     record("start")
@@ -37,9 +38,9 @@ async def part(i: int, stall: str = "") -> int:
         marker.unlink()
         # Blocking on purpose: the worker's heartbeats stop too, so the server redelivers it.
         # Held until the other copy has started (bounded, should the redelivery never come).
-        job_id, deadline = current_job().id, time.monotonic() + 30
-        while _starts(job_id) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)  # noqa: ASYNC251
+        job_id = current_job().id
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: _starts(job_id), until=lambda n: n >= 2, timeout=30)
     record("done")
     return i
 

@@ -3,11 +3,11 @@ waits while the file named in ``gate`` does not exist."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 from jsworker import App, current_job
 from jsworker.testing import append_record
+from tests.support import wait_until_async
 
 app = App("pausing")
 
@@ -16,6 +16,6 @@ app = App("pausing")
 async def hold(gate: str = "") -> None:
     """Records its start, runs until the file ``gate`` exists (when named), records its end."""
     append_record(f"start {current_job().id} {os.getpid()}\n")
-    while gate and not os.path.exists(gate):  # noqa: ASYNC240
-        await asyncio.sleep(0.02)
+    if gate:
+        await wait_until_async(lambda: os.path.exists(gate), timeout=120, message=f"the gate {gate}")
     append_record(f"end {current_job().id} {os.getpid()}\n")
