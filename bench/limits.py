@@ -66,11 +66,12 @@ async def run_all(app: App, send: object, n: int) -> float:
     return (n - 1) / (last_at - first_at)
 
 
-def make_app(url: str, name: str, rate: str | None = None) -> App:
+def make_app(url: str, name: str, rate: str | None = None, fair: bool = False) -> App:
     app = App(name, url)
     if rate is not None:
         app.queue("limited", rate_limit=rate)
-    app.queue("turns", fair=True)
+    if fair:  # else no mover stands by beside the other figures
+        app.queue("turns", fair=True)
 
     @app.task(queue="turns", partition_key=lambda key, **_: key)
     async def turn(key: str) -> None:
@@ -119,7 +120,7 @@ async def main(jobs: int, partitions: int) -> None:
         print(f"| {label} | {rate:.0f} jobs/s ({rate / base:.2f}x) |")
         print(f"| nats-server RSS | {before:.0f} MB before, {after:.0f} MB after the partitions |")
 
-        fair = make_app(server.url, "benchfair")
+        fair = make_app(server.url, "benchfair", fair=True)
         spread = [(f"tenant-{i % 100}",) for i in range(jobs)]
         turns = await run_all(fair, fair.tasks["turn"].adelay_many(spread), jobs)
         print(

@@ -33,8 +33,8 @@ from ..jetstream.stored import SubjectMoved
 from ..observability.metrics import UNKNOWN
 from ..scheduling.declare import DELAYED_SINCE
 from ..scheduling.delayed import cancel_delayed
-from ..wire import MOVED
 from .bucket import RECORDS_SINCE, Records
+from .lookup import intake_message
 from .state import JobRecord, JobState
 
 if TYPE_CHECKING:
@@ -67,8 +67,8 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
     jobs = LimitsStream(conn, ns.stream)
     message = await jobs.next(ns.job_filter(job_id))
     if message is None and app.fair_queues:
-        waiting = await jobs.next(ns.intake_filter(job_id=job_id))
-        if waiting is not None and MOVED not in waiting.headers and await jobs.delete(waiting.seq):
+        waiting = await intake_message(app, conn, job_id)
+        if waiting is not None and await jobs.delete(waiting.seq):
             queue, task = ns.parse_intake_subject(waiting.subject) or ("", "")
             return await _cancelled(app, conn, records, job_id, queue, task, waiting.seq)
         # Moved into its queue since it was looked for (a move stores its copy and rolls the

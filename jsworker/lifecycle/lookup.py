@@ -96,14 +96,21 @@ async def _scheduled(app: AppView, conn: Connection, job_id: str) -> JobStatus |
 async def _waiting_turn(app: AppView, conn: Connection, job_id: str) -> JobStatus | None:
     """The status of ``job_id`` as a job waiting for its partition's turn on a fair queue (in
     its intake), None when it is not."""
+    waiting = await intake_message(app, conn, job_id)
+    if waiting is None:
+        return None
+    queue, task = app.namespace.parse_intake_subject(waiting.subject) or ("", "")
+    return JobStatus(job_id, JobState.QUEUED, queue=queue, task=task, seq=waiting.seq, reason=WAITING_TURN)
+
+
+async def intake_message(app: AppView, conn: Connection, job_id: str) -> StoredMessage | None:
+    """The message of ``job_id`` while it waits in a fair queue's intake for its turn; None
+    once it moved (or when the app has no fair queue: nothing is read)."""
     if not app.fair_queues:
         return None
     ns = app.namespace
     waiting = await LimitsStream(conn, ns.stream).next(ns.intake_filter(job_id=job_id))
-    if waiting is None or MOVED in waiting.headers:
-        return None
-    queue, task = ns.parse_intake_subject(waiting.subject) or ("", "")
-    return JobStatus(job_id, JobState.QUEUED, queue=queue, task=task, seq=waiting.seq, reason=WAITING_TURN)
+    return None if waiting is None or MOVED in waiting.headers else waiting
 
 
 async def current_message(app: AppView, conn: Connection, job_id: str) -> StoredMessage | None:
