@@ -41,8 +41,13 @@ def dev(port: int, store_dir: str | None) -> None:
     from ..server import NatsServer, PortInUseError, ServerNotFoundError, ServerStartError
 
     # Both stop signals are handled from before the server starts: one arriving while it
-    # starts or while the banner prints must still stop the server and exit 0.
-    signal.signal(signal.SIGTERM, _raise_stop)
+    # starts or while the banner prints must still stop the server and exit 0. SIGINT gets a
+    # handler of its own too: Python raises KeyboardInterrupt only when the signal was not
+    # ignored at start-up, and a command started in the background by a shell without job
+    # control (a CI script, `cmd &` in a script) inherits SIGINT ignored, so Ctrl-C or `kill
+    # -INT` would never stop it and its nats-server would outlive it.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _raise_stop)
     with tempfile.TemporaryDirectory(prefix="jsworker-dev-") as tmp:
         server = NatsServer(port=port, store_dir=store_dir or tmp)
         try:
@@ -61,7 +66,7 @@ def dev(port: int, store_dir: str | None) -> None:
             while server.running:
                 time.sleep(0.5)
             fail("nats-server exited unexpectedly", EXIT_CRASH)
-        except (KeyboardInterrupt, _Stop):
+        except _Stop:
             click.echo("stopping nats-server")
         finally:
             server.stop()

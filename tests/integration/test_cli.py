@@ -73,13 +73,18 @@ def test_bad_option_exits_2() -> None:
     assert result.returncode == 2
 
 
-def test_dev_server_starts_and_stops_on_ctrl_c() -> None:
-    """``jsworker dev --port P`` serves JetStream on P and exits 0 on SIGINT."""
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_dev_server_starts_and_stops_on_ctrl_c(inherited: str) -> None:
+    """``jsworker dev --port P`` serves JetStream on P and exits 0 on SIGINT, also when it was
+    started with SIGINT ignored, as a shell without job control starts a background command
+    (Python then raises no KeyboardInterrupt of its own)."""
     started: list[subprocess.Popen[str]] = []
+    # `trap '' INT` ignores SIGINT, and exec keeps an ignored signal ignored.
+    trap = "trap '' INT; " if inherited == "ignored" else ""
 
     def start(port: int) -> tuple[subprocess.Popen[str], int, str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jsworker", "dev", "--port", str(port)],
+            ["sh", "-c", f'{trap}exec "$0" -m jsworker dev --port {port}', sys.executable],
             env=worker_env(""),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
