@@ -1,11 +1,78 @@
-"""Shared test set-up. Server fixtures (nats_server, nats_cluster) come from jsworker.testing."""
+"""Shared test set-up. Server fixtures (nats_server, nats_cluster) come from jsworker.testing.
+
+The README's test command runs the suite in parallel test processes (pytest-xdist). Most tests
+wait on servers and worker processes rather than compute, so more processes than cores pay.
+Two things are decided here for every suite:
+
+* ``slow``: the fault, ops, Spark and benchmark suites, and the integration tests marked so one
+  by one (each takes seconds), are left out by ``pytest -m "not slow"``, the quick tier for the
+  edit-test loop.
+* :data:`RUN_TOGETHER`: modules whose tests share something costly that a module- or
+  session-scoped fixture starts once go to one test process as one unit, so it starts once in a
+  parallel run, not once in every process that gets one of their tests.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import pytest
+
+if TYPE_CHECKING:
+    from xdist.scheduler import LoadScopeScheduling
+
+TESTS = Path(__file__).parent
+
+#: Suites whose every test is slow: real worker fleets killed and restarted, whole
+#: deployments, a JVM, benchmarks.
+SLOW_SUITES = ("faults", "ops", "spark", "bench")
+
+#: Node id prefixes (paths relative to the repository) of what runs as one unit in a parallel
+#: run: the Spark suite shares one SparkSession (a JVM); the others share a module-scoped
+#: fixture (a whole deployment, a real Prometheus, a worker process pool, a server with an event
+#: history, a browser). tests/unit/test_test_layout.py checks that every module with such a
+#: fixture is here.
+RUN_TOGETHER = (
+    "tests/spark/",
+    "tests/ops/test_deployment.py",
+    "tests/ops/test_prometheus.py",
+    "tests/integration/test_events_export.py",
+    "tests/integration/test_process_executor.py",
+    "tests/integration/test_ui_browser.py",
+)
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     """nats-py runs on asyncio only."""
     return "asyncio"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        suite = Path(str(item.path)).relative_to(TESTS).parts[0]
+        if suite in SLOW_SUITES:
+            item.add_marker(pytest.mark.slow)
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to in a parallel run: its :data:`RUN_TOGETHER` prefix,
+    or the test alone."""
+    return next((prefix for prefix in RUN_TOGETHER if nodeid.startswith(prefix)), nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    """The default distribution (``--dist load``, test by test) with :data:`RUN_TOGETHER` kept
+    together. Units are handed out largest first, so the long shared modules start at once
+    instead of ending the run alone."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Together(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return Together(config, log)

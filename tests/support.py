@@ -323,6 +323,12 @@ def exited(proc: Any, log: Path, offset: int, taken: str, what: str) -> None:
     raise AssertionError(f"{what} exited with {proc.returncode}:\n{said}")
 
 
+#: The environment of a command pointed at a port nobody listens on: it gives up connecting after
+#: 1 s instead of the default 5 s. What it prints and its exit code do not depend on how long it
+#: tried.
+REFUSED_QUICKLY = {"JSWORKER_CONNECT_TIMEOUT": "1"}
+
+
 def free_port() -> int:
     """A loopback port nobody had bound a moment ago: a hint, whoever binds it first gets it."""
     with socket.socket() as sock:

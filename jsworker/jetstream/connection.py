@@ -99,7 +99,9 @@ class ConnectOptions:
         help="Subject prefix of the app's reply inboxes [default: _jsw_inbox.<app>].",
     )
     connect_timeout: float = option(
-        5.0, help="Seconds the first connection may take, all servers and attempts together."
+        5.0,
+        env="CONNECT_TIMEOUT",
+        help="Seconds the first connection may take, all servers and attempts together.",
     )
     attempt_timeout: float = option(2.0, help="Seconds one connection attempt to one server may take.")
     reconnect_wait: float = option(0.5, help="Seconds between reconnect attempts to one server.")

@@ -129,7 +129,7 @@ def test_a_leaking_process_is_recycled_and_the_fleet_goes_on(
         )
         # Jobs ran on after a recycle; the last process started may find none left. The
         # supervisor says a process was recycled before it starts the one replacing it.
-        wait_until(lambda: len(_started(log)) >= 3, timeout=30, message="the second recycled process replaced")
+        wait_until(lambda: len(_started(log)) >= 3, timeout=30, message="the second recycle's replacement")
         assert len({pid for _, _, pid in records(record)}) >= 2
         assert proc.poll() is None
     finally:

@@ -214,7 +214,7 @@ def test_job_that_kills_its_worker_is_dead_lettered(
     for killer in (fault_app.exit_worker, fault_app.kill_worker):
         job = killer.delay(len(killers))
         killers.append(job)
-        ordinary |= {j.id for j in fault_app.work.delay_many([(i, 5.0) for i in range(300)])}
+        ordinary |= {j.id for j in fault_app.bystander.delay_many([(i, 5.0) for i in range(300)])}
 
         def supervised(job: Job = job, ordinary: set[str] = ordinary) -> bool:
             # A supervisor's round: restart the worker if it died, then see whether all is done.
@@ -223,7 +223,7 @@ def test_job_that_kills_its_worker_is_dead_lettered(
                 exit_codes.append(worker.proc.returncode)
                 assert len(exit_codes) <= 8, f"the worker died {len(exit_codes)} times: {exit_codes}"
                 worker = workers.start(url, f"w{len(exit_codes)}", *args)
-            return job.id in dead_letters(url) and records.done_ids("work") >= ordinary
+            return job.id in dead_letters(url) and records.done_ids("bystander") >= ordinary
 
         try:
             wait_until(supervised, timeout=45, message=f"{killer.name} to be dead-lettered")
@@ -246,7 +246,7 @@ def test_job_that_kills_its_worker_is_dead_lettered(
     )
     assert worker.alive(), worker.tail()
     assert summary["lost"] == 0
-    assert records.done_ids("work") >= ordinary
+    assert records.done_ids("bystander") >= ordinary
     assert set(letters) == killer_ids
     for job in killers:
         assert runs[job.id] == max_crashes + 1

@@ -31,6 +31,7 @@ PAGE = 500
 BODY = 2000  # bytes of argument a job: 10,000 of them are 20 MB
 
 
+@pytest.mark.slow
 async def test_ten_thousand_queued_jobs_page_in_order_holding_one_page(nats_server: NatsServer) -> None:
     app = App("adm", nats_server.url)
 

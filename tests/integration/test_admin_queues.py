@@ -22,6 +22,7 @@ from .workers import APPS, cli, in_process_worker, start_worker, stop
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.slow
 async def test_a_paused_queue_hands_out_nothing_until_resumed(nats_server: NatsServer) -> None:
     app = App("pq", nats_server.url)
     app.queue("other")

@@ -13,7 +13,7 @@ import pytest
 
 from jsworker.testing import NatsServer
 
-from ..support import PortTaken, on_a_free_port
+from ..support import REFUSED_QUICKLY, PortTaken, on_a_free_port
 from .workers import worker_env
 
 
@@ -22,7 +22,7 @@ def _run(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "jsworker", *args],
-        env=worker_env(url),
+        env={**worker_env(url), **REFUSED_QUICKLY},
         capture_output=True,
         text=True,
         timeout=timeout,

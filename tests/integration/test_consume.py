@@ -275,6 +275,7 @@ async def test_limit_bounds_what_is_requested_and_handed_out(nats_server: NatsSe
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.slow
 async def test_bound_grows_while_taken_fast_and_falls_back_on_an_idle_queue(nats_server: NatsServer) -> None:
     """grow_to=300 over max_messages=10: while 3,000 jobs are taken as fast as they come, the
     bound grows past 10 (pulls ask for more than 10), never past 300, and pending stays within
@@ -413,6 +414,7 @@ async def test_request_timeout_408_is_followed_by_new_pulls(nats_server: NatsSer
 
 
 @pytest.mark.timeout(15)
+@pytest.mark.slow
 async def test_idle_heartbeats_arrive_every_idle_heartbeat(nats_server: NatsServer) -> None:
     """On an idle consumer (expires=10, idle_heartbeat=0.5) a 100 Idle Heartbeat arrives about
     every 0.5 s, and with them the watchdog stays quiet."""

@@ -38,6 +38,7 @@ async def _run_until(app: App, condition: Callable[[], object], message: str) ->
         await run
 
 
+@pytest.mark.slow
 async def test_a_crash_between_two_failures_spends_no_retry(nats_server: NatsServer) -> None:
     """max_retries=1: the first run fails, the second delivery is lost with its worker, the
     third runs (a crash is no failure) and, failing again, is the last of the two failures

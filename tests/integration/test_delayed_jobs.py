@@ -119,6 +119,7 @@ async def test_cancel_removes_a_waiting_job_and_says_when_there_is_nothing(nats_
     assert {"scheduled", "cancelled", "started", "succeeded"} <= kinds
 
 
+@pytest.mark.slow
 async def test_a_copy_fired_twice_runs_once_and_one_fired_as_it_was_cancelled_never(
     nats_server: NatsServer,
 ) -> None:

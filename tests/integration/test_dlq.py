@@ -34,7 +34,7 @@ from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.naming import Namespace
 from jsworker.testing import NatsServer, parse_execution
 
-from ..support import stream_messages, wait_consumer_settled, wait_until
+from ..support import REFUSED_QUICKLY, stream_messages, wait_consumer_settled, wait_until
 from .workers import APPS, start_worker, stop, worker_env
 
 sys.path.insert(0, str(APPS))
@@ -102,11 +102,11 @@ def executions(record: Path) -> Counter[tuple[str, int]]:
     return Counter((r.job_id, r.attempt) for r in runs if r is not None)
 
 
-def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``jsworker dlq ARGS`` in a subprocess, stdin not a terminal."""
+def cli(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``jsworker dlq ARGS`` in a subprocess, stdin not a terminal (``env`` added to its environment)."""
     return subprocess.run(
         [sys.executable, "-m", "jsworker", "dlq", *args],
-        env=worker_env(url),
+        env={**worker_env(url), **(env or {})},
         capture_output=True,
         text=True,
         timeout=30,
@@ -347,6 +347,7 @@ def test_a_replayed_job_that_fails_again_is_dead_lettered_again(app: Any, worker
     assert letter.headers[REPLAYED_FROM] == str(job.replayed_from)
 
 
+@pytest.mark.slow
 def test_cli(nats_server: NatsServer, app: Any, worker: Any, broken: Path, record: Path) -> None:
     """``jsworker dlq list|show|replay|purge`` end to end: output, --json, exit codes."""
     url = nats_server.url
@@ -409,5 +410,5 @@ def closed_url() -> Iterator[str]:
 
 def test_cli_cannot_connect_exits_3(closed_url: str) -> None:
     """No server at the URL: exit 3 and one line naming it."""
-    result = cli(closed_url, "list", "dlq_app", "--url", closed_url)
+    result = cli(closed_url, "list", "dlq_app", "--url", closed_url, env=REFUSED_QUICKLY)
     assert result.returncode == 3 and closed_url in one_error_line(result)

@@ -23,7 +23,7 @@ from jsworker.jetstream.connection import Connection
 from jsworker.server import NatsServer
 
 from ..events_data import moment_after, store_events
-from ..support import stream_state_async, wait_until_async
+from ..support import REFUSED_QUICKLY, stream_state_async, wait_until_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -231,5 +231,7 @@ def test_command_exit_codes_without_stream_or_server(app_module: str, tmp_path: 
         )
         assert result.exit_code == 2 and "events=True" in result.output
         url = server.url
-    result = runner.invoke(cli, ["events", "export", "other", "--since", "1h", "--to", out, "--url", url])
+    result = runner.invoke(
+        cli, ["events", "export", "other", "--since", "1h", "--to", out, "--url", url], env=REFUSED_QUICKLY
+    )
     assert result.exit_code == 3 and "cannot connect" in result.output

@@ -108,6 +108,7 @@ def test_a_job_waiting_for_its_turn_is_queued_with_the_reason_and_can_be_cancell
     assert sorted(starts(record)) == sorted([(later.id, "a"), (tidy.id, "tidy")])
 
 
+@pytest.mark.slow
 def test_another_worker_moves_the_jobs_once_the_movers_worker_is_killed(
     app: App, nats_server: NatsServer, tmp_path: Path
 ) -> None:

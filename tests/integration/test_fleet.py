@@ -57,6 +57,7 @@ def test_processes_flag_takes_a_count_or_auto() -> None:
         convert("0", None, None)
 
 
+@pytest.mark.slow
 def test_one_endpoint_sums_every_process_including_recycled_ones(
     nats_server: NatsServer, app: object, tmp_path: Path
 ) -> None:

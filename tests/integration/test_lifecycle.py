@@ -382,6 +382,7 @@ async def test_a_freed_slot_goes_to_the_highest_priority_queue_with_jobs(nats_se
     assert order == ["bulk-0", "urgent-1", "urgent-2", "urgent-3", "bulk-1", "bulk-2", "bulk-3"]
 
 
+@pytest.mark.slow
 def test_the_command_line_shows_status_and_results(nats_server: NatsServer, tmp_path: Path) -> None:
     url = nats_server.url
     unknown = cli(url, "jobs", "status", "life_cli_app", "no-such-job")

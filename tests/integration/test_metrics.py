@@ -60,6 +60,7 @@ async def _publish_unknown(url: str) -> None:
         await nc.close()
 
 
+@pytest.mark.slow
 def test_metrics_count_a_known_mix_of_outcomes(nats_server: NatsServer, worker: int) -> None:
     """5 successes, 2 jobs retried once, 1 job timing out twice, 1 rejection, 1 unknown task."""
     app = metrics_app.app
@@ -141,6 +142,7 @@ def test_metrics_count_a_known_mix_of_outcomes(nats_server: NatsServer, worker: 
         app.close()
 
 
+@pytest.mark.slow
 def test_counters_start_at_0_and_stale_queue_figures_go(nats_server: NatsServer, worker: int) -> None:
     """Before any job, a fresh worker exports every job counter of its tasks at 0, dead letters
     of every outcome included (so an alert's increase() sees the first one); when the server

@@ -50,6 +50,7 @@ def overlap(runs: list[tuple[float, float]]) -> bool:
     return any(b[0] < a[1] for a, b in itertools.pairwise(ordered))
 
 
+@pytest.mark.slow
 def test_one_job_at_a_time_per_partition_across_two_processes(
     app: App, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -67,6 +68,7 @@ def test_one_job_at_a_time_per_partition_across_two_processes(
     assert overlap(everything)  # while partitions ran side by side
 
 
+@pytest.mark.slow
 def test_a_killed_workers_partition_goes_on_once_its_lease_expires(
     app: App, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -147,6 +149,7 @@ def test_a_broken_partition_key_dead_letters_the_job(
 
 
 @pytest.mark.anyio
+@pytest.mark.slow
 async def test_ten_thousand_partitions_all_run_and_leave_no_lease(nats_server: NatsServer) -> None:
     from jsworker.jetstream.limits_stream import LimitsStream
 

@@ -36,6 +36,7 @@ def events(record: Path, kind: str) -> list[str]:
     return [line.split()[1] for line in lines if line.startswith(f"{kind} ")]
 
 
+@pytest.mark.slow
 def test_pause_while_two_workers_run_jobs_and_one_restarts(
     app: App, nats_server: NatsServer, tmp_path: Path
 ) -> None:

@@ -79,6 +79,7 @@ async def test_a_changed_schedule_is_replaced_and_keeps_being_paused(nats_server
             await schedules.pause("nope")
 
 
+@pytest.mark.slow
 async def test_ticks_fire_jobs_with_tick_ids_and_pausing_stops_them(nats_server: NatsServer) -> None:
     app, ran = _app(nats_server.url, every=1, names=("fast",))
     async with in_process_worker(app):
@@ -127,6 +128,7 @@ async def test_a_worker_started_without_schedules_installs_none(nats_server: Nat
         assert await schedules.list() == []
 
 
+@pytest.mark.slow
 def test_the_command_line_operates_schedules_and_cancels_delayed_jobs(nats_server: NatsServer) -> None:
     url = nats_server.url
     assert cli(url, "schedules", "list", "periodic_app").stdout.strip() == "no schedules"
@@ -165,6 +167,7 @@ def test_the_command_line_operates_schedules_and_cancels_delayed_jobs(nats_serve
 
 
 @pytest.mark.parametrize(("declared", "lasting"), [("task", 2.0), ("default", 1.0)])
+@pytest.mark.slow
 async def test_ticks_that_waited_past_their_expiry_do_not_run(
     nats_server: NatsServer, declared: str, lasting: float
 ) -> None:
@@ -200,6 +203,7 @@ async def test_ticks_that_waited_past_their_expiry_do_not_run(
     assert ran and all(waited <= lasting + 0.5 for waited in ran), ran
 
 
+@pytest.mark.slow
 async def test_a_unique_task_s_ticks_and_triggers_respect_its_key(nats_server: NatsServer) -> None:
     """While a tick of a unique task runs, an enqueue of the same key and a trigger of its
     schedule are duplicates naming it, and the ticks that fire meanwhile are dropped, not run

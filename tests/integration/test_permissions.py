@@ -68,6 +68,7 @@ def _dead_letter_ids(url: str) -> list[str]:
     return asyncio.run(_admin_ids(url, "JSW_PERM_DLQ"))
 
 
+@pytest.mark.slow
 def test_each_role_does_its_work(secured: NatsServer, tmp_path: Path) -> None:
     """A worker, a producer and an operator, each with only its role's permissions: the
     worker provisions, runs jobs and keeps its registry entry, the producer enqueues, the

@@ -90,6 +90,7 @@ async def test_delay_inside_a_running_loop_warns_once(app: App) -> None:
     assert "adelay" in str(runtime[0].message)
 
 
+@pytest.mark.slow
 def test_enqueue_rides_out_a_server_restart(app: App, nats_server: NatsServer) -> None:
     """A .delay issued while the server is down completes once it is back: one job, not a duplicate."""
     job = _task(app)

@@ -46,6 +46,7 @@ def most_in_any_second(times: list[float]) -> int:
 
 
 @pytest.mark.parametrize(("task", "rate"), [("emails", "20/s"), ("reports", "10/s")])
+@pytest.mark.slow
 def test_a_rate_limit_holds_across_three_worker_processes(
     app: App, nats_server: NatsServer, tmp_path: Path, task: str, rate: str
 ) -> None:

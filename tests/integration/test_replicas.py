@@ -82,6 +82,7 @@ async def test_replicas_come_from_the_environment_and_the_flag_wins(
     assert await _replicas(url) == {**dict.fromkeys(STREAMS, 3), "consumer": 3}
 
 
+@pytest.mark.slow
 async def test_scaling_a_stream_up_in_place_takes_its_consumers_along(nats_cluster: NatsCluster) -> None:
     """R1 streams made by a default app, then scaled as deploy/README.md says (a stream update
     with 3 replicas): the stream and the queue's consumer end up with 3, and an app configured

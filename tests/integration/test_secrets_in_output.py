@@ -9,7 +9,7 @@ import pytest
 
 from jsworker import App, EnqueueError
 
-from ..support import free_port
+from ..support import REFUSED_QUICKLY, free_port
 from .workers import worker_env
 
 SECRET = "S3cretPassw0rd"
@@ -33,7 +33,7 @@ def test_commands_that_cannot_connect_do_not_print_the_password(command: list[st
     url = f"nats://admin:{SECRET}@127.0.0.1:{free_port()}"
     result = subprocess.run(
         [sys.executable, "-m", "jsworker", *command, "--url", url],
-        env=worker_env(url),
+        env={**worker_env(url), **REFUSED_QUICKLY},
         capture_output=True,
         text=True,
         timeout=60,

@@ -124,6 +124,7 @@ def pki(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_mutual_tls_with_password(server_factory: list[NatsServer], pki: Path) -> None:
     """A server requiring client certificates and a password: a worker with both works, without the
     client certificate it is refused (exit 3)."""

@@ -145,6 +145,7 @@ def test_failed_start_shows_the_log_tail() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.timeout(40)
+@pytest.mark.slow
 async def test_cluster_r3_stream_survives_node_restart(nats_cluster: NatsCluster) -> None:
     """Three nodes take an R3 stream; a killed node restarts and catches up with the others."""
     started = time.monotonic()

@@ -19,7 +19,7 @@ import pytest
 from jsworker.status import format_age
 from jsworker.testing import NatsServer
 
-from ..support import wait_until
+from ..support import REFUSED_QUICKLY, wait_until
 from .workers import APPS, records, running_worker, worker_env
 
 sys.path.insert(0, str(APPS))
@@ -34,10 +34,12 @@ def app(nats_server: NatsServer) -> Iterator[Any]:
     acc.app.close()
 
 
-def _run(*args: str, url: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def _run(
+    *args: str, url: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "jsworker", "status", *args],
-        env=worker_env(url),
+        env={**worker_env(url), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -119,6 +121,7 @@ def test_never_provisioned_app_shows_zeros(nats_server: NatsServer) -> None:
         assert row["workers"] == 0
 
 
+@pytest.mark.slow
 def test_pending_is_exact_on_two_queues_and_oldest_age_grows(nats_server: NatsServer, app: Any) -> None:
     """Jobs and no worker: pending is exact per queue, with or without consumers; the age grows."""
     for i in range(5):
@@ -271,7 +274,7 @@ def test_unreachable_server_exits_3(closed_port: int, extra: tuple[str, ...]) ->
     """No server at the URL: exit 3 and one line naming it, with or without --watch."""
     url = f"nats://127.0.0.1:{closed_port}"
     started = time.monotonic()
-    result = _run("acceptance_app", *extra, url=url)
+    result = _run("acceptance_app", *extra, url=url, env=REFUSED_QUICKLY)
     assert result.returncode == 3, result.stderr
     assert url in _error_line(result.stderr)
     assert time.monotonic() - started < 20

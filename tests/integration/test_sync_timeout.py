@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from jsworker import App
 from jsworker.testing import Execution, parse_execution
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 ACK_WAIT = 1.5  # the overrun queue's, from tests/integration/apps/acceptance_app.py
 
 
+@pytest.mark.slow
 def test_attempts_of_a_timed_out_sync_job_never_overlap(nats_server: NatsServer, tmp_path: Path) -> None:
     """timeout=0.3 s, ack_wait 1.5 s, 2 attempts, each held past both (until the worker has
     reported the overrun and the attempt has outlasted the server's ack_wait): start, done,

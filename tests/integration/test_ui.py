@@ -244,6 +244,7 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
     assert "do-not-log-me" not in json.dumps(actions, default=str)
 
 
+@pytest.mark.slow
 async def test_the_live_feed_pushes_fresh_figures(nats_server: NatsServer) -> None:
     app = App("live", nats_server.url)
 

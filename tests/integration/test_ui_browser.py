@@ -37,9 +37,9 @@ DRIVER = shutil.which("chromedriver")
 WAIT = 30.0
 
 
-@pytest.fixture
-def browser() -> Iterator[Chrome]:
-    """A headless Chromium, quit after the test."""
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Chrome]:
+    """A headless Chromium for the module's tests (it takes a while to start), quit after them."""
     need(
         CHROMIUM is not None and DRIVER is not None,
         "the browser tests need Chromium and its driver (Debian: apt-get install chromium chromium-driver)",
@@ -55,7 +55,6 @@ def browser() -> Iterator[Chrome]:
         "--no-first-run",
     ):
         options.add_argument(flag)
-    options.add_argument("--window-size=1280,900")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     try:
         driver = webdriver.Chrome(options=options, service=Service(DRIVER))
@@ -65,6 +64,17 @@ def browser() -> Iterator[Chrome]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(chromium: Chrome) -> Chrome:
+    """The module's Chromium as a fresh one would be: no cookies from an earlier test's dashboard
+    (cookies ignore the port), the default window size, no console lines of earlier pages."""
+    chromium.get("about:blank")
+    chromium.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    chromium.set_window_size(1280, 900)
+    chromium.get_log("browser")  # type: ignore[no-untyped-call]
+    return chromium
 
 
 @pytest.fixture
@@ -110,6 +120,7 @@ def until(driver: WebDriver, condition: Callable[[WebDriver], Any], message: str
     return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(condition, message)
 
 
+@pytest.mark.slow
 def test_the_overview_counts_jobs_as_they_come_and_run(
     app: App, browser: Chrome, tmp_path: Path, nats_server: NatsServer
 ) -> None:
@@ -181,6 +192,7 @@ def test_a_job_is_looked_up_by_its_id(
         assert stop(worker) == 0
 
 
+@pytest.mark.slow
 def test_a_replayed_dead_letter_leaves_the_list(
     app: App, browser: Chrome, tmp_path: Path, nats_server: NatsServer
 ) -> None:
@@ -219,6 +231,7 @@ def test_a_replayed_dead_letter_leaves_the_list(
         assert stop(worker) == 0
 
 
+@pytest.mark.slow
 def test_a_paused_queue_waits_while_the_others_run(
     app: App, browser: Chrome, tmp_path: Path, nats_server: NatsServer
 ) -> None:

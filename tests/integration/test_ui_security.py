@@ -200,6 +200,7 @@ async def test_streams_deleted_while_the_dashboard_is_open(nats_server: NatsServ
             assert response.status_code == status, response.text
 
 
+@pytest.mark.slow
 async def test_nats_unreachable(nats_server: NatsServer) -> None:
     nowhere = App("gone", f"nats://127.0.0.1:{free_port()}", connect_timeout=1)
     async with client(create_app(nowhere)) as http:
@@ -216,6 +217,7 @@ async def test_nats_unreachable(nats_server: NatsServer) -> None:
         assert action.status_code == 503 and "cannot reach" in action.text
 
 
+@pytest.mark.slow
 async def test_a_server_that_goes_away_while_the_dashboard_is_open() -> None:
     server = NatsServer().start()
     try:

@@ -105,6 +105,7 @@ def test_two_workers_share_a_queue(nats_server: NatsServer, app: Any, record: Pa
         assert set(pids) == {w1.pid, w2.pid}, pids
 
 
+@pytest.mark.slow
 def test_long_jobs_are_held_by_heartbeats(
     nats_server: NatsServer, app: Any, record: Path, tmp_path: Path
 ) -> None:
@@ -181,6 +182,7 @@ def test_bad_input_is_dead_lettered_and_work_goes_on(
 
 
 @pytest.mark.parametrize("job_seconds,grace,finishes_here", [(3.0, 1.0, False), (1.0, 10.0, True)])
+@pytest.mark.slow
 def test_sigterm_with_jobs_in_flight_loses_nothing(
     nats_server: NatsServer,
     app: Any,

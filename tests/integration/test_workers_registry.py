@@ -183,6 +183,7 @@ def two_workers(nats_server: NatsServer, tmp_path: Path) -> Iterator[tuple[subpr
         stop(b)
 
 
+@pytest.mark.slow
 def test_workers_lists_every_live_worker_process(
     nats_server: NatsServer, tmp_path: Path, two_workers: tuple[subprocess.Popen[bytes], ...]
 ) -> None:
@@ -229,6 +230,7 @@ def test_workers_lists_every_live_worker_process(
     assert sum(row["outcomes"].get("succeeded", 0) for row in settled.values()) == 6
 
 
+@pytest.mark.slow
 def test_status_counts_workers_and_a_clean_stop_leaves_the_list_at_once(
     nats_server: NatsServer, two_workers: tuple[subprocess.Popen[bytes], ...]
 ) -> None:

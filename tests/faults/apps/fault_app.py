@@ -32,6 +32,18 @@ async def work(n: int, ms: float) -> int:
     return n
 
 
+# The ordinary jobs beside jobs that kill their worker: each crash costs every job the dying
+# worker held one of its max_crashes, and on a loaded machine one can sit in a worker's hands
+# through all six crashes of that test (two killers, max_crashes + 1 runs each).
+@app.task(max_crashes=6)
+async def bystander(n: int, ms: float) -> int:
+    """A job that waits ``ms`` milliseconds in a worker that something else may kill."""
+    record("start")
+    await asyncio.sleep(ms / 1000)
+    record("done")
+    return n
+
+
 @app.task(dont_retry_on=(TypeError,))
 async def typed(n: int) -> int:
     """Checks its argument's type: a wrong one is a TypeError, which is never retried."""
