@@ -71,7 +71,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeSch
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class Together(LoadScopeScheduling):
+    # xdist ships no type information: its scheduler is Any to the type checker.
+    class Together(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 

@@ -187,7 +187,18 @@ def test_environment_variables_are_the_documented_ones() -> None:
         "JSWORKER_TLS_CERT",
         "JSWORKER_TLS_KEY",
         "JSWORKER_INBOX_PREFIX",
+        "JSWORKER_CONNECT_TIMEOUT",
     }
+
+
+def test_connect_timeout_falls_back_to_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment whose server starts after its workers sets how long they wait for it."""
+    monkeypatch.setenv("JSWORKER_CONNECT_TIMEOUT", "30")
+    assert App("opts").connection.connect_timeout == 30.0
+    assert App("opts", connect_timeout=2).connection.connect_timeout == 2.0
+    monkeypatch.setenv("JSWORKER_CONNECT_TIMEOUT", "soon")
+    with pytest.raises(Exception, match="connect_timeout"):
+        App("opts")
 
 
 def test_stream_options_fall_back_to_their_variables(monkeypatch: pytest.MonkeyPatch) -> None:
