@@ -6,7 +6,11 @@ record stored before the subscription existed, or while the connection was down,
 from the bucket instead: right after a waiter registers, and again after every reconnect.
 The subscription can see a record before the stream has stored it (and before the waiter
 registers: a fast job finishes while its enqueue is still returning), so the last finished
-records nobody waited for are kept a while, for a waiter that comes right after.
+records nobody waited for are kept a while, for a waiter that comes right after. The other
+way round, a record published just before the subscription started reaches no subscription,
+and the server may store it only after the first read looked (a read does not queue behind
+the messages the stream has still to store): every job still waited for is read again a few
+times in the seconds after the subscription starts or comes back (:data:`_SETTLE`).
 
 A wait outlives the server. A read that fails for a reason that passes (no answer, the
 connection down, no stream leader during a restart or an election) is owed, not raised: one
@@ -40,6 +44,10 @@ _RECENT = 1024
 # when no reconnect tells us, as after an election).
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 2.0
+# Seconds after the subscription starts (or comes back after a reconnect) at which every job
+# still waited for is read again: by then a record published just before it is stored. A
+# connection's waiter pays these reads in its first seconds only.
+_SETTLE = (0.25, 1.0, 5.0)
 # Owed reads made at once. A round stops at the first batch with a failure: what failed one
 # read (no leader, no answer) fails the others too, so a server that is struggling gets at
 # most this many reads per pause however many callers wait.
@@ -77,6 +85,7 @@ class ResultWaiter:
         self._lock = asyncio.Lock()
         self._owed: dict[str, _Owed] = {}
         self._retrying: asyncio.Task[None] | None = None
+        self._settling: asyncio.Task[None] | None = None
         self._reconnected = asyncio.Event()
 
     async def wait(self, job_id: str, seq: int, timeout: float | None) -> JobRecord:
@@ -120,6 +129,7 @@ class ResultWaiter:
                 await self.conn.flush()
                 self.conn.on_reconnect(self._reread)
                 self._subscribed = True
+                self._settle()
 
     async def _on_record(self, subject: str, data: bytes) -> None:
         job_id = subject.rsplit(".", 1)[-1]
@@ -169,6 +179,24 @@ class ResultWaiter:
             previous = self._owed.get(job_id)
             self._owe(job_id, previous.failure if previous is not None else None)
         self._reconnected.set()
+        self._settle()
+
+    def _settle(self) -> None:
+        """Read every waited-for job again at the :data:`_SETTLE` times from now."""
+        if self._settling is not None:
+            self._settling.cancel()
+        self._settling = asyncio.get_running_loop().create_task(self._read_again_soon())
+
+    async def _read_again_soon(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for after in _SETTLE:
+            await asyncio.sleep(started + after - loop.time())
+            if self.conn.is_closed:
+                return
+            for job_id in list(self._waiting):
+                if job_id not in self._owed:
+                    self._owe(job_id)
 
     async def _retry(self) -> None:
         """Make the owed reads until none is left: while connected, in rounds with a growing
