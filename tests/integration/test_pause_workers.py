@@ -55,6 +55,11 @@ def test_pause_while_two_workers_run_jobs_and_one_restarts(
                 ignore=(nats.js.errors.NotFoundError,),  # until a worker made the consumer
             )
             async with Admin(app) as admin:
+                # One worker may hold all 4 while the other still starts: both run before one
+                # is stopped (a worker stopped while it imports dies by the signal).
+                await wait_until_async(
+                    admin.workers, until=lambda found: len(found) == 2, timeout=30, message="2 workers"
+                )
                 assert (await admin.pause_queue("default")).paused
                 later = [job.id for job in await pause_app.hold.adelay_many([()] * 6)]
                 gate.touch()  # the running jobs finish
