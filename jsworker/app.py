@@ -422,13 +422,17 @@ class App:
         except TypeError as exc:
             raise ConfigurationError(f"unknown app option: {exc}") from exc
 
+    @property
+    def inbox_space(self) -> str:
+        """The prefix of every reply inbox of this app's processes (``inbox_prefix``, else
+        ``_jsw_inbox.<app>``): only this app's users may subscribe under it."""
+        return self.connection.inbox_prefix or self.namespace.inbox_prefix
+
     def connect_options(self, role: Role, purpose: str | None = None) -> ConnectOptions:
-        """How this app connects in ``role``: replies come to ``<inbox prefix>.<role>.…``, and
+        """How this app connects in ``role``: replies come to ``<inbox space>.<role>.…``, and
         the connection is named ``jsworker:<app>:<purpose or role>`` on the server (monitoring)."""
-        prefix = self.connection.inbox_prefix or self.namespace.inbox_prefix
-        return dataclasses.replace(
-            self.connection, name=f"jsworker:{self.name}:{purpose or role}", inbox=f"{prefix}.{role}"
-        )
+        name, inbox = f"jsworker:{self.name}:{purpose or role}", f"{self.inbox_space}.{role}"
+        return dataclasses.replace(self.connection, name=name, inbox=inbox)
 
     def queue_ack_wait(self, queue: str) -> float:
         """The consumer ``ack_wait`` of ``queue``: the largest of its tasks'."""

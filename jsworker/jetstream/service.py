@@ -4,6 +4,12 @@ A user that may not read the job stream or cancel on its own (a producer, a canc
 the workers instead; a worker that cancelled a job asks the others whether one of them holds
 it. Nothing here is stored: who may ask is decided by the server's permissions on the
 question's subject.
+
+Who is answered is decided here: a question's reply subject is the asker's to choose, and the
+answer is published with the answerer's permissions. An answer published on another app's
+claim, lease or record subject would be a write the asker may not make itself, so a question
+is answered (and acted on) only when its reply subject lies in the asking app's inbox space,
+which only that app's users may subscribe to.
 """
 
 from __future__ import annotations
@@ -74,11 +80,16 @@ async def gather(conn: Connection, subject: str, body: bytes, *, wait: float, li
 
 class Serving:
     """Questions being answered on one subject; :meth:`close` stops taking new ones and waits
-    for the answers under way."""
+    for the answers under way. A question with a reply subject outside ``replies_under.`` is
+    dropped unhandled, and ``refused`` hears its subject and reply subject."""
 
-    def __init__(self, conn: Connection, handler: Handler) -> None:
+    def __init__(
+        self, conn: Connection, handler: Handler, replies_under: str, refused: Callable[[str, str], None]
+    ) -> None:
         self._conn = conn
         self._handler = handler
+        self._inbox_space = replies_under + "."
+        self._refused = refused
         self._answering: set[asyncio.Task[None]] = set()
         self._sub: Subscription | None = None
 
@@ -87,6 +98,10 @@ class Serving:
         self._sub = await self._conn.nc.subscribe(subject, queue=group, cb=self._on_question)
 
     async def _on_question(self, msg: Msg) -> None:
+        # A question without a reply subject (a notice) is acted on and answers nobody.
+        if msg.reply and not msg.reply.startswith(self._inbox_space):
+            self._refused(msg.subject, msg.reply)
+            return
         # The client runs a subscription's callbacks one after another, and a question may
         # wait on the server: one must not hold up the next.
         task = asyncio.get_running_loop().create_task(self._answer(msg))
@@ -110,9 +125,19 @@ class Serving:
             await asyncio.gather(*self._answering, return_exceptions=True)
 
 
-async def serve(conn: Connection, subject: str, handler: Handler, *, group: str = "") -> Serving:
+async def serve(
+    conn: Connection,
+    subject: str,
+    handler: Handler,
+    *,
+    replies_under: str,
+    refused: Callable[[str, str], None],
+    group: str = "",
+) -> Serving:
     """Answer questions on ``subject`` (wildcards allowed) with ``handler``, each in a task of
-    its own; with ``group``, each question goes to one member of the group only."""
-    serving = Serving(conn, handler)
+    its own; with ``group``, each question goes to one member of the group only. Only
+    questions whose reply subject is under ``replies_under`` (the app's inbox space), or that
+    have none, are handled; ``refused`` hears the subject and reply subject of every other one."""
+    serving = Serving(conn, handler, replies_under, refused)
     await serving.start(subject, group)
     return serving

@@ -106,6 +106,12 @@ class Metrics:
         # Server-side state, read on an interval by the worker and dropped when stale.
         self.queue_figures = QueueFigures()
         r.register(self.queue_figures)
+        self.questions_refused = Counter(
+            "jsworker_questions_refused",
+            "Questions to the workers dropped unanswered: their reply subject was outside the app's inboxes.",
+            ("question",),
+            registry=r,
+        )
         self.events_dropped = Counter(
             "jsworker_events_dropped", "Job events that could not be sent (connection down).", registry=r
         )

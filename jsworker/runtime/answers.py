@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 
 from ..calls import check_job_id
 from ..errors import JsworkerError
-from ..jetstream.service import Serving, serve
+from ..jetstream.service import Handler, Serving, serve
 from ..lifecycle.cancel import cancel_job
 from ..lifecycle.lookup import job_status
 from ..lifecycle.state import Form
@@ -26,6 +26,24 @@ if TYPE_CHECKING:
 log = get_logger("jsworker.worker")
 
 _GROUP = "jsw-answers"
+
+
+async def serve_app(
+    app: App, conn: Connection, subject: str, handler: Handler, question: str, group: str = ""
+) -> Serving:
+    """Answer ``question`` on ``subject`` for ``app``'s own processes only: a question whose
+    reply subject lies outside the app's inbox space is dropped unhandled, counted in
+    ``jsworker_questions_refused_total`` and logged (its reply subject would make the answer
+    a write into someone else's subject)."""
+
+    # Made here, so the series is there at 0 from the start (increase() sees the first one).
+    count = app.metrics.questions_refused.labels(question)
+
+    def refused(subject: str, reply: str) -> None:
+        count.inc()
+        log.warning("question.refused", question=question, subject=subject, reply=reply[:200])
+
+    return await serve(conn, subject, handler, replies_under=app.inbox_space, refused=refused, group=group)
 
 
 async def answer_questions(app: App, conn: Connection) -> Serving:
@@ -51,4 +69,4 @@ async def answer_questions(app: App, conn: Connection) -> Serving:
             return json.dumps({"error": str(exc)}).encode()
         return json.dumps({"value": value}).encode()
 
-    return await serve(conn, app.namespace.ask_subject("*"), answer, group=_GROUP)
+    return await serve_app(app, conn, app.namespace.ask_subject("*"), answer, "ask", group=_GROUP)

@@ -30,12 +30,13 @@ from ..jetstream.connection import Connection
 from ..jetstream.delivery import Delivery
 from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.message import OutMessage
-from ..jetstream.service import Serving, serve
+from ..jetstream.service import Serving
 from ..lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, Records, record_message, ttl_headers
 from ..lifecycle.cancel import DROPPED, FINISHED, STOPPED
 from ..lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
 from ..observability.logging import get_logger
 from ..wire import EXPIRES_AT
+from .answers import serve_app
 from .execution import JobRun
 from .settlement import Decision, Outcome, OutcomeKind, Verb, is_failure
 
@@ -106,8 +107,8 @@ class JobBook:
         """Listen for cancels of jobs this worker may hold, and for the server's answers to
         records."""
         ns = self.app.namespace
-        self._halts = await serve(self.conn, ns.halt_subject(), self._on_halt)
-        self._helds = await serve(self.conn, ns.held_subject(), self._on_held)
+        self._halts = await serve_app(self.app, self.conn, ns.halt_subject(), self._on_halt, "halt")
+        self._helds = await serve_app(self.app, self.conn, ns.held_subject(), self._on_held, "held")
         if self._records:
             await self._writer.start()
 
