@@ -11,6 +11,8 @@ T = TypeVar("T")
 
 #: The largest page a listing hands out: a page is held in memory whole.
 MAX_LIMIT = 10_000
+#: The largest stream sequence there can be (JetStream counts in unsigned 64-bit integers).
+MAX_SEQ = 2**64 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,12 @@ def seq_cursor(after: str | int | None) -> int:
     if after is None:
         return 0
     text = str(after).strip()
-    if isinstance(after, bool) or not (text.isascii() and text.isdigit()):
-        raise ConfigurationError(f"not a cursor of this listing: {after!r} (a stream sequence)")
+    if isinstance(after, bool) or not is_seq(text, 0):
+        raise ConfigurationError(f"not a cursor of this listing: {text[:40]!r} (a stream sequence)")
     return int(text)
+
+
+def is_seq(text: str, least: int = 1) -> bool:
+    """Whether ``text`` is a stream sequence from ``least`` to :data:`MAX_SEQ` in digits."""
+    # The length first: int() of a very long string costs, and such a string is none.
+    return len(text) <= 20 and text.isascii() and text.isdigit() and least <= int(text) <= MAX_SEQ

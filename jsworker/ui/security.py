@@ -130,7 +130,10 @@ class Gate:
         if not hmac.compare_digest(given.encode(), self.credentials.token.encode()):
             return _refused(self.credentials)
         rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-        target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+        # One leading slash: a path that begins "//" (or "/\\", which browsers read alike)
+        # would send the browser to another site with the redirect.
+        path = "/" + request.url.path.lstrip("/\\")
+        target = path + (f"?{urlencode(rest)}" if rest else "")
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
             TOKEN_COOKIE,

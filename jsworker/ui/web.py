@@ -28,6 +28,7 @@ from ..admin import Admin
 from ..errors import ConfigurationError
 from ..jetstream.session import SessionRole
 from ..observability.logging import get_logger
+from ..paging import is_seq
 from ..status import QueueStatus, format_age
 from .errors import describe, refuse
 from .feed import Feed
@@ -284,7 +285,7 @@ def many(form: FormData, name: str, check: Callable[[str], Any]) -> list[Any]:
 
 def sequence(text: str) -> int:
     """A positive stream sequence, else ConfigurationError."""
-    if not (text.isascii() and text.isdigit()) or int(text) <= 0 or len(text) > 20:
+    if not is_seq(text):
         raise ConfigurationError(f"not a sequence number: {text[:40]!r}")
     return int(text)
 

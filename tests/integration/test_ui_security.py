@@ -67,6 +67,13 @@ async def test_a_token_by_header_or_by_the_cookie_a_link_sets(nats_server: NatsS
         assert (await http.get("/jobs?state=failed")).status_code == 200
         http.cookies.clear()
         assert (await http.get("/jobs?state=failed")).status_code == 401
+        # A link whose path begins with two slashes (or a slash and a backslash) stays on the
+        # dashboard: redirected to as it is, the browser would take it for another site.
+        for path in ("//evil.example/", "/\\evil.example/", "///evil.example/x"):
+            link = await http.get(f"{str(http.base_url).rstrip('/')}{path}?token=t0ken")
+            assert link.status_code == 303, path
+            location = link.headers["location"]
+            assert location.startswith("/") and location[1] not in "/\\", (path, location)
 
 
 async def test_an_action_without_its_csrf_token_is_refused(nats_server: NatsServer) -> None:
@@ -128,6 +135,12 @@ async def test_bad_input_gets_a_clear_message_and_its_status(nats_server: NatsSe
             "/jobs/x?show=secrets": (400, "show what?"),
             "/jobs?state=done": (400, "unknown state"),
             "/jobs?after=soon": (400, "not a cursor"),
+            # Past the largest stream sequence (2^64 - 1): no cursor of any listing.
+            "/jobs?before=18446744073709551616": (400, "not a cursor"),
+            "/jobs?state=failed&after=99999999999999999999999": (400, "not a cursor"),
+            "/dead-letters?before=18446744073709551616": (400, "not a cursor"),
+            "/queues/default?order=newest&before=18446744073709551616": (400, "not a cursor"),
+            "/dead-letters/18446744073709551616": (400, "not a sequence"),
             "/jobs?state=scheduled&after=1.2": (400, "not a cursor of scheduled jobs"),
             "/jobs?limit=lots": (400, "limit must be"),
             "/jobs?limit=0": (400, "limit must be"),
