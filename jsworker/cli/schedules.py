@@ -51,7 +51,8 @@ def list_(app_spec: str, as_json: bool, **connection: str | None) -> None:
     """The app's schedules on the server.
 
     Columns: name, task, expression (as the server fires it: six-field cron or @every), time
-    zone, next run (UTC), paused; "stale" marks one the loaded code does not declare.
+    zone, next run (UTC), paused; "stale" marks one the loaded code does not declare,
+    "malformed" one whose expression or zone cannot be read (not written by jsworker).
     """
     found = _run(app_spec, connection, lambda admin: admin.schedules())
     if as_json:
@@ -66,7 +67,9 @@ def list_(app_spec: str, as_json: bool, **connection: str | None) -> None:
         following = state.next_run()
         rows.append(
             (
-                printable(state.name, 64) + ("" if state.declared else " (stale)"),
+                printable(state.name, 64)
+                + ("" if state.declared else " (stale)")
+                + ("" if state.malformed is None else " (malformed)"),
                 printable(state.task, 64),
                 printable(state.expression, 64),
                 printable(state.tz or "UTC", 64),
@@ -91,6 +94,7 @@ def schedule_json(state: ScheduleState) -> dict[str, Any]:
         "paused": state.paused,
         "declared": state.declared,
         "next_run": following.isoformat() if following else None,
+        "malformed": state.malformed,
     }
 
 

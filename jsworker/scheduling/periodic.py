@@ -62,7 +62,9 @@ class ScheduleState:
 
     ``expression`` is what the server fires on (six-field cron or ``@every``); ``declared``
     says whether the app loaded here declares a schedule of that name (False: stale, left by
-    other code); ``stored_at`` is when the schedule was last written (unix seconds).
+    other code); ``stored_at`` is when the schedule was last written (unix seconds);
+    ``malformed`` says why its expression or time zone cannot be read (it was not written by
+    jsworker), None when they can.
     """
 
     name: str
@@ -83,11 +85,12 @@ class ScheduleState:
     job_id: str | None = None
     #: The caller's own headers its ticks carry.
     headers: Mapping[str, str] = field(default_factory=dict)
+    malformed: str | None = None
 
     def next_run(self, now: float | None = None) -> datetime | None:
-        """When the schedule fires next (UTC), None when paused. Exact for cron; for
-        ``@every`` counted from when it was written, as the server counts (an outage moves it)."""
-        if self.paused:
+        """When the schedule fires next (UTC), None when paused or malformed. Exact for cron;
+        for ``@every`` counted from when it was written, as the server counts (an outage moves it)."""
+        if self.paused or self.malformed is not None:
             return None
         now = time.time() if now is None else now
         if self.expression.startswith("@every "):
@@ -198,7 +201,23 @@ def _stored_state(app: SchedulingApp, msg: StoredMessage) -> ScheduleState | Non
         expires=h.get(TICK_EXPIRES, NEXT_TICK),
         job_id=_target_id(h.get(SCHEDULE_TARGET, "")),
         headers=caller_headers(h),
+        malformed=_unreadable(h[SCHEDULE_SPEC], h.get(SCHEDULE_ZONE)),
     )
+
+
+def _unreadable(expression: str, tz: str | None) -> str | None:
+    """Why ``expression`` in time zone ``tz`` is no schedule jsworker writes, None when it is
+    one: a message planted by hand is listed as malformed, never read as a cadence."""
+    try:
+        if expression.startswith("@every "):
+            if not duration_seconds(expression[7:]) > 0:
+                raise ValueError("a period must be positive")
+        else:
+            Cron.parse(expression)
+        zone(tz)
+    except (ValueError, ConfigurationError) as exc:
+        return f"cannot read {expression!r:.80} (zone {tz!r:.40}): {exc}"[:300]
+    return None
 
 
 def _target_id(target: str) -> str | None:

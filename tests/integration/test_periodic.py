@@ -5,6 +5,7 @@ and removed from Python and from the command line."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from typing import Any
@@ -16,8 +17,10 @@ from jsworker.jetstream.connection import Connection
 from jsworker.scheduling.admin import Schedules
 from jsworker.scheduling.periodic import ScheduleNotFound, read_schedules, sync_schedules
 from jsworker.testing import NatsServer
+from jsworker.ui import create_app
 
 from ..support import stream_messages_async, wait_until_async
+from .ui_support import client
 from .workers import APPS, cli, in_process_worker
 
 sys.path.insert(0, str(APPS))
@@ -272,3 +275,41 @@ async def test_a_schedule_switched_off_in_code_is_paused_and_older_code_keeps_it
     assert seen[0]["X-Team"] == "ops"
     with pytest.raises(ConfigurationError, match="reserved"):
         new.schedule(tick, every=60, name="bad", args=("b",), headers={"Jsw-Task": "x"})
+
+
+@pytest.mark.slow
+async def test_a_planted_schedule_that_cannot_be_read_is_listed_as_malformed(nats_server: NatsServer) -> None:
+    """Periodic-schedule messages written by hand with an expression or zone jsworker cannot
+    read: the command and the dashboard list them as malformed, with no next run, and the
+    schedule jsworker wrote beside them as before."""
+    url = nats_server.url
+    assert cli(url, "schedules", "sync", "periodic_app").returncode == 0
+    planted = {
+        "bad-every": ("@every soon", None),
+        "zero-every": ("@every 0s", None),
+        "bad-cron": ("61 * * * * *", None),
+        "bad-zone": ("0 0 7 * * *", "Mars/Olympus"),
+    }
+    app = App("cadence", url)
+    conn = await Connection.open(app.connect_options("operator", "plant"))
+    try:
+        for name, (spec, tz) in planted.items():
+            headers = {"Jsw-Task": "ping", "Jsw-Queue": "default", "Jsw-Schedule-Spec": spec}
+            if tz is not None:
+                headers["Jsw-Schedule-Zone"] = tz
+            await conn.js.publish(f"jsw.cadence.sched.repeat.{name}", b"{}", headers=headers)
+    finally:
+        await conn.close()
+    listed = await asyncio.to_thread(cli, url, "schedules", "list", "periodic_app")
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    for name in planted:
+        assert "(malformed)" in rows[name] and rows[name].split()[-2] == "-", rows[name]
+    assert "(malformed)" not in rows["ping-db"]
+    as_json = await asyncio.to_thread(cli, url, "schedules", "list", "periodic_app", "--json")
+    malformed = {s["name"]: s["malformed"] for s in map(json.loads, as_json.stdout.splitlines())}
+    assert set(planted) == {name for name, why in malformed.items() if why}
+    async with client(create_app(app)) as http:
+        page = await http.get("/schedules")
+        assert page.status_code == 200 and page.text.count(">malformed</span>") == len(planted)
+    await app.aclose()
