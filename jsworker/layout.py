@@ -116,8 +116,18 @@ def rates_spec(app: AppView) -> StreamSpec:
     )
 
 
+#: Seconds a lease outlives its worker (partition and fair-queue leases); its holder renews it
+#: every third of it.
+LEASE_TTL = 15
+#: The leases stream's max age: whatever message stands on a lease subject is gone this long
+#: after it was written, a message that carries no time to live of its own included, while a
+#: lease held by a live worker is written anew every LEASE_TTL / 3.
+LEASES_MAX_AGE = 4.0 * LEASE_TTL
+
+
 def leases_spec(app: AppView) -> StreamSpec:
-    """The partition leases: one message a lease subject, each with its time to live."""
+    """The partition leases: one message a lease subject, each with its time to live, none
+    older than :data:`LEASES_MAX_AGE`."""
     ns = app.namespace
     return StreamSpec(
         name=ns.leases_stream,
@@ -125,6 +135,7 @@ def leases_spec(app: AppView) -> StreamSpec:
         work_queue=False,
         replicas=app.options.replicas,
         duplicate_window=1.0,
+        max_age=LEASES_MAX_AGE,
         max_msgs_per_subject=1,
         ttl=True,
     )

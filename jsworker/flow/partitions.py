@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING
 from ..errors import JsworkerError
 from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.stored import SubjectMoved, write
+from ..layout import LEASE_TTL as LEASE_TTL
 from ..observability.logging import get_logger
 from ..rates import Rate, partition_token
+from ..wire import MSG_TTL
 from .rates import RateLimiter
 
 if TYPE_CHECKING:
@@ -39,15 +41,13 @@ if TYPE_CHECKING:
 
 log = get_logger("jsworker.flow")
 
-#: Seconds a lease outlives its worker; renewed every third of it while its job runs.
-LEASE_TTL = 15
 # Rate limiters kept for the partitions seen last: one is a few small objects.
 _KEPT_RATES = 10_000
 # A lease's message says whether it is held or was given back; both expire.
 _STATE = "Jsw-Lease"
 _FREE = "free"
-_HELD = {"Nats-TTL": str(LEASE_TTL)}
-_GIVEN_BACK = {"Nats-TTL": str(LEASE_TTL), _STATE: _FREE}
+_HELD = {MSG_TTL: str(LEASE_TTL)}
+_GIVEN_BACK = {MSG_TTL: str(LEASE_TTL), _STATE: _FREE}
 # A job waiting for a lease looks again after this long, doubling up to a second.
 _FIRST_LOOK, _LONGEST_LOOK = 0.02, 1.0
 
@@ -119,7 +119,7 @@ class Partitions:
 
 async def take_lease(stream: LimitsStream, subject: str) -> Lease | None:
     """The lease on ``subject`` (in the leases ``stream``) if it is free (never used, expired,
-    or given back), else None."""
+    given back, or standing on a message that is no holding), else None."""
     expect = 0
     for _ in range(2):
         try:
@@ -131,7 +131,9 @@ async def take_lease(stream: LimitsStream, subject: str) -> Lease | None:
         found = await stream.last_direct(subject)
         if found is None:
             continue  # expired meanwhile: empty again
-        if found.headers.get(_STATE) != _FREE:
+        # A holding carries its time to live: a message without one was not written by a
+        # holder (it could stand there until the stream's max age) and holds nothing.
+        if found.headers.get(_STATE) != _FREE and MSG_TTL in found.headers:
             return None
         expect = found.seq
     return None

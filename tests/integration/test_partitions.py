@@ -11,11 +11,14 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+import nats
 import pytest
 
 from jsworker import App, JobState
 from jsworker.admin import Admin
 from jsworker.flow.partitions import LEASE_TTL
+from jsworker.layout import LEASES_MAX_AGE
+from jsworker.rates import partition_token
 from jsworker.testing import NatsServer
 
 from ..support import wait_until, wait_until_async
@@ -169,3 +172,31 @@ async def test_ten_thousand_partitions_all_run_and_leave_no_lease(nats_server: N
         conn = await app.connections.connection()
         leases = LimitsStream(conn, app.namespace.leases_stream)
         await wait_until_async(leases.count, until=lambda n: n == 0, timeout=30, message="no lease left")
+
+
+def test_a_lease_message_no_holder_wrote_holds_nothing(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A message without a time to live on a partition's lease subject (what a worker's answer
+    aimed there once left) neither holds the partition nor stays: the partition's job runs at
+    once, and the leases stream keeps nothing past its max age."""
+
+    async def plant() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            await app.provision()
+            subject = f"jsw.parted.lease.visit.{partition_token('a')}.0"
+            await nc.jetstream().publish(subject, b"not a holding")
+            info = await nc.jetstream().stream_info(app.namespace.leases_stream)
+            assert info.config.max_age == LEASES_MAX_AGE
+        finally:
+            await nc.close()
+
+    asyncio.run(plant())
+    record, log = tmp_path / "record", tmp_path / "log"
+    partition_app.visit.delay("a", 0)
+    proc = start_worker(nats_server.url, record, log, module="partition_app")
+    try:
+        wait_until(lambda: len(spans(record)["a"]) == 1, timeout=LEASE_TTL, message="partition a's job")
+    finally:
+        stop(proc)
