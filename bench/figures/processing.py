@@ -4,7 +4,9 @@ Every figure pre-enqueues N jobs into an empty stream (not timed), starts its co
 process(es), and takes the rate between the first and the last job record, so process
 start-up is paid by every contender but not measured. With two workers the rate is taken
 while both were working (``records.overlap_rate``), so one starting later does not count as
-slowness. Afterwards the stream must be empty (every job acked) and every job recorded once.
+slowness; their queue is paused until both run, so that neither drains the jobs alone before
+the other has started (a short run on a loaded machine would leave no overlap to measure).
+Afterwards the stream must be empty (every job acked) and every job recorded once.
 
 ``async_typed`` / ``async_untyped`` drain jobs carrying the same four arguments (a JSON
 string for a ``Decimal``, an ISO string for a ``datetime``, an object for a dataclass) of a
@@ -26,6 +28,8 @@ from lib.stats import Measurement
 
 CONCURRENCY = 100
 TIMEOUT = 600.0
+# How long worker processes may take to start and register before a figure gives up.
+START_TIMEOUT = 60.0
 
 
 async def _enqueue_jobs(url: str, task, n: int, extra: tuple[object, ...]) -> None:  # type: ignore[no-untyped-def]
@@ -40,6 +44,11 @@ async def _enqueue_jobs(url: str, task, n: int, extra: tuple[object, ...]) -> No
 def enqueue(url: str, task, n: int, extra: tuple[object, ...] = ()) -> None:  # type: ignore[no-untyped-def]
     """Put ``n`` jobs of ``task`` into its app's stream (not timed), called ``(i, *extra)``."""
     asyncio.run(_enqueue_jobs(url, task, n, extra))
+
+
+def _tails(children: list[Child]) -> str:
+    """The end of each child's log, for an error that names what went wrong."""
+    return "\n".join(f"--- {c.name}\n{c.log_tail()}" for c in children)
 
 
 def drain(
@@ -61,8 +70,7 @@ def drain(
     try:
         got = records.wait_for(rec, n, TIMEOUT, alive=lambda: any(c.alive() for c in children))
         if got < n:
-            tails = "\n".join(f"--- {c.name}\n{c.log_tail()}" for c in children)
-            raise RuntimeError(f"{name}: {got} of {n} jobs done\n{tails}")
+            raise RuntimeError(f"{name}: {got} of {n} jobs done\n{_tails(children)}")
         left = asyncio.run(jsh.wait_empty(ctx.url, 30))
         if left:
             raise RuntimeError(f"{name}: {left} jobs still in the stream after all ran (acks lost?)")
@@ -86,11 +94,12 @@ def _jsworker(  # type: ignore[no-untyped-def]
 ) -> float:
     asyncio.run(jsh.purge(ctx.url))
     enqueue(ctx.url, task, n, extra)
-    return drain(
-        ctx,
-        name,
-        n,
-        lambda rec: [
+    together = workers > 1
+    if together:
+        asyncio.run(jsh.hold(ctx.url, task.queue, paused=True))
+
+    def start(rec: str) -> list[Child]:
+        children = [
             start_worker(
                 ctx.url,
                 rec,
@@ -101,10 +110,23 @@ def _jsworker(  # type: ignore[no-untyped-def]
                 loop=loop,
             )
             for w in range(workers)
-        ],
-        # noop_async records its worker's pid, which the overlap window needs.
-        records.overlap_rate if workers > 1 else records.span_rate,
-    )
+        ]
+        if together:
+            # Resumed whatever happens: a later figure must not find the queue paused.
+            try:
+                started = asyncio.run(jsh.wait_workers(ctx.url, workers, START_TIMEOUT))
+            finally:
+                asyncio.run(jsh.hold(ctx.url, task.queue, paused=False))
+            if not started:
+                for child in children:
+                    child.stop()
+                raise RuntimeError(
+                    f"{name}: {workers} workers did not all start in {START_TIMEOUT:g}s\n{_tails(children)}"
+                )
+        return children
+
+    # noop_async records its worker's pid, which the overlap window needs.
+    return drain(ctx, name, n, start, records.overlap_rate if together else records.span_rate)
 
 
 def _raw(ctx: Context, name: str, mode: str, n: int) -> float:

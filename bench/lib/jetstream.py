@@ -17,6 +17,7 @@ from apps import bench_app
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from jsworker.admin import Admin
 from jsworker.layout import consumer_spec
 
 STREAM = bench_app.app.namespace.stream
@@ -89,6 +90,33 @@ async def message_count(url: str) -> int:
         return int((await nc.jetstream().stream_info(STREAM)).state.messages)
     finally:
         await nc.close()
+
+
+async def hold(url: str, queue: str, paused: bool) -> None:
+    """Pause the bench app's ``queue`` (its workers' pulls wait on the server, which hands out
+    nothing) or resume it."""
+    bench_app.app.servers = [url]
+    try:
+        async with Admin(bench_app.app) as admin:
+            await (admin.pause_queue(queue) if paused else admin.resume_queue(queue))
+    finally:
+        await bench_app.app.aclose()
+
+
+async def wait_workers(url: str, workers: int, timeout: float) -> bool:
+    """Wait (bounded) until ``workers`` worker processes run: the worker registry lists them.
+    False when they did not within ``timeout`` seconds."""
+    bench_app.app.servers = [url]
+    try:
+        async with Admin(bench_app.app) as admin:
+            deadline = time.monotonic() + timeout
+            while len(await admin.workers()) < workers:
+                if time.monotonic() >= deadline:
+                    return False
+                await asyncio.sleep(0.05)
+            return True
+    finally:
+        await bench_app.app.aclose()
 
 
 async def wait_empty(url: str, timeout: float) -> int:
