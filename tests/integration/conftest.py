@@ -6,8 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from jsworker.naming import ROLES
+from jsworker.observability.logging import configure_logging
 from jsworker.permissions import server_config
 from jsworker.testing import NatsServer
 
@@ -24,3 +26,13 @@ def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NatsSer
     server = server_with(tmp_path, server_config(["perm", "other"]))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def info_logging() -> Iterator[None]:
+    """Info lines logged for the test, whatever level an earlier test in this process
+    configured (a logger configured at "warning" drops them before any capture sees them)."""
+    saved = structlog.get_config()
+    configure_logging("info")
+    yield
+    structlog.configure(**saved)

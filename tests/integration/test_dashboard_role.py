@@ -49,6 +49,7 @@ async def _install_schedule(url: str) -> None:
     await app.aclose()
 
 
+@pytest.mark.usefixtures("info_logging")
 async def test_the_dashboard_role_is_all_the_dashboard_needs(secured: NatsServer, tmp_path: Path) -> None:
     url, record, log, gate = secured.url, tmp_path / "record", tmp_path / "worker.log", tmp_path / "gate"
     worker = start_worker(url, record, log, module="perm_app", env=as_user("perm-worker"))

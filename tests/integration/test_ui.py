@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,6 @@ from jsworker import App, DeadLetterNotFound, Job, Retry
 from jsworker.admin import Admin
 from jsworker.jetstream.session import SessionRole
 from jsworker.lifecycle.state import JobState
-from jsworker.observability.logging import configure_logging
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 
@@ -168,15 +167,6 @@ async def test_pages_page_both_ways(nats_server: NatsServer) -> None:
         assert listed(older) == ids[::-1][3:6]
         newer = (await http.get(f"/queues/default?order=newest&limit=3&before={cursor(older, 'prev')}")).text
         assert listed(newer) == ids[::-1][:3]
-
-
-@pytest.fixture
-def info_logging() -> Iterator[None]:
-    """Info lines logged for the test, whatever level an earlier test configured."""
-    saved = structlog.get_config()
-    configure_logging("info")
-    yield
-    structlog.configure(**saved)
 
 
 @pytest.mark.usefixtures("info_logging")
