@@ -145,7 +145,8 @@ async def follow_headers(
     queue's consumers must, but is never acked: it removes nothing. It lives in memory and is
     deleted by the server seconds after its reader stopped; until then a work queue, which
     allows one consumer per filter, has no room for the next reader's, which waits. A message
-    still stored after a day is delivered again.
+    still stored after a day is delivered again. It has the stream's replicas, as the server
+    requires of a work queue's consumers.
     """
     config = ConsumerConfig(
         name=f"{prefix}-{uuid.uuid4().hex[:12]}",
@@ -155,7 +156,10 @@ async def follow_headers(
         filter_subject=filter_subject,
         headers_only=True,
         mem_storage=True,
-        num_replicas=1,
+        # The stream's own: on a work-queue stream the server refuses a consumer with other
+        # replicas than the stream's (error 10134), so one replica would fail on any
+        # replicated job stream.
+        num_replicas=0,
         inactive_threshold=_FOLLOW_INACTIVE,
         deliver_policy=DeliverPolicy.ALL,
     )

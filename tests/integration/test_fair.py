@@ -6,6 +6,7 @@ is killed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from jsworker.admin import Admin
 from jsworker.flow.fair import READY
 from jsworker.flow.partitions import LEASE_TTL
 from jsworker.lifecycle.lookup import WAITING_TURN
-from jsworker.testing import NatsServer
+from jsworker.testing import NatsCluster, NatsServer
 
 from ..support import wait_until
 from .workers import APPS, start_worker, stop
@@ -128,3 +129,26 @@ def test_another_worker_moves_the_jobs_once_the_movers_worker_is_killed(
     finally:
         assert stop(second) == 0
     assert {job_id for job_id, _ in starts(record)[1:]} == {job.id for job in jobs}
+
+
+@pytest.mark.slow
+def test_a_fair_queue_moves_its_jobs_with_three_replicas(nats_cluster: NatsCluster, tmp_path: Path) -> None:
+    """On a 3-node cluster with 3 replicas, as production runs: the mover reads the intake of a
+    replicated work-queue stream (whose consumers the server wants with the stream's
+    replicas), and every job of every partition is moved and runs once."""
+    urls = ",".join(nats_cluster.urls)
+    options = fair_app.app.options
+    fair_app.app.configure_connection(nats_cluster.urls)
+    fair_app.app.options = dataclasses.replace(options, replicas=3)
+    record, log = tmp_path / "record", tmp_path / "log"
+    try:
+        jobs = fair_app.send.delay_many([(account,) for account in ("a", "b", "c") for _ in range(20)])
+        worker = start_worker(urls, record, log, "--replicas", "3", module="fair_app")
+        try:
+            wait_until(lambda: len(starts(record)) == len(jobs), timeout=60, message="every job moved and run")
+        finally:
+            assert stop(worker) == 0
+    finally:
+        fair_app.app.close()
+        fair_app.app.options = options
+    assert sorted(job_id for job_id, _ in starts(record)) == sorted(job.id for job in jobs)
