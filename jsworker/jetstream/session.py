@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from types import TracebackType
 from typing import Any, Generic, Literal, Protocol, Self
 
 from typing_extensions import TypeVar
 
+from ..errors import ConnectError
 from .connection import Connection, ConnectOptions
 
 #: The roles a session connects as: an ``operator``, or a ``dashboard`` (an operator's reads
@@ -39,6 +41,8 @@ class OperatorSession(Generic[AppT]):
         self._purpose = purpose
         self._conn: Connection | None = None
         self._lock = asyncio.Lock()
+        # The last attempt that failed: when it ended, and why.
+        self._failed: tuple[float, ConnectError] | None = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -55,8 +59,20 @@ class OperatorSession(Generic[AppT]):
             await conn.close()
 
     async def connection(self) -> Connection:
-        """The session's connection, opened on first use (ConnectError when it cannot be)."""
+        """The session's connection, opened on first use (ConnectError when it cannot be).
+
+        Callers that asked while an attempt was under way share its outcome: with the server
+        down, the reads of one dashboard page wait for one attempt, not one after another.
+        """
+        asked = time.monotonic()
         async with self._lock:
             if self._conn is None or self._conn.is_closed:
-                self._conn = await Connection.open(self.app.connect_options(self.role, self._purpose))
+                if self._failed is not None and self._failed[0] >= asked:
+                    raise self._failed[1].with_traceback(None)
+                try:
+                    self._conn = await Connection.open(self.app.connect_options(self.role, self._purpose))
+                except ConnectError as exc:
+                    self._failed = (time.monotonic(), exc)
+                    raise
+                self._failed = None
             return self._conn
