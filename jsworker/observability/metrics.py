@@ -161,6 +161,12 @@ class Metrics:
             (*_QT, "reason"),
             registry=r,
         )
+        self.schedules_restored = Counter(
+            "jsworker_schedules_restored",
+            "Declared periodic schedules a worker put back because the server no longer held them.",
+            ("schedule",),
+            registry=r,
+        )
         self.leftover_schedules_removed = Counter(
             "jsworker_leftover_schedules_removed",
             "Delayed jobs' schedules the server kept after their job fired (a server killed as "

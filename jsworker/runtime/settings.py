@@ -59,7 +59,8 @@ class WorkerSettings:
         True,
         flag="--schedules/--no-schedules",
         help="Install the app's periodic schedules at start (create missing ones, replace "
-        "changed ones); --no-schedules leaves the server's as they are.",
+        "changed ones) and put back any that vanish while it runs; --no-schedules leaves the "
+        "server's as they are.",
     )
 
     def __post_init__(self) -> None:

@@ -1,6 +1,7 @@
 """The services a worker runs beside its pull loops: heartbeats for the jobs it holds, a
-watch on its event loop, the server's queue figures for its metrics, and a sweep of the
-delayed-job schedules a killed server left behind."""
+watch on its event loop, the server's queue figures for its metrics, a sweep of the
+delayed-job schedules a killed server left behind, and a watch that puts back the declared
+periodic schedules the server lost."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from ..errors import JsworkerError
 from ..jetstream.connection import Connection
 from ..jetstream.consume import PullConsumer
 from ..observability.logging import get_logger
-from ..scheduling.declare import DELAYED_SINCE
+from ..scheduling.declare import DELAYED_SINCE, PERIODIC_SINCE
 from ..scheduling.leftovers import sweep_leftovers
+from ..scheduling.periodic import restore_missing
 from ..status import queue_status
 from .execution import JobRun
 
@@ -29,6 +31,9 @@ log = get_logger("jsworker.worker")
 _TICK = 0.25
 #: Seconds between two sweeps of leftover schedules (:func:`leftover_schedules`).
 LEFTOVER_INTERVAL = 60.0
+#: Seconds between two checks that the server holds every declared periodic schedule
+#: (:func:`missing_schedules`).
+SCHEDULES_INTERVAL = 60.0
 
 
 async def heartbeats(
@@ -101,3 +106,29 @@ async def leftover_schedules(app: App, conn: Connection, interval: float | None 
                     app.metrics.leftover_schedules_removed.inc(removed)
                     log.info("worker.leftover_schedules_removed", count=removed)
         await asyncio.sleep(interval)
+
+
+async def missing_schedules(app: App, conn: Connection, keep: bool) -> None:
+    """Every :data:`SCHEDULES_INTERVAL` seconds, put back the declared periodic schedules the
+    server no longer holds: a schedule that vanished (a purge of the job stream, a rollup, a
+    removal) would otherwise fire no more until a worker starts. Each one put back is counted
+    (``jsworker_schedules_restored_total``) and logged. Only a worker that installs the
+    schedules (``keep``: not ``--no-schedules``) keeps them."""
+    if not keep or not app.schedules:
+        return
+    while True:
+        # At a random point of each interval: the workers of a fleet do not all look at once.
+        await asyncio.sleep(random.uniform(0.5, 1.0) * SCHEDULES_INTERVAL)
+        if conn.server_version < PERIODIC_SINCE:
+            continue
+        try:
+            restored = await restore_missing(app, conn)
+        except JsworkerError as exc:
+            log.debug("worker.schedules_check_failed", error=str(exc))
+            continue
+        for name in restored:
+            app.metrics.schedules_restored.labels(name).inc()
+        if restored:
+            log.warning(
+                "schedules.restored", schedules=restored, message="declared, but gone from the server"
+            )

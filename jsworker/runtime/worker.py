@@ -38,7 +38,7 @@ from .seams import run_shutdown, run_startup
 from .settings import WorkerSettings
 from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
 from .settler import Settler
-from .upkeep import heartbeats, leftover_schedules, server_stats, watch_event_loop
+from .upkeep import heartbeats, leftover_schedules, missing_schedules, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
     from ..app import App
@@ -151,6 +151,7 @@ class Worker:
                     (watch_event_loop, app, settings.blocked_loop_warning, self.counts, jobs),
                     (server_stats, app, conn, self.queues, settings.stats_interval),
                     (leftover_schedules, app, conn),
+                    (missing_schedules, app, conn, settings.schedules),
                 ):
                     name = f"jsworker-{service.__name__.replace('_', '-')}"
                     services.start_soon(self._supervised, service, *args, name=name)

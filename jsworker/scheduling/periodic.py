@@ -324,6 +324,25 @@ async def sync_schedules(app: SchedulingApp, conn: Connection, *, prune: bool = 
     return report
 
 
+async def restore_missing(app: SchedulingApp, conn: Connection) -> list[str]:
+    """Create the declared schedules the server does not hold (removed since they were
+    installed: by a purge, a rollup, an operator), leaving every other schedule as it is: the
+    workers of two versions running side by side must not rewrite each other's. The names of
+    those this process created (another process may have put one back first)."""
+    current = await read_schedules(app, conn)
+    restored = []
+    for name, schedule in app.schedules.items():
+        if name in current:
+            continue
+        try:
+            done = await _install(app, conn, _declared_state(app, schedule), None, off=not schedule.enabled)
+        except ConfigurationError:
+            continue  # refused when the worker started, and logged then
+        if done == "created":
+            restored.append(name)
+    return restored
+
+
 async def set_paused(app: SchedulingApp, conn: Connection, name: str, paused: bool) -> bool:
     """Pause or resume schedule ``name``; True when that changed something, False when it
     already was so. :class:`ScheduleNotFound` when there is no such schedule."""

@@ -15,7 +15,7 @@ from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
 from .secured import ADMIN, as_user, role_app
-from .workers import scrape, start_metrics_worker, stop, value, worker_env
+from .workers import records, scrape, start_metrics_worker, stop, value, worker_env
 
 # Subjects a worker's answer must never land on, whoever asks.
 VICTIMS = (
@@ -35,8 +35,8 @@ def test_a_question_is_answered_only_in_the_askers_inbox(secured: NatsServer, tm
     """A producer's status questions and a canceller's cancel, each with a victim's subject as
     its reply subject: nothing is published there, the cancel is not carried out, each is
     counted and logged as refused; the same questions asked the normal way are answered."""
-    url, gate, log = secured.url, tmp_path / "gate", tmp_path / "worker.log"
-    env = {**worker_env(url, tmp_path / "record"), **as_user("perm-worker")}
+    url, gate, log, record = secured.url, tmp_path / "gate", tmp_path / "worker.log", tmp_path / "record"
+    env = {**worker_env(url, record), **as_user("perm-worker")}
     worker, port = start_metrics_worker(env, log, "perm_app")
     assert _refused(port) == 0
 
@@ -53,6 +53,10 @@ def test_a_question_is_answered_only_in_the_askers_inbox(secured: NatsServer, tm
         canceller = role_app(url, "perm-canceller")
         try:
             job = await producer.tasks["hold"].adelay(str(gate))
+            # Running: the worker answers questions (it listens before it takes its first job).
+            await wait_until_async(
+                lambda: job.id in {j for j, _, _ in records(record, "started")}, timeout=20, message="the job"
+            )
             asking = await Connection.open(producer.connect_options("producer", "attack"))
             cancelling = await Connection.open(canceller.connect_options("canceller", "attack"))
             try:
@@ -84,4 +88,5 @@ def test_a_question_is_answered_only_in_the_askers_inbox(secured: NatsServer, tm
     try:
         asyncio.run(scenario())
     finally:
+        gate.touch()  # a failed assertion must not leave the held job keeping the worker from stopping
         assert stop(worker) == 0

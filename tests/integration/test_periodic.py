@@ -11,9 +11,11 @@ import time
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from jsworker import App, ConfigurationError, current_job
 from jsworker.jetstream.connection import Connection
+from jsworker.runtime import upkeep
 from jsworker.scheduling.admin import Schedules
 from jsworker.scheduling.periodic import ScheduleNotFound, read_schedules, sync_schedules
 from jsworker.testing import NatsServer
@@ -313,3 +315,35 @@ async def test_a_planted_schedule_that_cannot_be_read_is_listed_as_malformed(nat
         page = await http.get("/schedules")
         assert page.status_code == 200 and page.text.count(">malformed</span>") == len(planted)
     await app.aclose()
+
+
+async def test_a_schedule_gone_from_the_server_is_put_back_and_another_version_is_left(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a worker runs, a declared schedule removed from the server comes back within the
+    check's interval, counted; one that another version of the code rewrote (as in a rolling
+    deploy) is left as that version wrote it."""
+    monkeypatch.setattr(upkeep, "SCHEDULES_INTERVAL", 0.2)
+    app, _ = _app(nats_server.url, names=("kept", "other"))
+
+    def restored() -> float:
+        return REGISTRY.get_sample_value("jsworker_schedules_restored_total", {"schedule": "kept"}) or 0.0
+
+    async def put_back(schedules: Schedules) -> None:
+        before = restored()
+        assert await schedules.remove("kept")
+        await wait_until_async(
+            schedules.list, until=lambda found: "kept" in {s.name for s in found}, timeout=10
+        )
+        await wait_until_async(restored, until=lambda n: n == before + 1, timeout=5, message="counted")
+
+    newer, _ = _app(nats_server.url, every=30, names=("other",))
+    async with in_process_worker(app), Schedules(app) as schedules:
+        await put_back(schedules)
+        # Another version of the code declares "other" with another cadence, and installs it.
+        assert (await sync_schedules(newer, await schedules.connection())).updated == ["other"]
+        rewritten = {s.name: s for s in await schedules.list()}["other"]
+        # A check that puts "kept" back has looked at "other" too.
+        await put_back(schedules)
+        assert {s.name: s for s in await schedules.list()}["other"].seq == rewritten.seq
+    await newer.aclose()
