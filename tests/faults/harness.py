@@ -123,6 +123,12 @@ class WorkerProc:
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self._log_lines()[-lines:])
 
+    def freeze(self, frozen: bool = True) -> None:
+        """Stop our process where it is (SIGSTOP), or let it go on (SIGCONT): what it has
+        written can be read while nothing changes."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL our process (only if it is still ours to signal) and reap it."""
         if self.proc.poll() is None:

@@ -56,11 +56,16 @@ def test_sigkill_worker_mid_run_loses_nothing(
         done = records.of("done")
         if len(done) < 1500 or not any(r.pid == a.pid for r in done):
             return False
-        # Killed while it runs many jobs: a worker between two pulls may run none for a moment,
-        # and under load the kill can come some milliseconds after this look.
+        # Killed while it runs many jobs. A is looked at frozen (SIGSTOP), and killed so: a
+        # worker between two pulls may run none for a moment, and a kill that came some
+        # milliseconds after a look at a running worker could find it there.
+        a.freeze()
         running = {r.job_id for r in records.of("start") if r.pid == a.pid}
-        running -= {r.job_id for r in done if r.pid == a.pid}
-        return len(running) >= 50
+        running -= {r.job_id for r in records.of("done") if r.pid == a.pid}
+        if len(running) >= 50:
+            return True
+        a.freeze(False)
+        return False
 
     wait_until(a_has_done_its_share_and_is_busy, timeout=60, interval=0.01,
                message="1,500 completions, some by worker A, and A running 50 jobs")  # fmt: skip
