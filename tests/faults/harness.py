@@ -273,8 +273,15 @@ async def _dead_letters(urls: str | Sequence[str], stream: str) -> list[Letter]:
 
 
 def dead_letters(urls: str | Sequence[str], stream: str = DLQ_STREAM) -> dict[str, Letter]:
-    """Dead letters by job id (``Jsw-Job-Id``)."""
-    letters = asyncio.run(_dead_letters(urls, stream))
+    """Dead letters by job id (``Jsw-Job-Id``), read again while the stream has no leader (a
+    cluster electing one after a kill: the job stream may have its new one already)."""
+    letters = wait_until(
+        lambda: asyncio.run(_dead_letters(urls, stream)),
+        until=lambda _: True,
+        ignore=UNSETTLED,
+        timeout=30,
+        message=f"the dead letters in {stream}",
+    )
     return {m.headers.get("Jsw-Job-Id", f"?{m.seq}"): m for m in letters}
 
 
