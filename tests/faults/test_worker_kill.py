@@ -52,17 +52,20 @@ def test_sigkill_worker_mid_run_loses_nothing(
     a.wait_started()
     b.wait_started()
 
+    def a_running() -> int:
+        started = {r.job_id for r in records.of("start") if r.pid == a.pid}
+        return len(started - {r.job_id for r in records.of("done") if r.pid == a.pid})
+
     def a_has_done_its_share_and_is_busy() -> bool:
         done = records.of("done")
-        if len(done) < 1500 or not any(r.pid == a.pid for r in done):
+        if len(done) < 1500 or not any(r.pid == a.pid for r in done) or a_running() < 50:
             return False
-        # Killed while it runs many jobs. A is looked at frozen (SIGSTOP), and killed so: a
-        # worker between two pulls may run none for a moment, and a kill that came some
-        # milliseconds after a look at a running worker could find it there.
+        # Killed while it runs jobs. A seen running many is looked at again frozen (SIGSTOP),
+        # and killed so: a worker between two pulls may run none for a moment, and a kill some
+        # milliseconds after a look at a running worker could find it there. Frozen only for
+        # that second look: a worker frozen often would leave the jobs to the other one.
         a.freeze()
-        running = {r.job_id for r in records.of("start") if r.pid == a.pid}
-        running -= {r.job_id for r in records.of("done") if r.pid == a.pid}
-        if len(running) >= 50:
+        if a_running() > 0:
             return True
         a.freeze(False)
         return False
