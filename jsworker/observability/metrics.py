@@ -167,6 +167,13 @@ class Metrics:
             ("schedule",),
             registry=r,
         )
+        self.workflow_forgeries = Counter(
+            "jsworker_workflow_forgeries",
+            "Forgeries a worker found and ignored (what: definition, a later message on a "
+            "workflow's definition subject; step, a job claiming a workflow step it is not).",
+            ("what",),
+            registry=r,
+        )
         self.leftover_schedules_removed = Counter(
             "jsworker_leftover_schedules_removed",
             "Delayed jobs' schedules the server kept after their job fired (a server killed as "

@@ -1,5 +1,7 @@
-"""Workflows in the worker (``App(workflows=True)``): a step's continuation runs before the
-server is told the step ended (see :mod:`jsworker.workflows.advance`)."""
+"""Workflows in the worker (``App(workflows=True)``): a job claiming to be a workflow's step
+is checked before it runs, and dead-lettered when the workflow did not store it there (see
+:mod:`jsworker.workflows.trust`); a step's continuation runs before the server is told the
+step ended (see :mod:`jsworker.workflows.advance`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from ..errors import JsworkerError
 from ..observability.logging import get_logger
 from ..workflows.advance import Continuations
 from ..workflows.definition import FLOW
+from ..workflows.trust import ForgedStep
 from .execution import JobRun
 from .settlement import Decision, Outcome, OutcomeKind, Verb
 
@@ -22,6 +25,32 @@ _FINAL_STATES = {
     OutcomeKind.ABORTED: "cancelled",
     OutcomeKind.EXPIRED: "expired",
 }
+
+
+def flow_gate(flows: Continuations) -> Callable[[JobRun], Awaitable[Outcome | None] | None]:
+    """The gate that dead-letters a job claiming a workflow step it is not (a bad input: it
+    never runs, and never advances the workflow)."""
+
+    def gate(job: JobRun) -> Awaitable[Outcome | None] | None:
+        return _checked(flows, job) if FLOW in job.delivery.headers else None
+
+    return gate
+
+
+async def _checked(flows: Continuations, job: JobRun) -> Outcome | None:
+    """None for a job that is the step it claims to be, else the outcome that ends it."""
+    try:
+        reason = await _forged(flows, job)
+    except JsworkerError as exc:
+        return Outcome(OutcomeKind.FAILED, f"could not check its workflow: {exc}", error=exc)
+    if reason is None:
+        return None
+    return Outcome(OutcomeKind.BAD_INPUT, f"forged workflow step: {reason}", error=ForgedStep(reason))
+
+
+def _forged(flows: Continuations, job: JobRun) -> Awaitable[str | None]:
+    d = job.delivery
+    return flows.forged(d.headers, job.job_id, d.stream_seq, job.fired is not None)
 
 
 def flow_call(
@@ -51,9 +80,13 @@ def flow_final(flows: Continuations) -> FinalStep:
         if FLOW not in headers:
             return True
         state = "failed" if decision.verb is Verb.DEAD_LETTER else _FINAL_STATES.get(outcome.kind)
-        if state is None:
+        if state is None or isinstance(outcome.error, ForgedStep):
             return True
         try:
+            # Checked again: its own checks, a cancel or an expiry may have ended it before the
+            # gate looked (a rare path: the ends that are no success).
+            if await _forged(flows, job) is not None:
+                return True
             await flows.ended(
                 dict(headers), False, None, state, decision.reason or outcome.reason, outcome.error
             )

@@ -26,7 +26,7 @@ from ..observability.logging import get_logger
 from ..rates import partition_of
 from ..workflows.advance import Continuations
 from .execution import Executor, JobRun
-from .flows import flow_call, flow_final
+from .flows import flow_call, flow_final, flow_gate
 from .handbacks import HandBacks
 from .lifecycle import JobBook, held_back
 from .observe import emit_job_end, emit_job_start, warn_replicas_differ
@@ -147,7 +147,9 @@ def build_seams(
     for queue in sorted(app.fair_queues.intersection(queues)):
         seams.services.append(FairMover(conn, app.namespace, queue, _fair_report(app, queue)).run)
     if app.options.workflows:
-        flows = Continuations(app, conn)
+        forgeries = app.metrics.workflow_forgeries
+        flows = Continuations(app, conn, lambda what: forgeries.labels(what).inc())
+        seams.gates.append(flow_gate(flows))
         seams.call = flow_call(seams.call, flows)
         seams.finals.append(flow_final(flows))
     return seams

@@ -12,6 +12,9 @@ enqueues the callback, with every result, in one atomic batch with the state wri
 records it. A step that failed for good (dead-lettered), was cancelled or expired ends
 the workflow the same way, with the error callback when there is one.
 
+Only a workflow's own jobs advance it (see :mod:`.trust`): :meth:`Continuations.forged` says
+why a job is not the step it claims to be, before it runs, and a job found so advances nothing.
+
 Doing this before the ack means a worker that dies in between runs the step again (as any job
 whose worker died); it never loses the continuation.
 """
@@ -22,7 +25,7 @@ import asyncio
 import contextlib
 import random
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JsworkerError, SerializationError
@@ -35,6 +38,7 @@ from ..observability.logging import get_logger
 from ..wire import EXPECTED_LAST_SUBJECT_SEQ, caller_headers
 from .build import step_message
 from .definition import FLOW, FLOW_STEP, FlowDef, FlowState, def_subject, done_subject, state_subject
+from .trust import forged_reason
 
 if TYPE_CHECKING:
     from ..jetstream.connection import Connection
@@ -51,27 +55,64 @@ _TRIES = 200
 class Continuations:
     """Advances the workflows whose steps this worker runs."""
 
-    def __init__(self, app: TaskOwner, conn: Connection) -> None:
+    def __init__(
+        self, app: TaskOwner, conn: Connection, forgery: Callable[[str], None] = lambda what: None
+    ) -> None:
         self.app = app
         self.conn = conn
+        #: Told of each forgery found: ``definition`` or ``step``.
+        self.forgery = forgery
         self._stream = LimitsStream(conn, app.namespace.stream)
-        self._defs: OrderedDict[str, FlowDef] = OrderedDict()
+        self._defs: OrderedDict[str, tuple[FlowDef, int]] = OrderedDict()
         self._ttl = str(int(app.options.workflow_ttl))
 
     async def definition(self, flow_id: str) -> FlowDef | None:
         """The workflow's definition: the first message of its subject (a later one, which
         only a producer could have added, is never read)."""
-        flow = self._defs.get(flow_id)
-        if flow is not None:
-            return flow
-        found = await self._stream.next(def_subject(self.app.namespace, flow_id), 1)
+        defined = await self._defined(flow_id)
+        return defined[0] if defined is not None else None
+
+    async def _defined(self, flow_id: str) -> tuple[FlowDef, int] | None:
+        """The workflow's definition and its stream sequence, read once per worker (they
+        never change)."""
+        defined = self._defs.get(flow_id)
+        if defined is not None:
+            return defined
+        subject = def_subject(self.app.namespace, flow_id)
+        found = await self._stream.next(subject, 1)
         if found is None or not found.body:
             return None
         flow = FlowDef.decode(self.app.serializer, found.body)
-        self._defs[flow_id] = flow
+        # Only a producer's publish outside a start can put a second message there.
+        later = await self._stream.next(subject, found.seq + 1)
+        if later is not None:
+            log.warning("workflow.forged_definition", flow_id=flow_id, seq=later.seq, kept_seq=found.seq)
+            self.forgery("definition")
+        self._defs[flow_id] = defined = (flow, found.seq)
         while len(self._defs) > _KEPT:
             self._defs.popitem(last=False)
-        return flow
+        return defined
+
+    async def forged(self, headers: Mapping[str, str], job_id: str, seq: int, fired: bool) -> str | None:
+        """Why the job with ``headers`` (stored at ``seq``; ``fired`` by a server schedule) is
+        not the workflow step it claims to be, or None when it is, claims none, or its end
+        advances nothing (its workflow unknown, or a callback). Raises JsworkerError when
+        the server could not say."""
+        flow_id = headers.get(FLOW)
+        if flow_id is None:
+            return None
+        defined = await self._defined(flow_id)
+        if defined is None:
+            return None
+        flow, def_seq = defined
+        step = headers.get(FLOW_STEP, "")
+        reason = await forged_reason(flow, def_seq, step, job_id, seq, fired, lambda: self.state(flow_id))
+        if reason is not None:
+            log.warning(
+                "workflow.forged_step", flow_id=flow_id, step=step, job_id=job_id, seq=seq, reason=reason
+            )
+            self.forgery("step")
+        return reason
 
     async def state(self, flow_id: str) -> FlowState:
         """The workflow's state now."""
@@ -263,7 +304,9 @@ class Continuations:
     async def _write(self, flow: FlowDef, state: FlowState, batch: list[OutMessage]) -> None:
         """Store the new state with ``batch``, all or none; :class:`_Lost` when another write
         came first."""
-        msg = state.message(self.app.namespace, flow.id, self.app.options.workflow_ttl)
+        # The jobs of the batch are recorded in it, so that each can be told from a forgery.
+        wrote = [m.headers.get(FLOW_STEP, "") for m in batch]
+        msg = state.message(self.app.namespace, flow.id, self.app.options.workflow_ttl, wrote)
         try:
             if batch:
                 await publish_atomic(self.conn, [msg, *batch])

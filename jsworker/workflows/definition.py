@@ -5,7 +5,8 @@ the state write that records it are stored in one atomic batch):
   first jobs in the same batch; workers read the first message of the subject, so a second
   one published later changes nothing;
 * ``jsw.<app>.flow.state.<id>``: its state, written by workers only, each write expecting the
-  subject's last sequence (compare-and-set) and rolling the older ones up.
+  subject's last sequence (compare-and-set) and rolling the older ones up. It records the
+  stream sequence of every job the workers enqueued for it (see :mod:`.trust`).
 
 Both expire ``ttl`` seconds after their last write (per-message TTL): a workflow must finish
 within it. Job ids derive from the workflow's id (:func:`step_id`), so a step redelivered after
@@ -18,6 +19,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ..jetstream.atomic import MAX_BATCH
 from ..jetstream.message import OutMessage
 from ..naming import Namespace
 from ..serializers import Serializer
@@ -85,6 +87,31 @@ class FlowDef:
             raise ValueError("not a workflow definition")
         return cls(**raw)
 
+    def described(self, step: str) -> dict[str, Any] | None:
+        """The description of ``step`` (a label as in :data:`FLOW_STEP`), or None when the
+        workflow has no such step."""
+        if step in ("cb", "ok", "err"):
+            return {"cb": self.callback, "ok": self.on_success, "err": self.on_error}[step]
+        index = step_index(self, step)
+        return self.steps[index] if index is not None else None
+
+    def job_id(self, step: str) -> str | None:
+        """The job id of ``step``: the one it was set to, or the one derived from the
+        workflow's; None when the workflow has no such step."""
+        described = self.described(step)
+        if described is None:
+            return None
+        return str(described.get("job_id") or step_id(self.id, step))
+
+    def first_position(self, step: str) -> int | None:
+        """Where the start stored ``step``'s job in the atomic batch that holds the definition
+        (1: right after it), or None for a step the start did not store there: a chain's first
+        step, and each member of a group that fits the batch."""
+        index = step_index(self, step)
+        if index is None or index + 1 >= MAX_BATCH or (self.kind == "chain" and index > 0):
+            return None
+        return index + 1
+
     def message(self, ns: Namespace, serializer: Serializer, ttl: float) -> OutMessage:
         """The definition's message: stored only where none is (a second start of the same
         id is refused as a whole)."""
@@ -96,12 +123,24 @@ class FlowDef:
         return OutMessage(def_subject(ns, self.id), self.encode(serializer), headers)
 
 
+def step_index(flow: FlowDef, step: str) -> int | None:
+    """The index in ``flow.steps`` of ``step`` (``2`` of a chain, ``m2`` of a group), or None
+    when it names none of them."""
+    digits = step if flow.kind == "chain" else step[1:] if step.startswith("m") else ""
+    if not digits.isdigit() or digits != str(int(digits)) or int(digits) >= len(flow.steps):
+        return None
+    return int(digits)
+
+
 @dataclass
 class FlowState:
     """Where a workflow is: the chain step running, the group members that failed under
     ``stop``, and how it ended (``ended``: ``succeeded``, ``failed``, ``cancelled``,
     ``expired``; ``at``: the step; ``reason``). ``seq`` is the state message's sequence (0:
-    none written yet)."""
+    none written yet). ``jobs``: the stream sequence of each job a worker enqueued with a
+    state write, by step label. A write stores the labels of the messages of its batch in
+    order (``wrote``: the job right after the state message first); whoever reads that state
+    knows its sequence, so it knows theirs."""
 
     seq: int = 0
     step: int = 0
@@ -109,11 +148,15 @@ class FlowState:
     ended: str | None = None
     at: str | None = None
     reason: str = ""
+    jobs: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def decode(cls, seq: int, data: bytes) -> FlowState:
         """The state stored at ``seq``."""
         raw = json.loads(data)
+        jobs = {str(k): int(v) for k, v in raw.get("jobs", {}).items()}
+        # The batch of this write followed its state message, in the order it names.
+        jobs.update({label: seq + 1 + i for i, label in enumerate(raw.get("wrote", [])) if label})
         return cls(
             seq,
             int(raw.get("step", 0)),
@@ -121,13 +164,16 @@ class FlowState:
             raw.get("ended"),
             raw.get("at"),
             str(raw.get("reason", "")),
+            jobs,
         )
 
-    def message(self, ns: Namespace, flow_id: str, ttl: float) -> OutMessage:
-        """The write of this state over the one at :attr:`seq` (refused if that moved)."""
+    def message(self, ns: Namespace, flow_id: str, ttl: float, wrote: list[str] | None = None) -> OutMessage:
+        """The write of this state over the one at :attr:`seq` (refused if that moved), stored
+        first in a batch whose other messages are the steps ``wrote`` names in order (an empty
+        label for a message that is no job)."""
         body = json.dumps(
-            {"step": self.step, "failed": self.failed,
-             "ended": self.ended, "at": self.at, "reason": self.reason},
+            {"step": self.step, "failed": self.failed, "ended": self.ended, "at": self.at,
+             "reason": self.reason, "jobs": self.jobs, "wrote": wrote or []},
             separators=(",", ":"),
         ).encode()  # fmt: skip
         headers = {EXPECTED_LAST_SUBJECT_SEQ: str(self.seq), _TTL: str(int(ttl)), _ROLLUP: "sub"}

@@ -25,6 +25,7 @@ INTERNAL = {
     "TaskProcessError": "jsworker.runtime.processes",  # what a process task raised, in the worker
     "ResultError": "jsworker.runtime.processes",
     "RemoteTraceback": "jsworker.runtime.processes",  # the text cause of the above
+    "ForgedStep": "jsworker.workflows.trust",  # a dead letter's error, never raised to a caller
 }
 # Public exceptions not defined in jsworker.errors yet: the command line's loader still defines
 # its own; once it imports it from errors.py, this is empty.
