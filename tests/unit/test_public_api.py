@@ -68,6 +68,7 @@ PUBLIC = [
     "PermissionDeniedError",
     "PortInUseError",
     "ProcessExited",
+    "ProvisioningNeeded",
     "RefusedError",
     "Reject",
     "Retry",
