@@ -15,7 +15,7 @@ from .app_options import AppOptions, QueueOptions
 from .bridge import SyncBridge
 from .connections import ConnectionPool
 from .jetstream.connection import Connection, ConnectOptions
-from .jetstream.topology import ReplicasDiffer
+from .jetstream.topology import ReplicasDiffer, StreamSpec
 from .jobstatus import Form, JobStatus
 from .naming import Namespace, Role
 from .observability.metrics import Metrics
@@ -110,6 +110,10 @@ class AppView(Protocol):
 
     def queue_priority(self, queue: str) -> int:
         """The priority of ``queue``."""
+        ...
+
+    def stream_specs(self, server_version: tuple[int, ...]) -> list[StreamSpec]:
+        """Every stream of the app on a server of ``server_version``."""
         ...
 
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:

@@ -90,6 +90,28 @@ class PermissionDeniedError(JsworkerError):
         self.subject = subject
 
 
+class ProvisioningNeeded(PermissionDeniedError):
+    """A stream of the app is missing (``change`` ``"create"``) or differs from what the app
+    declares (``"update"``), and this user may not change it: streams are made by the
+    provisioning step (``jsworker provision``), run with the ``provisioner`` role's
+    credentials. ``module`` is the app's module when known, for the command to give."""
+
+    def __init__(self, stream: str, change: str, subject: str, module: str | None = None) -> None:
+        state = "does not exist" if change == "create" else "differs from what the app declares"
+        JsworkerError.__init__(
+            self,
+            f"stream {stream} {state} and this user may not {change} it (refused {subject!r}): "
+            f"run `jsworker provision {module or 'MODULE'}` with the provisioner's credentials first "
+            "(README: Security)",
+        )
+        self.operation, self.subject = "publish", subject
+        self.stream, self.change, self.module = stream, change, module
+
+    def of_module(self, module: str) -> ProvisioningNeeded:
+        """The same refusal, its command naming app module ``module``."""
+        return ProvisioningNeeded(self.stream, self.change, self.subject, module)
+
+
 class EnqueueError(JsworkerError):
     """A job could not be enqueued: no server, no stream, or no acknowledgement in time.
 

@@ -64,9 +64,11 @@ def validate_app_name(value: str) -> str:
 #: Who a connection is, for the server's permissions: each role gets replies on its own inbox
 #: subjects, so a user of one role cannot read what is delivered to another.
 #: A canceller is a producer that may also cancel jobs; a dashboard reads what an operator
-#: reads and takes only the actions the web dashboard offers (see :mod:`jsworker.permissions`).
-Role = Literal["producer", "canceller", "worker", "operator", "dashboard"]
-ROLES: tuple[Role, ...] = ("producer", "canceller", "worker", "operator", "dashboard")
+#: reads and takes only the actions the web dashboard offers; a provisioner creates and
+#: updates the app's streams (``jsworker provision``), which no other role may (see
+#: :mod:`jsworker.permissions`).
+Role = Literal["producer", "canceller", "worker", "operator", "dashboard", "provisioner"]
+ROLES: tuple[Role, ...] = ("producer", "canceller", "worker", "operator", "dashboard", "provisioner")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The NATS permissions each role of an app needs, each grant with the feature it serves.
 
-Five roles use an app (see :data:`~jsworker.naming.ROLES`):
+Six roles use an app (see :data:`~jsworker.naming.ROLES`):
 
 * **producer** only adds work: it enqueues jobs and one-shot delayed jobs, watches and reads
   job records (results) by job id, and asks the workers for a job's status. It cannot read
@@ -9,9 +9,10 @@ Five roles use an app (see :data:`~jsworker.naming.ROLES`):
   that receives its first firing).
 * **canceller** is a producer that may also ask the workers to cancel a job (a web app's
   "cancel" button): nothing else beyond the producer's rights.
-* **worker** runs jobs: it creates the app's streams and queue consumers, pulls and settles
-  jobs, writes records, claims, dead letters and events, installs periodic schedules, keeps
-  its registry entry, carries out the cancels and answers the status questions of producers.
+* **worker** runs jobs: it checks the app's streams and creates its queue consumers, pulls
+  and settles jobs, writes records, claims, dead letters and events, installs periodic
+  schedules, keeps its registry entry, carries out the cancels and answers the status
+  questions of producers.
 * **operator** looks after an app (``jsworker status``, ``dlq``, ``events``, ``schedules``,
   ``workers``, ``queues``, ``ui``): it reads everything, replays and removes dead letters,
   writes and removes schedules, pauses, resumes and purges queues, and may cancel jobs
@@ -23,6 +24,11 @@ Five roles use an app (see :data:`~jsworker.naming.ROLES`):
   letters; trigger, pause, resume and remove a schedule). It creates no stream and no queue
   consumer, pulls no job, writes no record, claim or dead letter, and tells no worker to stop
   a job (it asks the workers to cancel, as a canceller does).
+* **provisioner** is the provisioning step (``jsworker provision``), run before the workers:
+  the only role that creates and updates the app's streams, and it creates the queue
+  consumers. Workers, operators and dashboards cannot change a stream's configuration, so
+  none of them can, say, make a stream copy another app's dead letters (a ``source``). No
+  role deletes a stream.
 
 Every allow entry is a :class:`Grant` naming why it is there; ``jsworker permissions`` prints
 them as a NATS server configuration block, and :func:`role_table` as the README's table.
@@ -38,10 +44,18 @@ from typing import Any
 from .naming import ROLES, Namespace, Role
 
 _API = "$JS.API"
-_EVERY: frozenset[Role] = frozenset(ROLES)
+_PROVISIONER: frozenset[Role] = frozenset({"provisioner"})
+# Every role that uses the app's jobs: the provisioner only shapes its streams.
+_EVERY: frozenset[Role] = frozenset(ROLES) - _PROVISIONER
 # Every role but the dashboard starts work: it only enqueues again what is there already.
 _PRODUCING: frozenset[Role] = frozenset({"producer", "canceller", "worker", "operator"})
 _TRUSTED: frozenset[Role] = frozenset({"worker", "operator"})
+# Who reads the app's streams' configuration: workers check theirs at start.
+_CHECKING: frozenset[Role] = frozenset({"worker", "operator", "provisioner"})
+# Workers create their queues' consumers themselves: a new queue comes with new code, and
+# workers of that code must not wait for a provisioning step to serve it. A consumer's
+# settings are the worker's own (ack wait, max running) and reach no other stream.
+_CONSUMING: frozenset[Role] = frozenset({"worker", "provisioner"})
 _WORKER: frozenset[Role] = frozenset({"worker"})
 _OPERATOR: frozenset[Role] = frozenset({"operator"})
 _CANCELLING: frozenset[Role] = frozenset({"canceller", "worker", "operator", "dashboard"})
@@ -119,10 +133,15 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             ns.record_subject(), "watch job records as they are stored (waiting for results)", _READERS, True
         ),
         # -- what workers and operators do -----------------------------------------------
+        *(Grant(f"{_API}.STREAM.INFO.{s}", "check the app's streams", _CHECKING) for s in streams),
         *(
-            Grant(f"{_API}.STREAM.{verb}.{s}", "create and check the app's streams", _TRUSTED)
+            Grant(
+                f"{_API}.STREAM.{verb}.{s}",
+                "create and update the app's streams (`jsworker provision`; no other role may)",
+                _PROVISIONER,
+            )
             for s in streams
-            for verb in ("INFO", "CREATE", "UPDATE")
+            for verb in ("CREATE", "UPDATE")
         ),
         *(
             Grant(f"{_API}.STREAM.INFO.{s}", "check the streams it shows (figures, health)", _DASHBOARD)
@@ -169,10 +188,13 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             "its own entry in the worker registry (each process makes up its id)",
             _WORKER,
         ),
-        Grant(f"{_API}.CONSUMER.CREATE.{jobs}.>", "create the queue consumers", _WORKER),
+        Grant(f"{_API}.CONSUMER.CREATE.{jobs}.>", "create the queue consumers", _CONSUMING),
         Grant(
-            f"{_API}.CONSUMER.DURABLE.CREATE.{jobs}.*", "create the queue consumers (older servers)", _WORKER
+            f"{_API}.CONSUMER.DURABLE.CREATE.{jobs}.*",
+            "create the queue consumers (older servers)",
+            _CONSUMING,
         ),
+        Grant(f"{_API}.CONSUMER.INFO.{jobs}.*", "read a queue's consumer before it changes it", _PROVISIONER),
         Grant(f"{_API}.CONSUMER.MSG.NEXT.{jobs}.*", "pull jobs", _WORKER),
         Grant(f"$JS.ACK.{jobs}.>", "acknowledge, retry and end jobs", _WORKER),
         Grant(ns.ask_subject("*"), "answer status and cancel questions", _WORKER, True),

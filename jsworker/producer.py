@@ -274,8 +274,8 @@ class Producer:
                     # Either the first enqueue on a fresh server (create the streams) or a stream
                     # whose leader is being elected or moved (a node entering lame duck answers "no
                     # responders" for a moment; creating fails or finds it): either way, try again
-                    # for publish_timeout. A user that may not create streams waits too: a worker
-                    # starting beside it creates them.
+                    # for publish_timeout. A user that may not create streams waits too: the
+                    # provisioning step (`jsworker provision`) may be running beside it.
                     denied: PermissionDeniedError | None = None
                     try:
                         await self._app.provision_streams(conn)
@@ -291,8 +291,8 @@ class Producer:
                             raise
                         raise EnqueueError(
                             f"cannot enqueue: {missing} within {self._app.options.publish_timeout:g}s, "
-                            "and this user may not create the app's streams (a worker creates them "
-                            "when it starts)"
+                            "and this user may not create the app's streams (run `jsworker provision` "
+                            "with the provisioner's credentials)"
                         ) from failed
             except PermissionDeniedError as denied:
                 stored = (

@@ -14,6 +14,7 @@ from .dlq import dlq
 from .events import events
 from .jobs import jobs
 from .permissions import permissions
+from .provision import provision
 from .queues import queues
 from .run import run
 from .schedules import schedules
@@ -34,6 +35,7 @@ cli.add_command(status)
 cli.add_command(dlq)
 cli.add_command(events)
 cli.add_command(permissions)
+cli.add_command(provision)
 cli.add_command(schedules)
 cli.add_command(jobs)
 cli.add_command(workers)

@@ -20,7 +20,7 @@ from ..runtime.settings import WorkerSettings
 from .connection import connection_options
 from .errors import EXIT_CRASH, EXIT_USAGE, command_errors, fail
 from .options import options_from
-from .worker_process import WorkerSpec, build_worker, child_main, loop_factory, serve
+from .worker_process import WorkerSpec, build_worker, child_main, loop_factory, naming_module, serve
 
 
 class _Processes(click.ParamType[int]):
@@ -129,7 +129,11 @@ def run(
         factory = loop_factory(loop_kind)
     except ImportError:
         fail("--loop uvloop needs uvloop: pip install 'jsworker[uvloop]'", EXIT_USAGE)
-    with command_errors("worker crashed"), asyncio.Runner(loop_factory=factory) as runner:
+    with (
+        command_errors("worker crashed"),
+        naming_module(app_spec),
+        asyncio.Runner(loop_factory=factory) as runner,
+    ):
         runner.run(serve(worker))
 
 

@@ -16,7 +16,7 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -27,6 +27,7 @@ import structlog
 
 from ..app import App
 from ..app_options import AppOptions
+from ..errors import ProvisioningNeeded
 from ..fleet.channel import ChildChannel, Kind
 from ..jetstream.connection import redact_urls
 from ..observability.logging import configure_logging, get_logger
@@ -70,6 +71,16 @@ def build_worker(spec: WorkerSpec) -> Worker:
     app.configure_options(**{f.name: options.pop(f.name) for f in flag_fields(AppOptions)})
     settings = WorkerSettings(**{f.name: options.pop(f.name) for f in flag_fields(WorkerSettings)})
     return Worker(app, settings, job_budget=spec.max_jobs)
+
+
+@contextlib.contextmanager
+def naming_module(app_spec: str) -> Iterator[None]:
+    """Re-raise a :class:`ProvisioningNeeded` escaping the block with the command that fixes it
+    naming ``app_spec``, the app's module as the worker was given it."""
+    try:
+        yield
+    except ProvisioningNeeded as exc:
+        raise exc.of_module(app_spec) from exc
 
 
 def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -188,7 +199,7 @@ def child_main(spec: WorkerSpec, index: int, conn: Connection) -> None:
         click.echo(f"error: {reason}", err=True)
         sys.exit(exit_code(exc))
     try:
-        with asyncio.Runner(loop_factory=factory) as runner:
+        with naming_module(spec.app_spec), asyncio.Runner(loop_factory=factory) as runner:
             runner.run(serve(worker, channel, spec.max_memory_mb))
     except Exception as exc:
         reason = redact_urls(f"{type(exc).__name__}: {exc}")

@@ -1,11 +1,14 @@
 """Creating the app's streams and queue consumers, idempotently.
 
-Every worker runs this at start and producers run it when a publish finds no stream, so
-several processes may race here; creation is written to tolerate that.
+``jsworker provision`` runs this, and so do workers at start and producers when a publish
+finds no stream (on a server whose users may do it), so several processes may race here;
+creation is written to tolerate that. A user the server refuses a stream's create or update
+gets :class:`~jsworker.errors.ProvisioningNeeded`, which names the command that fixes it.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import nats.errors
@@ -20,11 +23,19 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from ..errors import TopologyError
+from ..errors import PermissionDeniedError, ProvisioningNeeded, TopologyError
 from .api import classify
 from .connection import Connection
 
 _STREAM_NAME_IN_USE = 10058
+
+
+class Change(enum.Enum):
+    """What provisioning did to a stream or consumer."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    AS_IS = "as is"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +136,19 @@ class ConsumerSpec:
 
 async def ensure_stream(conn: Connection, spec: StreamSpec) -> ReplicasDiffer | None:
     """Create the stream, or bring an existing one in line with ``spec`` except for its
-    replicas, which are returned when they differ.
+    replicas, which are returned when they differ (see :func:`apply_stream`)."""
+    return (await apply_stream(conn, spec))[1]
+
+
+async def apply_stream(conn: Connection, spec: StreamSpec) -> tuple[Change, ReplicasDiffer | None]:
+    """Create the stream, or bring an existing one in line with ``spec`` except for its
+    replicas: what was done, and the replicas when they differ.
 
     Replicas are left alone because a worker is the wrong place to move a stream's data
     between servers: two deployments configured differently would flip it at every start, and
     scaling down drops copies. Raises :class:`TopologyError` when a stream of that name exists
-    with another retention or for other subjects: updating it would hijack somebody else's data.
+    with another retention or for other subjects: updating it would hijack somebody else's data;
+    :class:`ProvisioningNeeded` when the server refuses this user the create or update.
     """
     for _ in range(3):
         try:
@@ -138,7 +156,9 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> ReplicasDiffer | 
         except nats.js.errors.NotFoundError:
             try:
                 await conn.js.add_stream(spec.config())
-                return None
+                return Change.CREATED, None
+            except PermissionDeniedError as exc:
+                raise ProvisioningNeeded(spec.name, "create", exc.subject) from exc
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code == _STREAM_NAME_IN_USE:
                     continue  # another process created it between our two calls
@@ -153,7 +173,7 @@ async def ensure_stream(conn: Connection, spec: StreamSpec) -> ReplicasDiffer | 
 
 async def _reconcile_stream(
     conn: Connection, spec: StreamSpec, current: StreamConfig
-) -> ReplicasDiffer | None:
+) -> tuple[Change, ReplicasDiffer | None]:
     wanted = spec.config()
     replicas = current.num_replicas or 1
     differ = ReplicasDiffer(spec.name, replicas, spec.replicas) if replicas != spec.replicas else None
@@ -178,16 +198,18 @@ async def _reconcile_stream(
         and (bool(current.allow_atomic) or not spec.atomic)
         and (bool(current.allow_batched) or not spec.batched)
     ):
-        return differ
+        return Change.AS_IS, differ
     if current.allow_msg_schedules:
         wanted.allow_msg_schedules = True
     if current.allow_batched:
         wanted.allow_batched = True
     try:
         await conn.js.update_stream(wanted)
+    except PermissionDeniedError as exc:
+        raise ProvisioningNeeded(spec.name, "update", exc.subject) from exc
     except nats.errors.Error as exc:
         raise _failed(f"cannot update stream {spec.name}", exc) from exc
-    return differ
+    return Change.UPDATED, differ
 
 
 async def stream_exists(conn: Connection, name: str) -> bool:
@@ -207,6 +229,29 @@ async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
         await conn.js.add_consumer(spec.stream, spec.config())
     except nats.errors.Error as exc:
         raise _failed(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
+
+
+async def apply_consumer(conn: Connection, spec: ConsumerSpec) -> Change:
+    """:func:`ensure_consumer`, reading the consumer first to tell what it changed (an
+    unchanged consumer is not written)."""
+    try:
+        current = (await conn.js.consumer_info(spec.stream, spec.name)).config
+    except nats.js.errors.NotFoundError:
+        await ensure_consumer(conn, spec)
+        return Change.CREATED
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot read consumer {spec.name} on {spec.stream}", exc) from exc
+    wanted = spec.config()
+    if (
+        current.filter_subject == wanted.filter_subject
+        and _close(current.ack_wait, wanted.ack_wait)
+        and current.max_ack_pending == wanted.max_ack_pending
+        and current.max_deliver == wanted.max_deliver
+        and current.ack_policy == wanted.ack_policy
+    ):
+        return Change.AS_IS
+    await ensure_consumer(conn, spec)
+    return Change.UPDATED
 
 
 def _failed(what: str, exc: BaseException) -> TopologyError:

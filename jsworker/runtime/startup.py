@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client import Counter
 
 from .._version import __version__
-from ..errors import TopologyError
+from ..errors import ProvisioningNeeded, TopologyError
 from ..events.emit import EventEmitter
 from ..flow.fair import FairMover
 from ..flow.partitions import Partitions
@@ -83,7 +83,11 @@ def announce(app: App, conn: Connection, worker: _Running, queues: list[str]) ->
 
 
 async def provision(app: App, conn: Connection, queues: list[str]) -> None:
-    """Create or check the app's streams and the consumers of ``queues``."""
+    """Create or check the app's streams and the consumers of ``queues``.
+
+    Where the server refuses this user a stream's create or update (its users hold the printed
+    permissions: only the provisioner's may), a stream missing or out of date stops the worker
+    with :class:`ProvisioningNeeded`, naming the provisioning step."""
     # A worker may start while its cluster elects a JetStream leader: wait that out, but
     # give up at once on a refusal (a conflicting stream will not fix itself).
     deadline = time.monotonic() + _PROVISION_PATIENCE
@@ -91,6 +95,9 @@ async def provision(app: App, conn: Connection, queues: list[str]) -> None:
         try:
             differ = await app.provision(conn, queues)
             break
+        except ProvisioningNeeded as exc:
+            log.error("worker.provisioning_needed", stream=exc.stream, change=exc.change)
+            raise
         except TopologyError as exc:
             if not exc.transient or time.monotonic() > deadline:
                 raise

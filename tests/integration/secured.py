@@ -31,16 +31,26 @@ def as_user(user: str) -> dict[str, str]:
     return {"JSWORKER_USER": user, "JSWORKER_PASSWORD": PASSWORD.format(user)}
 
 
-def role_cli(url: str, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``jsworker ARGS`` run as ``user``."""
+def role_cli(
+    url: str, user: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``jsworker ARGS`` run as ``user`` (``env`` added to its environment)."""
     return subprocess.run(
         [sys.executable, "-m", "jsworker", *args],
-        env={**worker_env(url), **as_user(user)},
+        env={**worker_env(url), **as_user(user), **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
+
+
+def provision(url: str, module: str = "perm_app") -> str:
+    """Run ``jsworker provision module`` (an app ``perm``) as ``perm-provisioner``, what a
+    deployment does before it starts the workers; its output."""
+    done = role_cli(url, "perm-provisioner", "provision", module)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 async def provision_as_admin(url: str) -> None:

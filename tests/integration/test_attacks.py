@@ -22,7 +22,7 @@ from jsworker.lifecycle.state import JobRecord, JobState
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
-from .secured import ADMIN, PASSWORD, as_user, provision_as_admin, role_app
+from .secured import ADMIN, PASSWORD, as_user, provision, role_app
 from .workers import records, start_worker, stop
 
 DUE = "Jsw-Scheduled-For"
@@ -77,6 +77,7 @@ def test_a_producer_can_only_add_work(secured: NatsServer, tmp_path: Path) -> No
     messages, asking for a cancel: all refused. The running job and a delayed one run once and
     their waiters get the real results."""
     url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+    provision(url)
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
@@ -130,6 +131,7 @@ def test_a_halt_the_server_does_not_confirm_changes_nothing(secured: NatsServer,
     """Even from a role that may send it (an operator), a notice to stop a running job whose
     message is still on the server is ignored: no worker answers, the job finishes."""
     url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+    provision(url)
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
@@ -158,6 +160,7 @@ def test_schedules_a_producer_may_not_install_never_run(secured: NatsServer, tmp
     accepted by the server (permissions cannot read headers) but are dead-lettered, never run,
     and the repeating schedule is removed."""
     url, record = secured.url, tmp_path / "record"
+    provision(url)
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
@@ -236,6 +239,7 @@ def test_a_canceller_cancels_and_does_nothing_more(secured: NatsServer, tmp_path
     """The canceller cancels a delayed, a queued and a running job (through the workers) and
     is refused every forgery a producer is refused."""
     url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+    provision(url)
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
@@ -292,7 +296,7 @@ def test_a_producer_enqueues_unique_jobs_without_reading_the_job_stream(
             assert not first.duplicate and again.duplicate and again.id == first.id
             return first.id
 
-    asyncio.run(provision_as_admin(url))
+    provision(url)
     job_id = asyncio.run(alone())
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
@@ -357,6 +361,7 @@ def test_fair_queue_grants_cannot_be_misused(secured: NatsServer, tmp_path: Path
     or follow what waits there, nor take the queue's mover lease. A worker with the printed
     credentials moves the jobs in turns and runs each once."""
     url, record = secured.url, tmp_path / "record"
+    provision(url, "perm_fair_app")
     worker = start_worker(
         url,
         record,

@@ -21,7 +21,7 @@ from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 
 from ..support import wait_until_async
-from .secured import ADMIN, PASSWORD, as_user, role_app
+from .secured import ADMIN, PASSWORD, as_user, provision, role_app
 from .ui_support import client, no_traceback, post
 from .workers import records, start_worker, stop
 
@@ -52,6 +52,7 @@ async def _install_schedule(url: str) -> None:
 @pytest.mark.usefixtures("info_logging")
 async def test_the_dashboard_role_is_all_the_dashboard_needs(secured: NatsServer, tmp_path: Path) -> None:
     url, record, log, gate = secured.url, tmp_path / "record", tmp_path / "worker.log", tmp_path / "gate"
+    provision(url)
     worker = start_worker(url, record, log, module="perm_app", env=as_user("perm-worker"))
     dashboard = _dashboard_app(url)
     try:
@@ -151,6 +152,7 @@ async def test_the_dashboard_may_not_run_change_or_stop_jobs_itself(
     server, and the running job finishes with its real result. With no worker running, the
     dashboard cannot cancel a job either: it may only ask the workers."""
     url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+    provision(url)
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
     dashboard = _dashboard_app(url)
     try:

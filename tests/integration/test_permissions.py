@@ -27,6 +27,7 @@ from jsworker.testing import NatsServer
 from ..support import connections, wait_until, wait_until_async
 from .secured import ADMIN, PASSWORD
 from .secured import as_user as _as
+from .secured import provision as _provision
 from .secured import provision_as_admin as _provision_as_admin
 from .secured import role_app as _app
 from .secured import role_cli as _cli
@@ -70,11 +71,13 @@ def _dead_letter_ids(url: str) -> list[str]:
 
 @pytest.mark.slow
 def test_each_role_does_its_work(secured: NatsServer, tmp_path: Path) -> None:
-    """A worker, a producer and an operator, each with only its role's permissions: the
-    worker provisions, runs jobs and keeps its registry entry, the producer enqueues, the
+    """A provisioner, a worker, a producer and an operator, each with only its role's
+    permissions: the provisioner makes the streams, the worker runs jobs and keeps its registry
+    entry, the producer enqueues, the
     operator reads status and the live workers, lists and replays dead letters and exports
     events; nobody is refused anything."""
     url, record, log = secured.url, tmp_path / "record", tmp_path / "worker.log"
+    _provision(url)
     worker = start_worker(url, record, log, "--log-level", "info", module="perm_app", env=_as("perm-worker"))
     try:
         wait_until(lambda: asyncio.run(_admin_stream_exists(url, "JSW_PERM_EVENTS")), timeout=20)
@@ -146,6 +149,7 @@ def test_producer_cannot_read_jobs(secured: NatsServer, tmp_path: Path) -> None:
     and while a worker runs jobs, nothing reaches the producer."""
     url, record, log = secured.url, tmp_path / "record", tmp_path / "worker.log"
     spied = ["_jsw_inbox.perm.worker.>", "_jsw_inbox.>", "_INBOX.>", "jsw.perm.q.>", ">"]
+    _provision(url)
     worker = start_worker(url, record, log, module="perm_app", env=_as("perm-worker"))
     try:
 
@@ -176,6 +180,8 @@ def test_producer_cannot_purge_consume_or_read_dead_letters(secured: NatsServer)
     """What a producer may not do fails at once with the refused subject named: no 20 s of
     retries ending in "may have been stored"."""
     url = secured.url
+
+    _provision(url)
 
     async def scenario() -> None:
         worker_app = _app(url, "perm-worker")
@@ -256,11 +262,13 @@ def test_custom_inbox_prefix(secured: NatsServer, tmp_path: Path) -> None:
 def test_a_worker_refused_its_pulls_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker whose user may not pull logs, naming the refused subject, that its queue's
     pull loop stopped, instead of sitting silent."""
-    monkeypatch.setenv("PERM_WORKER_PASSWORD", PASSWORD.format("perm-worker"))
-    block = server_config(["perm"], ("worker",))
+    for role in ("worker", "provisioner"):
+        monkeypatch.setenv(f"PERM_{role.upper()}_PASSWORD", PASSWORD.format(f"perm-{role}"))
+    block = server_config(["perm"], ("worker", "provisioner"))
     pull = '"$JS.API.CONSUMER.MSG.NEXT.JSW_PERM.*", '
     assert pull in block
     server = _server(tmp_path, block.replace(pull, ""))
+    _provision(server.url)
     record, log = tmp_path / "record", tmp_path / "worker.log"
     worker = start_worker(server.url, record, log, module="perm_app", env=_as("perm-worker"))
     try:
@@ -284,10 +292,10 @@ def _producer_published(server: NatsServer) -> bool:
     )
 
 
-def test_a_producer_waits_for_a_worker_to_create_the_streams(secured: NatsServer, tmp_path: Path) -> None:
-    """A producer may not create streams: an enqueue sent before any worker has made them
-    waits for one (within publish_timeout) instead of failing at once, as it does while a
-    stream's leader moves. With no worker at all it fails, saying why."""
+def test_a_producer_waits_for_the_provisioning_step(secured: NatsServer, tmp_path: Path) -> None:
+    """A producer may not create streams: an enqueue sent before the provisioning step has made
+    them waits for it (within publish_timeout) instead of failing at once, as it does while a
+    stream's leader moves. With no provisioning at all it fails, naming the step."""
     url, record = secured.url, tmp_path / "record"
     producer = _app(url, "perm-producer")
     worker = None
@@ -296,10 +304,9 @@ def test_a_producer_waits_for_a_worker_to_create_the_streams(secured: NatsServer
             pending = pool.submit(producer.tasks["add"].delay, 2, 3)
             wait_until(lambda: _producer_published(secured), timeout=10, message="the producer's first try")
             assert not pending.done()
-            worker = start_worker(
-                url, record, tmp_path / "worker.log", module="perm_app", env=_as("perm-worker")
-            )
+            _provision(url)
             job = pending.result(timeout=30)
+        worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=_as("perm-worker"))
         wait_until(lambda: [job_id for job_id, _, _ in records(record)] == [job.id], timeout=20)
     finally:
         producer.close()
@@ -309,7 +316,10 @@ def test_a_producer_waits_for_a_worker_to_create_the_streams(secured: NatsServer
     alone = _app(url, "other-producer", "other")
     alone.configure_options(publish_timeout=1)
     try:
-        with pytest.raises(EnqueueError, match=r"within 1s, and this user may not create the app's streams"):
+        with pytest.raises(
+            EnqueueError,
+            match=r"within 1s, and this user may not create the app's streams \(run `jsworker provision`",
+        ):
             alone.tasks["add"].delay(1, 2)
     finally:
         alone.close()

@@ -197,11 +197,12 @@ def secured_cluster(certs: Path, base: Path, monkeypatch: pytest.MonkeyPatch) ->
 # --- workers as the image runs them -----------------------------------------------------------
 
 
-def compose_worker_env(secured: Secured) -> dict[str, str]:
-    """compose.yaml's worker environment, with the compose host names and container paths
-    pointed at the loopback cluster and the dev certificates."""
+def compose_worker_env(secured: Secured, service: str = "worker") -> dict[str, str]:
+    """compose.yaml's worker environment (or that of ``service``, run from the worker image),
+    with the compose host names and container paths pointed at the loopback cluster and the
+    dev certificates."""
     data = load_compose()
-    worker = data["services"]["worker"]
+    worker = data["services"][service]
     env = {k: interpolate(str(v), secured.passwords) for k, v in worker["environment"].items()}
     for name in secured.nodes:
         env["JSWORKER_URL"] = env["JSWORKER_URL"].replace(f"tls://{name}:4222", secured.url(name))
@@ -209,6 +210,29 @@ def compose_worker_env(secured: Secured) -> dict[str, str]:
     mounted = {c["target"]: data["configs"][c["source"]]["file"] for c in worker["configs"]}
     env["JSWORKER_TLS_CA"] = str(secured.certs / Path(mounted[env["JSWORKER_TLS_CA"]]).name)
     return env
+
+
+def provision_argv() -> list[str]:
+    """The ``jsworker`` arguments of compose's provisioning step, with its container variables
+    left for the caller's environment to fill (``$JSWORKER_APP``): its entrypoint is
+    ``tini -- /bin/sh -c 'exec jsworker provision "$JSWORKER_APP"'``."""
+    entrypoint = load_compose()["services"]["provision"]["entrypoint"]
+    assert entrypoint[:4] == ["tini", "--", "/bin/sh", "-c"], entrypoint
+    words = shlex.split(entrypoint[4].replace("$$", "$"))
+    assert words[:2] == ["exec", "jsworker"], words
+    return words[2:]
+
+
+def run_compose_provision(env: dict[str, str], cwd: Path) -> str:
+    """Run compose's provisioning step with ``env`` (the container's whole environment) and
+    ``cwd`` (its WORKDIR), as compose does before the workers; its output."""
+    argv = [env["JSWORKER_APP"] if word == "$JSWORKER_APP" else word for word in provision_argv()]
+    done = subprocess.run(
+        [sys.executable, "-m", "jsworker", *argv],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def image_env(app_dir: Path) -> dict[str, str]:

@@ -56,6 +56,7 @@ from .live import (
     image_env,
     load_compose,
     meta_leader,
+    run_compose_provision,
     secured_cluster,
     start_image_worker,
     start_prometheus,
@@ -152,14 +153,15 @@ def _producer(cluster: Secured) -> ProducerTasks:
     return ProducerTasks(app, deliver, doomed, flaky, slow)
 
 
-def _worker_env(cluster: Secured, record: Path) -> dict[str, str]:
-    """A worker container's environment: the image's ENV, then compose's worker environment;
-    plus where the test app records its runs. No JSWORKER_* variable or role password of this
-    process reaches it."""
+def _worker_env(cluster: Secured, record: Path, service: str = "worker") -> dict[str, str]:
+    """A worker container's environment (or that of compose's ``service`` run from the worker
+    image): the image's ENV, then compose's environment; plus where the test app records its
+    runs. No JSWORKER_* variable or role password of this process reaches it."""
     inherited = {
         k: v for k, v in os.environ.items() if not k.startswith("JSWORKER_") and k not in cluster.passwords
     }
-    return {**inherited, **image_env(APP_DIR), **compose_worker_env(cluster), RECORD_ENV: str(record)}
+    service_env = compose_worker_env(cluster, service)
+    return {**inherited, **image_env(APP_DIR), **service_env, RECORD_ENV: str(record)}
 
 
 def _prometheus_config(dest: Path, workers: list[ImageWorker]) -> Path:
@@ -191,6 +193,7 @@ def deployment(dev_certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         env = _worker_env(cluster, record)
         tasks: ProducerTasks | None = None
         try:
+            run_compose_provision(_worker_env(cluster, record, "provision"), APP_DIR)
             workers = []
             for i in range(1, WORKERS + 1):
                 worker = start_image_worker(env, APP_DIR, tmp / f"worker-{i}.log")

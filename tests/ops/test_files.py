@@ -542,7 +542,9 @@ def test_workers_know_all_three_nats_nodes() -> None:
     worker = _compose()["services"]["worker"]
     urls = worker["environment"]["JSWORKER_URL"].split(",")
     assert sorted(urlsplit(u).netloc for u in urls) == [f"nats-{i}:4222" for i in (1, 2, 3)]
-    assert set(worker["depends_on"]) == {"nats-1", "nats-2", "nats-3"}
+    # The nodes, and the provisioning step that makes the streams first.
+    assert set(worker["depends_on"]) == {"nats-1", "nats-2", "nats-3", "provision"}
+    assert set(_compose()["services"]["provision"]["depends_on"]) == {"nats-1", "nats-2", "nats-3"}
 
     _, container = _k8s_worker()
     env = {e["name"]: e.get("value") for e in container["env"]}

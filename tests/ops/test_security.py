@@ -27,7 +27,16 @@ from jsworker import App
 
 from ..integration.workers import stop
 from ..support import wait_until
-from .live import APP, QUICKSTART, Secured, auth_users, compose_worker_env, load_compose, secured_cluster
+from .live import (
+    APP,
+    QUICKSTART,
+    Secured,
+    auth_users,
+    compose_worker_env,
+    load_compose,
+    run_compose_provision,
+    secured_cluster,
+)
 from .opsfiles import (
     AUTH_CONF,
     COMPOSE,
@@ -55,7 +64,7 @@ from .opsfiles import (
     without_leading_comments,
 )
 
-ROLES = ("producer", "canceller", "worker", "operator", "dashboard")
+ROLES = ("producer", "canceller", "worker", "operator", "dashboard", "provisioner")
 # The one role that answers the questions it receives (status and cancel, from producers whose
 # inboxes it may not publish to): NATS ``allow_responses``.
 ANSWERING = {"worker"}
@@ -252,6 +261,52 @@ def test_k8s_workers_log_in_as_the_worker_over_tls() -> None:
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert volume["secret"]["secretName"] == "nats-tls"
     assert volume["secret"]["items"] == [{"key": "ca.crt", "path": ca.name}], "the CA only, not the key"
+
+
+# --- the provisioning step --------------------------------------------------------------------
+
+# What the provisioning step must share with the workers: the streams it makes are the ones
+# they check, and a worker with other settings would find them out of date.
+APP_SETTINGS = (
+    "JSWORKER_URL",
+    "JSWORKER_APP",
+    "JSWORKER_TLS_CA",
+    "JSWORKER_REPLICAS",
+    "JSWORKER_DLQ_MAX_BYTES",
+    "JSWORKER_EVENTS_MAX_BYTES",
+)
+
+
+def test_compose_provisions_once_before_the_workers_as_the_provisioner() -> None:
+    compose = load_compose()
+    step, worker = compose["services"]["provision"], compose["services"]["worker"]
+    assert step["restart"] == "no", "a one-shot step: restarted, it would never complete"
+    assert worker["depends_on"]["provision"] == {"condition": "service_completed_successfully"}
+    assert step["image"] == worker["image"] and step["build"] == worker["build"]
+    env = step["environment"]
+    assert env["JSWORKER_USER"] == f"{APP}-provisioner"
+    assert is_required_variable(env["JSWORKER_PASSWORD"]) == auth_users()[env["JSWORKER_USER"]]
+    assert {k: env[k] for k in APP_SETTINGS} == {k: worker["environment"][k] for k in APP_SETTINGS}
+    assert "PROVISIONER" not in json.dumps(worker), "the workers never get the provisioner's password"
+    mounted = {c["target"]: compose["configs"][c["source"]]["file"] for c in step.get("configs", [])}
+    assert mounted == {env["JSWORKER_TLS_CA"]: "./tls/ca.pem"}
+    assert "secrets" not in step and "ports" not in step
+
+
+def test_k8s_provisions_in_an_init_container_as_the_provisioner() -> None:
+    pod = k8s_object("Deployment", "jsworker")["spec"]["template"]["spec"]
+    (step,) = pod["initContainers"]
+    (worker,) = pod["containers"]
+    assert step["image"] == worker["image"]
+    assert step["command"][-2:] == ["provision", "$(JSWORKER_APP)"], step["command"]
+    env = {e["name"]: e for e in step["env"]}
+    worker_env = {e["name"]: e for e in worker["env"]}
+    assert env["JSWORKER_USER"]["value"] == f"{APP}-provisioner"
+    ref = env["JSWORKER_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "nats-users", "key": auth_users()[f"{APP}-provisioner"]}
+    assert {k: env[k] for k in APP_SETTINGS} == {k: worker_env[k] for k in APP_SETTINGS}
+    assert "PROVISIONER" not in json.dumps(worker), "the worker never gets the provisioner's password"
+    assert step["volumeMounts"] == worker["volumeMounts"], "the CA certificate, as the worker's"
 
 
 # --- secrets, Grafana, ports ------------------------------------------------------------------
@@ -478,6 +533,9 @@ def test_templates_run_a_job_with_tls_and_users(secured: Secured, tmp_path: Path
         info = _server_info(server.port)
         assert info.get("tls_required") and info.get("auth_required"), info
 
+    # The provisioning step first, as compose runs it: the worker may not make the streams.
+    made = run_compose_provision(_cli_env(compose_worker_env(secured, "provision")), QUICKSTART)
+    assert "stream JSW_QUICKSTART: created" in made, made
     env = compose_worker_env(secured)
     worker_cmd = load_compose()["services"]["worker"]["command"]
     argv = image_run_args(worker_cmd, env["JSWORKER_APP"])

@@ -109,7 +109,7 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
 def test_workers_write_their_registry_entries_and_operators_read_them() -> None:
     worker = permissions("shop", "worker")
     assert "$KV.jsw_shop_workers.*" in worker.publish  # its entry, under the id it makes up
-    assert "$JS.API.STREAM.CREATE.KV_jsw_shop_workers" in worker.publish
+    assert "$JS.API.STREAM.INFO.KV_jsw_shop_workers" in worker.publish  # the bucket is provisioned
     assert not any("CONSUMER" in s and "KV_jsw_shop_workers" in s for s in worker.publish)
     operator = permissions("shop", "operator")
     assert not any(s.startswith("$KV.jsw_shop_workers") for s in operator.publish)  # reads only
@@ -120,6 +120,37 @@ def test_workers_write_their_registry_entries_and_operators_read_them() -> None:
     ):
         assert f"$JS.API.CONSUMER.{verb}" in operator.publish
     assert not any("workers" in s for s in permissions("shop", "producer").publish)
+
+
+def test_only_the_provisioner_creates_or_updates_streams() -> None:
+    """Workers, operators and dashboards check streams at most: a user that could update one
+    could make it copy another app's messages (a ``source``). Nobody deletes a stream."""
+    for role in ROLES:
+        publish = permissions("shop", role).publish
+        assert not any(s.startswith("$JS.API.STREAM.DELETE.") for s in publish), role
+        changes = [s for s in publish if s.startswith(("$JS.API.STREAM.CREATE.", "$JS.API.STREAM.UPDATE."))]
+        assert bool(changes) == (role == "provisioner"), (role, changes)
+    provisioner = permissions("shop", "provisioner")
+    assert provisioner.subscribe == ("_jsw_inbox.shop.provisioner.>",)
+    assert not provisioner.answers
+    streams = {s.rsplit(".", 1)[1] for s in provisioner.publish if s.startswith("$JS.API.STREAM.")}
+    assert {"JSW_SHOP", "JSW_SHOP_DLQ", "KV_jsw_shop_jobs", "KV_jsw_shop_workers"} <= streams
+    assert set(provisioner.publish) == {
+        f"$JS.API.STREAM.{verb}.{stream}" for stream in streams for verb in ("INFO", "CREATE", "UPDATE")
+    } | {
+        "$JS.API.CONSUMER.CREATE.JSW_SHOP.>",
+        "$JS.API.CONSUMER.DURABLE.CREATE.JSW_SHOP.*",
+        "$JS.API.CONSUMER.INFO.JSW_SHOP.*",
+    }
+    # Workers still create their queues' consumers (a new queue comes with new code).
+    assert "$JS.API.CONSUMER.CREATE.JSW_SHOP.>" in permissions("shop", "worker").publish
+
+
+def test_the_permissions_command_prints_the_provisioner() -> None:
+    printed = CliRunner().invoke(cli, ["permissions", "shop", "--role", "provisioner"])
+    assert printed.exit_code == 0, printed.output
+    assert '{user: "shop-provisioner", password: $SHOP_PROVISIONER_PASSWORD,' in printed.output
+    assert "$JS.API.STREAM.UPDATE.JSW_SHOP_DLQ" in printed.output
 
 
 def test_the_readme_role_table_is_the_one_the_grants_make() -> None:

@@ -69,6 +69,7 @@ PUBLIC = [
     "PermissionDeniedError",
     "PortInUseError",
     "ProcessExited",
+    "ProvisioningNeeded",
     "RefusedError",
     "Reject",
     "Retry",
