@@ -24,7 +24,17 @@ from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from .job import Job
 from .jobstatus import JobStatus
-from .layout import consumer_spec, dlq_spec, events_spec, job_stream_spec, leases_spec, rates_spec, tally_spec
+from .layout import (
+    consumer_spec,
+    dlq_spec,
+    events_spec,
+    job_stream_spec,
+    leases_spec,
+    rates_spec,
+    relay_specs,
+    schedules_spec,
+    tally_spec,
+)
 from .lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
 from .lifecycle.client import JobLifecycle
 from .middleware import Middleware, MiddlewareChain
@@ -441,15 +451,15 @@ class App:
 
     def stream_specs(self, server_version: tuple[int, ...]) -> list[StreamSpec]:
         """Every stream of the app on a server of ``server_version``: the job and dead-letter
-        streams, the jobs bucket (servers with per-message TTLs), the claims stream (servers
-        with schedules) and the events stream if the app emits events."""
+        streams, the jobs bucket (servers with per-message TTLs), the schedules and claims
+        streams (servers with schedules) and the events stream if the app emits events."""
         schedules = server_version >= DELAYED_SINCE
         specs = [job_stream_spec(self, schedules), dlq_spec(self)]
         if server_version >= RECORDS_SINCE:
             batched = server_version >= BATCHED_SINCE
             specs.append(jobs_bucket_spec(self.namespace, self.options.replicas, batched=batched))
         if schedules:
-            specs.append(claims_spec(self.namespace, self.options.replicas))
+            specs += [schedules_spec(self), claims_spec(self.namespace, self.options.replicas)]
         if self.options.events:
             specs.append(events_spec(self))
         if self.options.workflows and schedules:
@@ -484,6 +494,8 @@ class App:
         differ = await self.provision_streams(conn)
         for queue in queues if queues is not None else self.queues:
             await ensure_consumer(conn, consumer_spec(self, queue))
+        for spec in relay_specs(self, conn.server_version):
+            await ensure_consumer(conn, spec)
         return differ
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """What an app keeps on the server, as specs that :mod:`jsworker.jetstream.topology` creates or
-updates: its own streams (jobs and schedules, dead letters, events) and one durable pull
-consumer per queue. The features' streams (the jobs bucket, claims) are theirs; the app joins
+updates: its own streams (jobs, schedules, dead letters, events), one durable pull consumer
+per queue and the two through which workers move delayed and fired jobs. The features'
+streams (the jobs bucket, claims) are theirs; the app joins
 them all (:meth:`jsworker.App.stream_specs`)."""
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
 
 
 def job_stream_spec(app: AppView, schedules: bool = True) -> StreamSpec:
-    """The job stream; it also holds the schedules, which it allows when ``schedules``
-    (servers before 2.12 have none)."""
+    """The job stream, which producers write: it honours no header by which a publisher could
+    remove or repeat a message (no rollups, schedules or per-message TTLs). ``schedules``: the
+    server has message schedules and atomic batches (2.12 and later)."""
     ns = app.namespace
     # Workflows keep their definitions and states beside their jobs: a step and the state
     # write that records it are stored in one atomic batch (servers with schedules have those).
@@ -30,16 +32,56 @@ def job_stream_spec(app: AppView, schedules: bool = True) -> StreamSpec:
         name=ns.stream,
         subjects=(
             ns.job_subjects,
-            ns.schedule_subjects,
+            *([ns.later_subjects] if schedules else []),
             *([ns.flow_subjects] if flows else []),
             *([ns.intake_subjects] if fair else []),
         ),
         work_queue=True,
         replicas=app.options.replicas,
         duplicate_window=app.options.duplicate_window,
-        schedules=schedules,
         atomic=flows or fair,
     )
+
+
+def schedules_spec(app: AppView) -> StreamSpec:
+    """The schedules stream (servers 2.12 and later): delayed jobs' and periodic schedules, and
+    the jobs they fire until a worker moves them into their queues. Only workers and operators
+    write it: the server allows rollups on any stream that allows schedules."""
+    ns = app.namespace
+    return StreamSpec(
+        name=ns.schedules_stream,
+        subjects=(ns.schedule_subjects, ns.fired_subjects),
+        work_queue=True,
+        replicas=app.options.replicas,
+        duplicate_window=app.options.duplicate_window,
+        schedules=True,
+    )
+
+
+#: The consumers through which workers move delayed jobs from the job stream into the
+#: schedules stream, and fired jobs from there into their queues. Queue names may not start
+#: with ``_jsw``, so no queue's consumer takes these names.
+LATER_CONSUMER = "_jsw_later"
+FIRED_CONSUMER = "_jsw_fired"
+
+
+#: nats-server versions that store and fire message schedules (and so have a schedules stream).
+SCHEDULES_SINCE = (2, 12, 0)
+
+
+def relay_specs(app: AppView, server_version: tuple[int, ...]) -> list[ConsumerSpec]:
+    """The consumers of the two moves on a server of ``server_version`` (none before 2.12):
+    delayed jobs into schedules, fired jobs into their queues. Each message is moved within
+    seconds, and one not acked in a minute is given to another worker."""
+    if server_version < SCHEDULES_SINCE:
+        return []
+    ns = app.namespace
+    return [
+        ConsumerSpec(ns.stream, LATER_CONSUMER, ns.later_subjects, ack_wait=60.0, max_ack_pending=10_000),
+        ConsumerSpec(
+            ns.schedules_stream, FIRED_CONSUMER, ns.fired_subjects, ack_wait=60.0, max_ack_pending=10_000
+        ),
+    ]
 
 
 def dlq_spec(app: AppView) -> StreamSpec:
@@ -74,6 +116,8 @@ def events_spec(app: AppView) -> StreamSpec:
 def consumer_spec(app: AppView, queue: str) -> ConsumerSpec:
     """The durable pull consumer of ``queue``: ``max_ack_pending`` is the queue's
     ``max_running`` when it declares one, else the app's ``max_ack_pending``."""
+    if queue.startswith("_jsw"):
+        raise ConfigurationError(f"invalid queue name {queue!r}: names starting '_jsw' are jsworker's own")
     declared = app.queue_options.get(queue)
     return ConsumerSpec(
         stream=app.namespace.stream,

@@ -5,10 +5,15 @@ One app is one namespace on the server: a job stream ``JSW_<APP>`` holding subje
 ``JSW_<APP>_DLQ`` holding ``jsw.<app>.dlq.<queue>.<task>``, and (when the app emits job
 events) an events stream ``JSW_<APP>_EVENTS`` holding ``jsw.<app>.ev.<queue>.<task>.<event>``.
 
-Schedules live in the job stream too, on subjects no queue consumer covers (a consumer that
-received a schedule would delete it with its ack): ``jsw.<app>.sched.at.<queue>.<due>.<job>``
-for a delayed job (``due`` in unix milliseconds) and ``jsw.<app>.sched.repeat.<name>`` for a
-periodic schedule. ``JSW_<APP>_CLAIMS`` holds ``jsw.<app>.claim.<job>.<due>``: which fired
+Streams are laid out by who writes them. Producers write only streams that honour no header
+by which a publisher removes or repeats anything (no rollups, no schedules, no per-message
+TTL): the job stream, where a delayed job waits as ``jsw.<app>.later.<queue>.<due>.<job>``
+(``due`` in unix milliseconds) until a worker turns it into a schedule. Schedules live in
+``JSW_<APP>_SCHED``, which only workers and operators write (a stream that allows schedules
+also allows rollups, whatever its configuration asks): ``jsw.<app>.sched.at.<queue>.<due>.<job>``
+for a delayed job, ``jsw.<app>.sched.repeat.<name>`` for a periodic schedule, each firing onto
+``jsw.<app>.fired.<queue>.<task>[.<key>]`` in the same stream, from where a worker moves the
+job into its queue. ``JSW_<APP>_CLAIMS`` holds ``jsw.<app>.claim.<job>.<due>``: which fired
 message of a delayed job or a tick runs, so that one fired twice still runs once.
 
 Two key-value buckets complete it: ``jsw_<app>_jobs`` (a record a job id: results and
@@ -28,13 +33,18 @@ from .errors import ConfigurationError
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def is_name(value: object) -> bool:
+    """Whether ``value`` is usable as an app, queue or task name (see :func:`validate_name`)."""
+    return isinstance(value, str) and _TOKEN.fullmatch(value) is not None
+
+
 def validate_name(kind: str, value: str) -> str:
     """Return ``value`` if it is usable as an app, queue or task name, else raise.
 
     Allowed: letters, digits, ``_`` and ``-``, 1 to 64 characters. Dots, spaces and the
     wildcards ``*`` and ``>`` would split or widen NATS subjects.
     """
-    if not isinstance(value, str) or not _TOKEN.fullmatch(value):
+    if not is_name(value):
         raise ConfigurationError(
             f"invalid {kind} name {value!r}: use 1-64 letters, digits, '_' or '-' "
             "(no dots, spaces, '*' or '>')"
@@ -45,7 +55,7 @@ def validate_name(kind: str, value: str) -> str:
 # Suffixes of the streams an app has besides its job stream. An app whose own name ends in
 # one (app "zeta_events") would have a job stream named like another app's ("zeta") events
 # stream: such names are refused.
-RESERVED_SUFFIXES = ("_dlq", "_events", "_claims")
+RESERVED_SUFFIXES = ("_dlq", "_events", "_claims", "_sched")
 
 
 def validate_app_name(value: str) -> str:
@@ -105,6 +115,50 @@ class Namespace:
         return f"JSW_{self.app.upper()}_CLAIMS"
 
     @property
+    def schedules_stream(self) -> str:
+        """The stream of schedules and their firings (WorkQueue retention; only workers and
+        operators write it)."""
+        return f"JSW_{self.app.upper()}_SCHED"
+
+    @property
+    def fired_subjects(self) -> str:
+        """Wildcard covering every job a schedule fired (in the schedules stream)."""
+        return f"jsw.{self.app}.fired.>"
+
+    def fired_subject(self, job_subject: str) -> str:
+        """The subject a schedule fires the job that goes to ``job_subject`` onto."""
+        return self._swap(job_subject, "q", "fired")
+
+    def unfired_subject(self, fired_subject: str) -> str:
+        """The job subject a job fired onto ``fired_subject`` goes to."""
+        return self._swap(fired_subject, "fired", "q")
+
+    def _swap(self, subject: str, kind: str, other: str) -> str:
+        prefix = f"jsw.{self.app}.{kind}."
+        if not subject.startswith(prefix) or subject.count(".") not in (4, 5):
+            raise ValueError(f"not a {kind} subject of app {self.app}: {subject}")
+        return f"jsw.{self.app}.{other}.{subject[len(prefix) :]}"
+
+    @property
+    def later_subjects(self) -> str:
+        """Wildcard covering every delayed job not yet made a schedule (in the job stream)."""
+        return f"jsw.{self.app}.later.>"
+
+    def later_subject(self, queue: str, due_ms: int, job_id: str) -> str:
+        """Subject delayed job ``job_id`` due at ``due_ms`` is enqueued on by its producer."""
+        return f"jsw.{self.app}.later.{queue}.{due_ms}.{job_id}"
+
+    def later_filter(self, queue: str = "*", job_id: str = "*") -> str:
+        """Filter of the enqueued delayed jobs of ``queue`` (all when ``*``), or of one job id."""
+        if job_id != "*":
+            return f"jsw.{self.app}.later.{queue}.*.{job_id}"
+        return f"jsw.{self.app}.later.{queue}.>"
+
+    def parse_later_subject(self, subject: str) -> tuple[str, int, str] | None:
+        """``(queue, due_ms, job_id)`` of an enqueued delayed job's subject, None otherwise."""
+        return self._parse_due(subject, "later")
+
+    @property
     def job_subjects(self) -> str:
         """Wildcard covering every job subject of the app."""
         return f"jsw.{self.app}.q.>"
@@ -121,7 +175,7 @@ class Namespace:
 
     @property
     def schedule_subjects(self) -> str:
-        """Wildcard covering every schedule of the app (in the job stream)."""
+        """Wildcard covering every schedule of the app (in the schedules stream)."""
         return f"jsw.{self.app}.sched.>"
 
     @property
@@ -141,10 +195,14 @@ class Namespace:
 
     def parse_delayed_subject(self, subject: str) -> tuple[str, int, str] | None:
         """``(queue, due_ms, job_id)`` of a delayed job's schedule subject, None otherwise."""
-        parts = subject.split(".")
-        if len(parts) != 7 or parts[:4] != ["jsw", self.app, "sched", "at"] or not parts[5].isdigit():
+        return self._parse_due(subject, "sched.at")
+
+    def _parse_due(self, subject: str, kind: str) -> tuple[str, int, str] | None:
+        prefix = f"jsw.{self.app}.{kind}."
+        parts = subject[len(prefix) :].split(".") if subject.startswith(prefix) else []
+        if len(parts) != 3 or not parts[0] or not parts[1].isdigit() or not parts[2]:
             return None
-        return parts[4], int(parts[5]), parts[6]
+        return parts[0], int(parts[1]), parts[2]
 
     def periodic_subject(self, name: str) -> str:
         """Subject of periodic schedule ``name``."""

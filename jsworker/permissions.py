@@ -2,17 +2,19 @@
 
 Six roles use an app (see :data:`~jsworker.naming.ROLES`):
 
-* **producer** only adds work: it enqueues jobs and one-shot delayed jobs, watches and reads
-  job records (results) by job id, and asks the workers for a job's status. It cannot read
-  or delete a job message, write a record or a claim, cancel, or install anything that fires
-  more than once (a recurring schedule on the delayed-job subjects is refused by the worker
-  that receives its first firing).
+* **producer** only adds work: it enqueues jobs and delayed jobs, watches and reads job
+  records (results) by job id, and asks the workers for a job's status. It cannot read or
+  delete a job message, write a record, a claim or a schedule, or cancel. It writes only into
+  the job stream, which honours no header that removes or repeats a message (no rollups,
+  schedules or per-message TTLs): a delayed job waits there until a worker makes it a
+  one-shot schedule from its subject.
 * **canceller** is a producer that may also ask the workers to cancel a job (a web app's
   "cancel" button): nothing else beyond the producer's rights.
 * **worker** runs jobs: it checks the app's streams and creates its queue consumers, pulls
-  and settles jobs, writes records, claims, dead letters and events, installs periodic
-  schedules, keeps its registry entry, carries out the cancels and answers the status
-  questions of producers.
+  and settles jobs, writes records, claims, dead letters and events, makes delayed jobs
+  schedules and moves fired jobs into their queues, installs periodic schedules, keeps its
+  registry entry, carries out the cancels and answers the questions of producers and
+  dashboards.
 * **operator** looks after an app (``jsworker status``, ``dlq``, ``events``, ``schedules``,
   ``workers``, ``queues``, ``ui``): it reads everything, replays and removes dead letters,
   writes and removes schedules, pauses, resumes and purges queues, and may cancel jobs
@@ -21,9 +23,10 @@ Six roles use an app (see :data:`~jsworker.naming.ROLES`):
 * **dashboard** is what the web dashboard (``jsworker ui``) connects as: it reads what an
   operator reads, and takes exactly the actions the dashboard offers (pause, resume and purge
   a queue; ask the workers to cancel a job; run a retrying job now; replay and purge dead
-  letters; trigger, pause, resume and remove a schedule). It creates no stream and no queue
-  consumer, pulls no job, writes no record, claim or dead letter, and tells no worker to stop
-  a job (it asks the workers to cancel, as a canceller does).
+  letters; trigger and remove a schedule, and ask the workers to pause or resume one). It
+  creates no stream and no queue consumer, pulls no job, writes no record, claim, schedule or
+  dead letter, and tells no worker to stop a job (it asks the workers to cancel, as a
+  canceller does).
 * **provisioner** is the provisioning step (``jsworker provision``), run before the workers:
   the only role that creates and updates the app's streams, and it creates the queue
   consumers. Workers, operators and dashboards cannot change a stream's configuration, so
@@ -82,11 +85,11 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
     """Every allow entry of every role of app ``app``, in the order they are printed."""
     ns = Namespace(app)
     prefix = inbox_prefix or ns.inbox_prefix
-    jobs, kv, claims = ns.stream, ns.jobs_stream, ns.claims_stream
+    jobs, kv, claims, sched = ns.stream, ns.jobs_stream, ns.claims_stream, ns.schedules_stream
     dlq, events, registry = ns.dlq_stream, ns.events_stream, ns.workers_stream
     streams = (
-        jobs, ns.dlq_stream, ns.events_stream, claims, kv, registry, ns.tally_stream, ns.rates_stream,
-        ns.leases_stream,
+        jobs, sched, ns.dlq_stream, ns.events_stream, claims, kv, registry, ns.tally_stream,
+        ns.rates_stream, ns.leases_stream,
     )  # fmt: skip
     kept = (dlq, events)
     return [
@@ -108,8 +111,8 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             _PRODUCING,
         ),
         Grant(
-            ns.delayed_filter(),
-            "enqueue delayed jobs (one-shot `@at` schedules; a worker dead-letters any other firing)",
+            ns.later_subjects,
+            "enqueue delayed jobs (a worker makes each a one-shot schedule from its subject)",
             _PRODUCING,
         ),
         Grant(
@@ -145,7 +148,7 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         ),
         *(
             Grant(f"{_API}.STREAM.INFO.{s}", "check the streams it shows (figures, health)", _DASHBOARD)
-            for s in (jobs, dlq, events)
+            for s in (jobs, sched, dlq, events)
         ),
         Grant(f"{_API}.CONSUMER.LIST.{jobs}", "list the queues (status, queue gauges)", _LOOKING),
         Grant(
@@ -153,13 +156,12 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         ),
         Grant(
             f"{_API}.STREAM.MSG.GET.{jobs}",
-            "read waiting jobs and schedules (status, cancel, the oldest job of a queue, leftover schedules)",
+            "read waiting jobs and delayed jobs (status, cancel, the oldest job of a queue)",
             _LOOKING,
         ),
         Grant(
             f"{_API}.STREAM.MSG.DELETE.{jobs}",
-            "delete a cancelled job or schedule, a schedule a producer may not install, one left behind "
-            "after its job fired, a retrying job's waiting message once it runs now, a removed schedule",
+            "delete a cancelled job or delayed job, a retrying job's waiting message once it runs now",
             _LOOKING,
         ),
         Grant(ns.record_subject(), "write job records (results, failures, cancels)", _TRUSTED),
@@ -167,7 +169,21 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         Grant(f"{_API}.STREAM.MSG.GET.{claims}", "read claims", _TRUSTED),
         Grant(ns.halt_subject(), "tell the worker holding a cancelled job to drop or stop it", _TRUSTED),
         Grant(ns.held_subject(), "ask which worker runs a job (status: running)", _LOOKING),
-        Grant(ns.periodic_filter, "install, pause and remove periodic schedules", _LOOKING),
+        Grant(
+            ns.schedule_subjects,
+            "make delayed jobs schedules; install and pause periodic schedules (the schedules stream "
+            "honours rollups: no other role writes it)",
+            _TRUSTED,
+        ),
+        *(
+            Grant(f"{_API}.STREAM.{verb}.{sched}", f"{why} (`jsworker schedules`, the dashboard)", _LOOKING)
+            for verb, why in (
+                ("MSG.GET", "read schedules"),
+                ("MSG.DELETE", "remove a schedule: cancelled, left behind after it fired, removed"),
+            )
+        ),
+        Grant(ns.ask_subject("pause"), "ask the workers to pause a periodic schedule", _DASHBOARD),
+        Grant(ns.ask_subject("resume"), "ask the workers to resume a periodic schedule", _DASHBOARD),
         Grant(
             f"jsw.{ns.app}.flow.*.>",
             "advance workflows: their states and members' results (each written once, by compare-and-set)",
@@ -197,6 +213,15 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         Grant(f"{_API}.CONSUMER.INFO.{jobs}.*", "read a queue's consumer before it changes it", _PROVISIONER),
         Grant(f"{_API}.CONSUMER.MSG.NEXT.{jobs}.*", "pull jobs", _WORKER),
         Grant(f"$JS.ACK.{jobs}.>", "acknowledge, retry and end jobs", _WORKER),
+        *(
+            Grant(subject, "create the consumer that moves fired jobs into their queues", _CONSUMING)
+            for subject in (f"{_API}.CONSUMER.CREATE.{sched}.>", f"{_API}.CONSUMER.DURABLE.CREATE.{sched}.*")
+        ),
+        Grant(f"{_API}.CONSUMER.INFO.{sched}.*", "read that consumer before it changes it", _PROVISIONER),
+        *(
+            Grant(subject, "move fired jobs from the schedules stream into their queues", _WORKER)
+            for subject in (f"{_API}.CONSUMER.MSG.NEXT.{sched}.*", f"$JS.ACK.{sched}.>")
+        ),
         Grant(ns.ask_subject("*"), "answer status and cancel questions", _WORKER, True),
         Grant(ns.halt_subject(), "hear of cancelled jobs it may hold", _WORKER, True),
         Grant(ns.held_subject(), "say which jobs it runs", _WORKER, True),

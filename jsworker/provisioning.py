@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .appview import AppView
 from .jetstream.connection import Connection
 from .jetstream.topology import Change, ReplicasDiffer, apply_consumer, apply_stream
-from .layout import consumer_spec
+from .layout import consumer_spec, relay_specs
 from .workers import REGISTRY_SINCE, workers_bucket_spec
 
 
@@ -39,8 +39,8 @@ async def provision_app(
     app: AppView, conn: Connection, queues: Iterable[str] | None = None
 ) -> list[Provisioned]:
     """Create or update every stream of ``app`` (its own, its features', the worker
-    registry's) and the consumers of ``queues`` (default: every queue a task uses), in that
-    order; idempotent."""
+    registry's), the consumers of ``queues`` (default: every queue a task uses) and those
+    through which workers move delayed and fired jobs, in that order; idempotent."""
     specs = app.stream_specs(conn.server_version)
     # The registry's bucket is made by workers as they announce themselves on a server without
     # authentication; where they may not, it has to be here.
@@ -50,8 +50,9 @@ async def provision_app(
     for spec in specs:
         change, differ = await apply_stream(conn, spec)
         done.append(Provisioned("stream", spec.name, change, differ))
-    for queue in queues if queues is not None else app.queues:
-        consumer = consumer_spec(app, queue)
+    consumers = [consumer_spec(app, queue) for queue in (queues if queues is not None else app.queues)]
+    consumers += relay_specs(app, conn.server_version)  # the moves of delayed and fired jobs
+    for consumer in consumers:
         change = await apply_consumer(conn, consumer)
         done.append(Provisioned("consumer", f"{consumer.stream} > {consumer.name}", change))
     return done

@@ -117,16 +117,18 @@ async def queue_status(
         finally:
             await own.close()
     ns = app.namespace
-    dlq, consumers, waiting, serving = await asyncio.gather(
+    dlq, consumers, enqueued, scheduled, serving = await asyncio.gather(
         stream_facts(conn, ns.dlq_stream, ns.dlq_subjects),
         consumer_facts(conn, ns.stream),
-        stream_facts(conn, ns.stream, ns.delayed_filter()),
+        stream_facts(conn, ns.stream, ns.later_filter()),
+        stream_facts(conn, ns.schedules_stream, ns.delayed_filter()),
         _workers_per_queue(app, conn, workers),
     )
     delayed: dict[str, int] = {}
     next_due: dict[str, int] = {}
-    for subject, count in (waiting.subjects or {}).items():
-        parsed = ns.parse_delayed_subject(subject)
+    waiting = {**(enqueued.subjects or {}), **(scheduled.subjects or {})}
+    for subject, count in waiting.items():
+        parsed = ns.parse_later_subject(subject) or ns.parse_delayed_subject(subject)
         if parsed is not None:
             queue, due, _ = parsed
             delayed[queue] = delayed.get(queue, 0) + count
@@ -151,10 +153,10 @@ async def queue_status(
             # handed out; on a work-queue stream everything before is done or in flight.
             starts[queue] = (ns.queue_filter(queue), consumer.delivered_stream_seq + 1)
         elif consumer is None and stored.get(queue, 0) > 0:
-            starts[queue] = (ns.queue_filter(queue), waiting.first_seq)
+            starts[queue] = (ns.queue_filter(queue), enqueued.first_seq)
     oldest = await first_stored_times(conn, ns.stream, starts)
     # The server's clock when it answered: ages do not depend on this machine's clock.
-    now = waiting.server_time or time.time()
+    now = enqueued.server_time or time.time()
 
     result = []
     for queue in queues:

@@ -73,6 +73,14 @@ SCHEDULE_DIGEST = "Jsw-Schedule-Digest"
 TICK_EXPIRES = "Jsw-Tick-Expires"
 """On a periodic schedule (and the ticks it fires): seconds after its due time past which a
 tick not started yet is not run, ``next`` (once the next tick is due) or ``never``."""
+FIRED_BY = "Jsw-Fired-By"
+"""Set by the worker that moved a fired job into its queue: the subject of the schedule that
+fired it (the server's ``Nats-Scheduler``, which a stream without schedules refuses)."""
+FIRED_NEXT = "Jsw-Fired-Next"
+"""Set with :data:`FIRED_BY`: the server's ``Nats-Schedule-Next`` of the firing."""
+FIRED_CLAIM = "Jsw-Fired-Claim"
+"""Set with :data:`FIRED_BY`: what the moving worker wrote in the firing's claim; a fired job
+runs only while the claim still says so (see :mod:`jsworker.scheduling.claims`)."""
 PAUSED = "Jsw-Paused"
 """On the message that stands in for a paused schedule (it has no ``Nats-Schedule``)."""
 

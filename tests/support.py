@@ -27,8 +27,12 @@ from typing import Any, Literal, NoReturn, TypeVar, overload
 
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
+from nats.js.api import RawStreamMsg
+
+from jsworker.naming import Namespace
 
 T = TypeVar("T")
 
@@ -353,3 +357,20 @@ def connections(monitoring_url: str) -> list[dict[str, Any]]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(f"{monitoring_url}/connz?limit=1024", timeout=5) as response:
         return list(json.loads(response.read()).get("connections") or [])
+
+
+async def made_schedule(nc: Client, namespace: Namespace, queue: str, due: int, job_id: str) -> RawStreamMsg:
+    """The ``@at`` schedule a worker made of delayed job ``job_id`` (due ``due``, unix ms) in the
+    schedules stream, once it has made it."""
+
+    async def stored() -> RawStreamMsg | None:
+        try:
+            return await nc.jetstream().get_last_msg(
+                namespace.schedules_stream, namespace.delayed_subject(queue, due, job_id)
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+
+    found = await wait_until_async(stored, timeout=10, message=f"the schedule of {job_id}")
+    assert found is not None
+    return found

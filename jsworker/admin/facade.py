@@ -347,12 +347,19 @@ class Admin(OperatorSession):
         return await self._schedules.trigger(name)
 
     async def pause_schedule(self, name: str) -> bool:
-        """Stop schedule ``name`` firing; False when it was paused already."""
-        return await self._schedules.pause(name)
+        """Stop schedule ``name`` firing; False when it was paused already. An operator does
+        it itself; a dashboard asks the workers to (it may not write schedules)."""
+        return await self._set_paused(name, True)
 
     async def resume_schedule(self, name: str) -> bool:
-        """Let paused schedule ``name`` fire again; False when it was not paused."""
-        return await self._schedules.resume(name)
+        """Let paused schedule ``name`` fire again; False when it was not paused (done as
+        :meth:`pause_schedule` is)."""
+        return await self._set_paused(name, False)
+
+    async def _set_paused(self, name: str, paused: bool) -> bool:
+        if self.role == "operator":
+            return await (self._schedules.pause(name) if paused else self._schedules.resume(name))
+        return await operations.ask_to_pause(self.app, await self.connection(), name, paused)
 
     async def remove_schedule(self, name: str) -> bool:
         """Remove schedule ``name`` from the server; False when there was none."""

@@ -90,6 +90,7 @@ class JobListing:
         self.letters = letters
         self.ns = app.namespace
         self.jobs = LimitsStream(conn, self.ns.stream)
+        self.schedules = LimitsStream(conn, self.ns.schedules_stream)
         self.records = Records(conn, self.ns)
 
     async def page(
@@ -258,9 +259,7 @@ class JobListing:
         while len(items) < limit:
             need = limit - len(items)
             dues = await self._dues(queue, cursor, need, newest, reads)
-            stored = await asyncio.gather(
-                *(self.jobs.last(self.ns.delayed_subject(q, d, j)) for d, q, j in dues)
-            )
+            stored = await asyncio.gather(*(self._delayed_message(due) for due in dues))
             reads.count += len(dues)
             for (due, q, job_id), msg in zip(dues, stored, strict=True):
                 if msg is None or (task is not None and msg.headers.get(TASK) != task):
@@ -279,17 +278,30 @@ class JobListing:
         ``newest``), from their subjects: one server answer held at a time."""
         pick = heapq.nlargest if newest else heapq.nsmallest
         best: list[_Due] = []
-        async for page in subject_pages(self.conn, self.ns.stream, self.ns.delayed_filter(queue or "*")):
-            reads.count += 1
-            dues = (due for subject in page if (due := self._due(subject)) is not None)
-            if cursor is not None:
-                dues = (due for due in dues if (due < cursor if newest else due > cursor))
-            best = pick(need, itertools.chain(best, dues))
-        return best
+        # Made schedules, and those enqueued that no worker has made a schedule yet.
+        places = (
+            (self.ns.schedules_stream, self.ns.delayed_filter(queue or "*")),
+            (self.ns.stream, self.ns.later_filter(queue or "*")),
+        )
+        for stream, subjects in places:
+            async for page in subject_pages(self.conn, stream, subjects):
+                reads.count += 1
+                dues = (due for subject in page if (due := self._due(subject)) is not None)
+                if cursor is not None:
+                    dues = (due for due in dues if (due < cursor if newest else due > cursor))
+                best = pick(need, itertools.chain(best, dues))
+        return sorted(set(best), reverse=newest)
 
     def _due(self, subject: str) -> _Due | None:
-        parsed = self.ns.parse_delayed_subject(subject)
+        parsed = self.ns.parse_delayed_subject(subject) or self.ns.parse_later_subject(subject)
         return None if parsed is None else (parsed[1], parsed[0], parsed[2])
+
+    async def _delayed_message(self, due: _Due) -> StoredMessage | None:
+        """The message of delayed job ``due``: its schedule, or while no worker has made
+        one, the message it was enqueued as."""
+        at, queue, job_id = due
+        found = await self.schedules.last(self.ns.delayed_subject(queue, at, job_id))
+        return found if found is not None else await self.jobs.last(self.ns.later_subject(queue, at, job_id))
 
 
 def _next(found: list[StoredMessage], limit: int) -> str | None:

@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .. import wire
-from ..errors import ConfigurationError, JsworkerError, NoWorkerRunning
+from ..errors import ConfigurationError, JsworkerError, NoWorkerRunning, ScheduleNotFound
 from ..jetstream.connection import Connection
 from ..jetstream.inspect import consumer_facts
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
@@ -116,19 +116,33 @@ async def purge_queue(app: App, conn: Connection, queue: str) -> int:
 async def ask_to_cancel(app: App, conn: Connection, job_id: str) -> bool:
     """Ask the workers to cancel ``job_id`` (see the module): what the one that got the
     question answered; :class:`~jsworker.NoWorkerRunning` when no worker runs to answer."""
-    subject = app.namespace.ask_subject("cancel", job_id)
+    return await _ask_workers(app, conn, "cancel", job_id, f"cancel job {job_id}")
+
+
+async def ask_to_pause(app: App, conn: Connection, name: str, paused: bool) -> bool:
+    """Ask the workers to pause (or resume) periodic schedule ``name``, for a user that may
+    not write the schedules stream: whether that changed something;
+    :class:`~jsworker.ScheduleNotFound` when there is no such schedule."""
+    verb = "pause" if paused else "resume"
+    return await _ask_workers(app, conn, verb, name, f"{verb} schedule {name}")
+
+
+async def _ask_workers(app: App, conn: Connection, question: str, key: str, what: str) -> bool:
+    subject = app.namespace.ask_subject(question, key)
     try:
         raw = await ask(conn, subject, b"", app.options.publish_timeout)
     except NobodyAnswered:
         raise NoWorkerRunning(
-            f"cannot cancel job {job_id}: no worker of app {app.name} is running to carry it out "
-            "(this user may only ask the workers to cancel)"
+            f"cannot {what}: no worker of app {app.name} is running to carry it out "
+            f"(this user may only ask the workers to {question})"
         ) from None
     except TimeoutError as exc:
-        raise JsworkerError(f"cannot cancel job {job_id}: {exc}") from None
+        raise JsworkerError(f"cannot {what}: {exc}") from None
     answer = json.loads(raw)
+    if answer.get("missing"):
+        raise ScheduleNotFound(answer["error"])
     if "error" in answer:
-        raise JsworkerError(f"cannot cancel job {job_id}: {answer['error']}")
+        raise JsworkerError(f"cannot {what}: {answer['error']}")
     return bool(answer["value"])
 
 
@@ -185,12 +199,15 @@ def _copy(app: App, job_id: str, message: StoredMessage) -> OutMessage | None:
 
 async def job_message(app: App, conn: Connection, job_id: str) -> StoredMessage | None:
     """The message the server holds for job ``job_id`` with its body: while it waits, runs or
-    retries its message in the job stream, while it is scheduled its delayed job's schedule;
+    retries its message in the job stream, while it is scheduled its delayed job's schedule (or
+    the message it was enqueued as);
     None once it has left (finished: its dead letter, if it failed, is among the dead letters)."""
     message = await current_message(app, conn, job_id)
     if message is not None:
         return message
-    return await LimitsStream(conn, app.namespace.stream).next(app.namespace.delayed_filter(job_id=job_id))
+    ns = app.namespace
+    scheduled = await LimitsStream(conn, ns.schedules_stream).next(ns.delayed_filter(job_id=job_id))
+    return scheduled or await LimitsStream(conn, ns.stream).next(ns.later_filter(job_id=job_id))
 
 
 async def job_result(app: App, conn: Connection, job_id: str) -> JobResult | None:

@@ -13,7 +13,7 @@ from ..lifecycle.state import JobState
 from ..naming import Namespace
 from ..paging import Page
 from ..scheduling.firing import firing
-from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULER, TASK
+from ..wire import ENQUEUED_AT, FIRED_BY, JOB_ID, MSG_ID, TASK
 
 #: The states :meth:`Admin.jobs <jsworker.admin.Admin.jobs>` lists: the ones a job is in
 #: while the server holds it (``failed``: its dead letter).
@@ -119,7 +119,7 @@ def job_id_in(msg: StoredMessage) -> str:
     if len(parts) == 6 and parts[5]:
         return parts[5]
     headers = msg.headers
-    fired = firing(headers) if SCHEDULER in headers else None
+    fired = firing(headers) if FIRED_BY in headers else None
     if fired is not None:
         return fired.job_id
     return headers.get(JOB_ID) or headers.get(MSG_ID) or f"seq-{msg.seq}"

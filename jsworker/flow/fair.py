@@ -53,7 +53,7 @@ from ..jetstream.message import OutMessage
 from ..jetstream.span import follow_headers
 from ..naming import Namespace
 from ..observability.logging import get_logger
-from ..wire import EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MOVED, MSG_ID, MSG_TTL, PARTITION, ROLLUP
+from ..wire import EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MOVED, MSG_ID, MSG_TTL, PARTITION
 from .partitions import LEASE_TTL, Lease, release_lease, renew_lease, take_lease
 
 log = get_logger("jsworker.flow")
@@ -67,8 +67,10 @@ _STAND_BY = LEASE_TTL / 3
 # so that a move never does more than store a plain job (no schedule, rollup or counter).
 _SERVER_PREFIX = "nats-"
 _KEPT = frozenset({EXPECTED_LAST_SUBJECT_SEQ.lower()})
-# A marker is only needed while its batch is checked: it goes by itself soon after.
-_MARKER_TTL = "1s"
+# A marker stands for a moved job until the job's own message is deleted, right after the move;
+# it outlives a mover that dies in between by far (another takes the lease within seconds,
+# reads the intake and finds the marker behind the job), then goes by itself.
+_MARKER_TTL = "10m"
 
 
 #: A job waiting its turn: its partition, its sequence in the intake, its subject there.
@@ -233,6 +235,7 @@ class FairMover:
             return True
         try:
             await publish_atomic(self.conn, [out for job, msg in waiting for out in self._move(job, msg)])
+            await self._delete_moved([job for job, _ in waiting])
             return True
         except BatchConflict:
             # A job cancelled since it was read, or an id taken: the batch as a whole is
@@ -257,10 +260,11 @@ class FairMover:
                 continue
             try:
                 await publish_atomic(self.conn, self._move(job, msg))
+                await self._delete_moved([job])
                 progress = True
                 continue
             except BatchConflict:
-                gone = await self._jobs.get(seq) is None
+                gone = await self._jobs.get(seq) is None or await self._moved_before(job)
             except JsworkerError as exc:
                 log.warning("fair.move_failed", queue=self.queue, seq=seq, error=str(exc))
                 gone = False
@@ -273,12 +277,31 @@ class FairMover:
         return progress
 
     def _move(self, job: _Job, msg: StoredMessage) -> list[OutMessage]:
-        """The two messages that move one job: its copy in the queue, and a marker that rolls
-        the job up in the intake if it is still the last message there (it expires soon)."""
+        """The two messages that move one job: its copy in the queue, and a marker stored
+        behind the job in the intake only if the job is still the last message there, so
+        that it moves once (the marker expires by itself)."""
         _, seq, subject = job
         copy = OutMessage(self.namespace.moved_subject(subject), msg.body or b"", _kept(msg))
-        marker = {ROLLUP: "sub", EXPECTED_LAST_SUBJECT_SEQ: str(seq), MOVED: "1", MSG_TTL: _MARKER_TTL}
+        marker = {EXPECTED_LAST_SUBJECT_SEQ: str(seq), MOVED: "1", MSG_TTL: _MARKER_TTL}
         return [copy, OutMessage(subject, b"", marker)]
+
+    async def _delete_moved(self, jobs: list[_Job]) -> None:
+        """Delete the intake messages of ``jobs``, moved: the job stream honours no rollup, so
+        a marker cannot replace them. One left behind (no answer) is found moved by its marker
+        the next time it comes up (:meth:`_moved_before`)."""
+        try:
+            await asyncio.gather(*(self._jobs.delete(seq) for _, seq, _ in jobs))
+        except JsworkerError as exc:
+            log.warning("fair.delete_failed", queue=self.queue, error=str(exc))
+
+    async def _moved_before(self, job: _Job) -> bool:
+        """Whether ``job`` moved already (a marker stands behind it): its message is deleted."""
+        _, seq, subject = job
+        last = await self._jobs.last(subject)
+        if last is None or last.seq == seq or MOVED not in last.headers:
+            return False
+        await self._delete_moved([job])
+        return True
 
 
 def _put_back(turns: Turns, jobs: list[_Job]) -> None:

@@ -78,8 +78,13 @@ async def job_status(app: AppView, conn: Connection, job_id: str, form: Form | N
 async def _scheduled(app: AppView, conn: Connection, job_id: str) -> JobStatus | None:
     """The status of ``job_id`` as a delayed job waiting for its time, None when it is not."""
     ns = app.namespace
-    schedule = await LimitsStream(conn, ns.stream).next(ns.delayed_filter(job_id=job_id))
-    parsed = ns.parse_delayed_subject(schedule.subject) if schedule is not None else None
+    # Enqueued first, then made a schedule by a worker: read in that order, a job moving
+    # between the two reads is still found in the second.
+    schedule = await LimitsStream(conn, ns.stream).next(ns.later_filter(job_id=job_id))
+    parsed = ns.parse_later_subject(schedule.subject) if schedule is not None else None
+    if schedule is None or parsed is None:
+        schedule = await LimitsStream(conn, ns.schedules_stream).next(ns.delayed_filter(job_id=job_id))
+        parsed = ns.parse_delayed_subject(schedule.subject) if schedule is not None else None
     if schedule is None or parsed is None:
         return None
     queue, due_ms, _ = parsed
@@ -109,8 +114,13 @@ async def intake_message(app: AppView, conn: Connection, job_id: str) -> StoredM
     if not app.fair_queues:
         return None
     ns = app.namespace
-    waiting = await LimitsStream(conn, ns.stream).next(ns.intake_filter(job_id=job_id))
-    return None if waiting is None or MOVED in waiting.headers else waiting
+    jobs = LimitsStream(conn, ns.stream)
+    waiting = await jobs.next(ns.intake_filter(job_id=job_id))
+    if waiting is None or MOVED in waiting.headers:
+        return None
+    # Moved an instant ago: its marker stands behind it until its message is deleted.
+    last = await jobs.last(waiting.subject)
+    return None if last is None or MOVED in last.headers else waiting
 
 
 async def current_message(app: AppView, conn: Connection, job_id: str) -> StoredMessage | None:

@@ -1,5 +1,6 @@
 """The questions a worker answers for users that may not read the job stream or cancel on
-their own: a job's status (any producer) and its cancel (a canceller).
+their own: a job's status (any producer), its cancel (a canceller), and pausing or resuming a
+periodic schedule (a dashboard).
 
 Each question goes to one worker of the app (a queue group); the worker answers with what
 the server holds, read and changed with the worker's own permissions. Who may ask what is
@@ -12,12 +13,14 @@ import json
 from typing import TYPE_CHECKING, Any, cast, get_args
 
 from ..calls import check_job_id
-from ..errors import JsworkerError
+from ..errors import JsworkerError, ScheduleNotFound
 from ..jetstream.service import Handler, Serving, serve
 from ..lifecycle.cancel import cancel_job
 from ..lifecycle.lookup import job_status
 from ..lifecycle.state import Form
+from ..naming import validate_name
 from ..observability.logging import get_logger
+from ..scheduling.periodic import set_paused
 
 if TYPE_CHECKING:
     from ..app import App
@@ -63,8 +66,14 @@ async def answer_questions(app: App, conn: Connection) -> Serving:
             elif question == "cancel":
                 value = await cancel_job(app, conn, job_id)
                 log.info("job.cancel_asked", job_id=job_id, cancelled=value)
+            elif question in ("pause", "resume"):
+                # A dashboard's: it may not write the schedules stream (which honours rollups).
+                value = await set_paused(app, conn, validate_name("schedule", job_id), question == "pause")
+                log.info("schedule.pause_asked", schedule=job_id, paused=question == "pause", changed=value)
             else:
                 return json.dumps({"error": f"unknown question {question!r}"}).encode()
+        except ScheduleNotFound as exc:
+            return json.dumps({"error": str(exc), "missing": True}).encode()
         except JsworkerError as exc:
             return json.dumps({"error": str(exc)}).encode()
         return json.dumps({"value": value}).encode()

@@ -14,7 +14,7 @@ from ..job import JobContext, running_job
 from ..observability.logging import get_logger
 from ..scheduling.firing import Firing, firing
 from ..serializers import decode_call
-from ..wire import ENQUEUED_AT, JOB_ID, MSG_ID, QUEUE, SCHEDULE, SCHEDULER, TASK
+from ..wire import ENQUEUED_AT, FIRED_BY, JOB_ID, MSG_ID, QUEUE, SCHEDULE, TASK
 from .processes import (
     ProcessExited,
     ProcessRunner,
@@ -147,9 +147,9 @@ def identify(app: App, queue: str, delivery: Delivery) -> JobRun:
     if name is None:
         parsed = app.namespace.parse_job_subject(delivery.subject)
         name = parsed[1] if parsed else ""
-    if SCHEDULER in headers:
-        # Every fired job goes through the worker's checks of its schedule, even one whose
-        # headers do not say who it is.
+    if FIRED_BY in headers:
+        # Every job marked as fired goes through the worker's checks of its firing, even one
+        # whose headers do not say who it is.
         fired = firing(headers) or Firing(job_id, 0, "unbound")
         # A unique task's tick is known by its key's id, which its subject ends in (its
         # firing keeps the tick's own id, which makes it run once).

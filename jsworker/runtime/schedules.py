@@ -12,10 +12,10 @@ from ..errors import JsworkerError, ServerVersionError
 from ..jetstream.limits_stream import LimitsStream
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN
-from ..scheduling.claims import CANCELLED, claim
+from ..scheduling.claims import claim_holder
 from ..scheduling.declare import NEXT_TICK, PERIODIC_SINCE, tick_limit
 from ..scheduling.periodic import SchedulesRefused, sync_schedules
-from ..wire import SCHEDULE, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULER, TICK_EXPIRES
+from ..wire import FIRED_BY, FIRED_CLAIM, FIRED_NEXT, SCHEDULE, SCHEDULE_NAME, TICK_EXPIRES
 from .settlement import Outcome, OutcomeKind
 
 if TYPE_CHECKING:
@@ -71,10 +71,11 @@ CANCELLED_AS_FIRED = "cancelled as it fired"
 
 
 class FiredJobs:
-    """Lets one copy of each firing run (see :mod:`jsworker.scheduling.claims`).
+    """Lets a fired job run only as the firing a worker moved into its queue (see
+    :mod:`jsworker.scheduling.relay`): the claim that worker wrote must still name it.
 
-    Called only for jobs that carry the server's ``Nats-Scheduler`` header, after the job's
-    own checks passed: other jobs pay nothing for it, fired ones one round trip.
+    Called only for jobs that carry ``Jsw-Fired-By``, after the job's own checks passed: other
+    jobs pay nothing for it, fired ones one read.
     """
 
     def __init__(self, app: App, conn: Connection) -> None:
@@ -86,18 +87,34 @@ class FiredJobs:
         return None if job.fired is None else self.admit(job)
 
     async def admit(self, job: JobRun) -> Outcome | None:
-        """None when ``job`` may run; an outcome that skips it when it is a second copy of
-        its firing or was cancelled, or ends it when no schedule of the app's fired it."""
+        """None when ``job`` may run; an outcome that ends it when no schedule of the app's
+        fired it or its claim does not name it, that skips it when it is a unique task's tick
+        while its key is held or a tick that expired."""
         fired = job.fired
         assert fired is not None
         task = job.task_name if job.task is not None else UNKNOWN
         foreign = self._foreign(job)
+        mine = job.delivery.headers.get(FIRED_CLAIM)
+        moved = False
+        if mine and fired.kind != "unbound":
+            try:
+                held = await claim_holder(self.conn, self.app.namespace, fired.job_id, fired.due_ms)
+            except JsworkerError as exc:
+                log.warning("job.claim_unread", error=str(exc), **job.log_fields())
+                return Outcome(OutcomeKind.SNOOZED, "its firing's claim could not be read", retry_delay=1.0)
+            # The server holds what the worker that moved it wrote: a firing of the app's.
+            moved = held == mine
+        if foreign is None and not moved:
+            foreign = f"marked as fired by {job.delivery.headers.get(FIRED_BY)}, which did not fire it"
         if foreign is not None:
-            # The id it carries is not its own (a copy of another job's headers names that
-            # job): its dead letter and record go under its message instead, never touching
-            # the status or the waiters of the job it names.
+            # The id it carries may not be its own (a forgery names its victim): its dead
+            # letter and record go under its message instead, never touching the status or the
+            # waiters of the job it names.
             job.job_id = f"seq-{job.delivery.stream_seq}"
-            await self._remove_schedule(job)
+            if moved:
+                # A schedule of the app's that misfires (written by hand): it fires no more.
+                # Never on a job's word alone: a forgery would name its victim's schedule.
+                await self._remove_schedule(job)
             return Outcome(OutcomeKind.BAD_INPUT, foreign)
         if fired.kind == "periodic" and (late := _expired_tick(job)) is not None:
             return late
@@ -106,46 +123,31 @@ class FiredJobs:
             if holder is not None:
                 self._dropped(job, task, "held", str(holder))
                 return Outcome(OutcomeKind.SKIPPED, f"a unique task's tick while job {holder} holds its key")
-        try:
-            held = await claim(
-                self.conn, self.app.namespace, fired.job_id, fired.due_ms, str(job.delivery.stream_seq)
-            )
-        except JsworkerError as exc:
-            # Never lose a job to bookkeeping: without a claim it runs, at least once as any job.
-            log.warning("job.claim_failed", error=str(exc), **job.log_fields())
-            return None
-        if held is None:
-            if job.attempt == 1:
-                self.app.metrics.fired.labels(job.queue, task, fired.kind).inc()
-            return None
-        reason = "cancelled" if held == CANCELLED else "duplicate"
-        self._dropped(job, task, reason, held)
-        if reason == "cancelled":
-            return Outcome(OutcomeKind.SKIPPED, CANCELLED_AS_FIRED)
-        return Outcome(OutcomeKind.SKIPPED, f"a second copy of a firing (message {held} runs it)")
+        if job.attempt == 1:
+            self.app.metrics.fired.labels(job.queue, task, fired.kind).inc()
+        return None
 
     def _foreign(self, job: JobRun) -> str | None:
         """Why ``job`` was fired by no schedule the app installs, or None when it was.
 
-        Producers may publish delayed jobs, and permissions cannot look at headers: a
-        producer could put a repeating schedule, or one that copies another job's message
-        (``Nats-Schedule-Source``), on a delayed-job subject. A delayed job's firing must
-        fire once and carry the id and due time its schedule's subject names; a tick must
-        come from the periodic schedule its headers name.
+        Schedules are made by workers and operators only, but a hand-written one (an operator's
+        mistake) may fire more than once or name another job: a delayed job's firing must fire
+        once and carry the id and due time its schedule's subject names; a tick must come from
+        the periodic schedule its headers name.
         """
         fired = job.fired
         assert fired is not None
         headers = job.delivery.headers
         ns = self.app.namespace
-        scheduler = headers.get(SCHEDULER, "")
+        scheduler = headers.get(FIRED_BY, "")
         if fired.due_ms > (time.time() + _EARLY) * 1000:
-            # Only a hand-made message is "fired" before its time; run, it would claim a
-            # later firing (a tick) and make the real one a duplicate.
+            # Only a hand-made message is "fired" before its time; run, it would stand for a
+            # later firing (a tick).
             return f"fired by {scheduler or 'an unnamed schedule'} before it was due"
         delayed = ns.parse_delayed_subject(scheduler)
         if delayed is not None:
             _, due_ms, job_id = delayed
-            if headers.get(SCHEDULE_NEXT) != "purge":
+            if headers.get(FIRED_NEXT) != "purge":
                 return f"fired by {scheduler}, a delayed job's schedule that fires more than once"
             if fired.kind != "delayed" or (fired.job_id, fired.due_ms) != (job_id, due_ms):
                 return f"fired by {scheduler} as another job than the one it names"
@@ -157,8 +159,8 @@ class FiredJobs:
 
     async def _remove_schedule(self, job: JobRun) -> None:
         """Delete the schedule that fired ``job`` if it is still there, so it fires no more."""
-        scheduler = job.delivery.headers.get(SCHEDULER, "")
-        stream = LimitsStream(self.conn, self.app.namespace.stream)
+        scheduler = job.delivery.headers.get(FIRED_BY, "")
+        stream = LimitsStream(self.conn, self.app.namespace.schedules_stream)
         try:
             found = await stream.last(scheduler) if scheduler else None
             if found is not None and SCHEDULE in found.headers and await stream.delete(found.seq):
@@ -190,7 +192,7 @@ def _expired_tick(job: JobRun) -> Outcome | None:
     fired = job.fired
     assert fired is not None
     headers = job.delivery.headers
-    following = headers.get(SCHEDULE_NEXT)
+    following = headers.get(FIRED_NEXT)
     try:
         next_due = datetime.fromisoformat(following) if following else None
     except ValueError:

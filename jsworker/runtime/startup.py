@@ -24,6 +24,8 @@ from ..jetstream.consume import EventHook, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
 from ..rates import partition_of
+from ..scheduling.declare import DELAYED_SINCE
+from ..scheduling.relay import relays
 from ..workflows.advance import Continuations
 from .execution import Executor, JobRun
 from .flows import flow_call, flow_final, flow_gate
@@ -151,6 +153,9 @@ def build_seams(
         seams.gates.append(functools.partial(_partition_gate, book, parts, app.metrics.rate_held))
         seams.ends.append(functools.partial(_release_lease, parts))
         seams.services.append(parts.renew_forever)
+    if conn.server_version >= DELAYED_SINCE:
+        # Delayed jobs into schedules, fired jobs into their queues: whichever worker is free.
+        seams.services += relays(app, conn)
     for queue in sorted(app.fair_queues.intersection(queues)):
         seams.services.append(FairMover(conn, app.namespace, queue, _fair_report(app, queue)).run)
     if app.options.workflows:

@@ -4,14 +4,18 @@ The server may fire one schedule twice (a leader killed between storing the fire
 removing the schedule), and a cancel can race a firing. Both are settled here, in a stream
 with one message per ``(job id, due time)`` subject, written only if the subject is empty:
 
-* the first worker to receive a fired job writes the job's stream sequence there and runs it;
-  a redelivery of that same message finds its own sequence and runs too;
-* a second fired copy finds another sequence: a duplicate, acknowledged without running;
+* the first worker to move a fired job into its queue writes there which fired message it
+  moved, with a random part (see :mod:`.relay`), and the job carries the same; a retry of that
+  same move finds its own message and moves it again (the queue's dedup keeps one);
+* a second fired copy finds another message: a duplicate, dropped without running;
 * a cancel that removed the schedule writes ``cancelled``: a copy the server fired just before
-  the removal is then dropped; if a worker claimed it first, the cancel came too late.
+  the removal is then dropped; if a worker claimed it first, the cancel came too late;
+* the worker that takes a fired job from its queue runs it only if the claim holds what the
+  job carries: a producer, who may write jobs but neither claims nor schedules, cannot pass a
+  job of its own off as a firing.
 
-Claims expire after :data:`CLAIM_AGE`; a duplicate copy that waits in its queue longer than
-that (every worker down for a week) would run.
+Claims expire after :data:`CLAIM_AGE`; a fired job still waiting in its queue after that (every
+worker down for a week) is dead-lettered as one no schedule fired, and can be replayed.
 """
 
 from __future__ import annotations
@@ -55,3 +59,9 @@ async def claim(conn: Connection, namespace: Namespace, job_id: str, due_ms: int
                 return None if held == holder else held
             # Expired between the write and the read: claim it again.
     return None
+
+
+async def claim_holder(conn: Connection, namespace: Namespace, job_id: str, due_ms: int) -> str | None:
+    """Who holds the claim on the firing of ``job_id`` due at ``due_ms``, None when nobody."""
+    found = await LimitsStream(conn, namespace.claims_stream).last(namespace.claim_subject(job_id, due_ms))
+    return None if found is None else (found.body or b"").decode(errors="replace")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..appview import AppView
 from ..config import check_seconds
 from ..errors import ConfigurationError
+from ..layout import SCHEDULES_SINCE
 from ..serializers import encode_call
 from ..wire import check_headers
 from .cron import Cron, check_zone, every_seconds, go_duration, quoted
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 #: nats-server versions that store and fire schedules: ``@at`` (delayed jobs) and the
 #: repeating forms with time zones (periodic schedules).
-DELAYED_SINCE = (2, 12, 0)
+DELAYED_SINCE = SCHEDULES_SINCE
 PERIODIC_SINCE = (2, 14, 0)
 
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal, NamedTuple
 
 from ..errors import ConfigurationError
-from ..wire import JOB_ID, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULE_SPEC, SCHEDULE_ZONE, SCHEDULED_FOR
+from ..wire import FIRED_NEXT, JOB_ID, SCHEDULE_NAME, SCHEDULE_SPEC, SCHEDULE_ZONE, SCHEDULED_FOR
 from .cron import Cron, duration_seconds, zone
 
 #: ``unbound``: fired by a schedule, but its headers do not say which job it is (a schedule
@@ -35,8 +35,9 @@ def tick_job_id(name: str, due_ms: int) -> str:
 
 
 def firing(headers: Mapping[str, str]) -> Firing | None:
-    """The identity of a job the server fired (its headers carry ``Nats-Scheduler``); None
-    when the headers do not say enough (a schedule jsworker did not write).
+    """The identity of a job the server fired, from its headers as moved into its queue
+    (``Jsw-Fired-By``, ``Jsw-Fired-Next``; see :mod:`.relay`); None when they do not say enough
+    (a schedule jsworker did not write).
 
     A delayed job carries its own id and due time. A tick carries the schedule's name and
     expression and, from the server, the time of the *next* tick: its own due time is the
@@ -46,7 +47,7 @@ def firing(headers: Mapping[str, str]) -> Firing | None:
     due = headers.get(SCHEDULED_FOR)
     if job_id is not None and due is not None and due.isdigit():
         return Firing(job_id, int(due), "delayed")
-    name, spec, following = headers.get(SCHEDULE_NAME), headers.get(SCHEDULE_SPEC), headers.get(SCHEDULE_NEXT)
+    name, spec, following = headers.get(SCHEDULE_NAME), headers.get(SCHEDULE_SPEC), headers.get(FIRED_NEXT)
     if not name or not spec or not following:
         return None
     try:

@@ -53,7 +53,7 @@ async def sweep_leftovers(
     Costs one ``STREAM.INFO`` listing the delayed subjects (as ``jsworker status`` does), then
     per schedule past due one claim read, and per leftover one read and one delete.
     """
-    facts = await stream_facts(conn, namespace.stream, namespace.delayed_filter())
+    facts = await stream_facts(conn, namespace.schedules_stream, namespace.delayed_filter())
     if not facts.subjects:
         return 0
     if now_ms is None:
@@ -67,14 +67,14 @@ async def sweep_leftovers(
     if len(candidates) > limit:
         candidates = random.sample(candidates, limit)
     claims = LimitsStream(conn, namespace.claims_stream)
-    jobs = LimitsStream(conn, namespace.stream)
+    schedules = LimitsStream(conn, namespace.schedules_stream)
     removed = 0
     for subject, due, job_id in candidates:
         if await claims.last(namespace.claim_subject(job_id, due)) is None:
             continue
         # By sequence, as a cancel removes a schedule: only the message just read goes. A
         # second schedule stored on the same subject (rare) is left to the next sweep.
-        found = await jobs.last(subject)
-        if found is not None and SCHEDULE in found.headers and await jobs.delete(found.seq):
+        found = await schedules.last(subject)
+        if found is not None and SCHEDULE in found.headers and await schedules.delete(found.seq):
             removed += 1
     return removed

@@ -154,7 +154,7 @@ def _message(app: SchedulingApp, state: ScheduleState, paused: bool) -> OutMessa
         headers[ROLLUP] = "sub"
     else:
         headers[SCHEDULE] = state.expression
-        headers[SCHEDULE_TARGET] = ns.job_subject(state.queue, state.task, state.job_id)
+        headers[SCHEDULE_TARGET] = ns.fired_subject(ns.job_subject(state.queue, state.task, state.job_id))
         if state.tz:
             headers[SCHEDULE_TIME_ZONE] = state.tz
     return OutMessage(ns.periodic_subject(state.name), state.body, headers)
@@ -229,9 +229,9 @@ def _target_id(target: str) -> str | None:
 async def read_schedules(app: SchedulingApp, conn: Connection) -> dict[str, ScheduleState]:
     """Every periodic schedule of the app on the server, by name."""
     ns = app.namespace
-    facts = await stream_facts(conn, ns.stream, ns.periodic_filter)
+    facts = await stream_facts(conn, ns.schedules_stream, ns.periodic_filter)
     found: dict[str, ScheduleState] = {}
-    stream = LimitsStream(conn, ns.stream)
+    stream = LimitsStream(conn, ns.schedules_stream)
     for subject in sorted(facts.subjects or {}):
         msg = await stream.last(subject)
         state = _stored_state(app, msg) if msg is not None else None
@@ -243,7 +243,7 @@ async def read_schedules(app: SchedulingApp, conn: Connection) -> dict[str, Sche
 async def read_schedule(app: SchedulingApp, conn: Connection, name: str) -> ScheduleState | None:
     """Periodic schedule ``name`` as the server holds it; None when there is none."""
     subject = app.namespace.periodic_subject(validate_name("schedule", name))
-    msg = await LimitsStream(conn, app.namespace.stream).last(subject)
+    msg = await LimitsStream(conn, app.namespace.schedules_stream).last(subject)
     return _stored_state(app, msg) if msg is not None else None
 
 
@@ -317,7 +317,7 @@ async def sync_schedules(app: SchedulingApp, conn: Connection, *, prune: bool = 
         if name in app.schedules:
             continue
         report.stale.append(name)
-        if prune and await LimitsStream(conn, app.namespace.stream).delete(state.seq):
+        if prune and await LimitsStream(conn, app.namespace.schedules_stream).delete(state.seq):
             report.removed.append(name)
     if report.refused:
         raise SchedulesRefused(report)
@@ -364,4 +364,4 @@ async def remove_schedule(app: SchedulingApp, conn: Connection, name: str) -> bo
     """Remove schedule ``name`` from the server; False when there was none. A worker starting
     with code that declares it installs it again."""
     state = await read_schedule(app, conn, name)
-    return state is not None and await LimitsStream(conn, app.namespace.stream).delete(state.seq)
+    return state is not None and await LimitsStream(conn, app.namespace.schedules_stream).delete(state.seq)

@@ -34,7 +34,6 @@ WORKFLOWS_SINCE = (2, 12, 0)
 #: What a group does when a member ends without a result.
 OnFailure = Literal["stop", "continue", "ignore"]
 _TTL = "Nats-TTL"
-_ROLLUP = "Nats-Rollup"
 
 
 def def_subject(ns: Namespace, flow_id: str) -> str:
@@ -176,5 +175,7 @@ class FlowState:
              "reason": self.reason, "jobs": self.jobs, "wrote": wrote or []},
             separators=(",", ":"),
         ).encode()  # fmt: skip
-        headers = {EXPECTED_LAST_SUBJECT_SEQ: str(self.seq), _TTL: str(int(ttl)), _ROLLUP: "sub"}
+        # No rollup: the job stream, which producers write, honours none. Earlier states stay
+        # until their time to live; readers take the last.
+        headers = {EXPECTED_LAST_SUBJECT_SEQ: str(self.seq), _TTL: str(int(ttl))}
         return OutMessage(state_subject(ns, flow_id), body, headers)

@@ -52,6 +52,7 @@ pytestmark = pytest.mark.faults
 MODULE = "sched_app"
 STREAM = "JSW_SCH"
 DLQ_STREAM = "JSW_SCH_DLQ"
+SCHED_STREAM = "JSW_SCH_SCHED"
 QUEUE = "default"
 R3 = {"JSWORKER_REPLICAS": "3"}
 
@@ -155,8 +156,8 @@ def schedules_listed(url: str | Sequence[str], record: Path, env: dict[str, str]
 
 
 def stored_at(url: str | Sequence[str], subject: str) -> float:
-    """When the last message on ``subject`` of the job stream was written (unix seconds)."""
-    answer = request_json(url, f"$JS.API.STREAM.MSG.GET.{STREAM}", {"last_by_subj": subject})
+    """When the last message on ``subject`` of the schedules stream was written (unix seconds)."""
+    answer = request_json(url, f"$JS.API.STREAM.MSG.GET.{SCHED_STREAM}", {"last_by_subj": subject})
     assert "message" in answer, answer
     stamp = str(answer["message"]["time"])
     # RFC 3339 with nanoseconds: fromisoformat takes at most microseconds.
@@ -244,22 +245,17 @@ def test_delayed_jobs_survive_server_sigkill(
 def test_delayed_job_waits_in_queue_without_worker(
     nats_server: NatsServer, sched_app: ModuleType, workers: Workers, records: Records
 ) -> None:
-    """A delayed job fires with no worker running: the schedule is gone and the job waits on
-    its queue subject. A worker started after that runs it once."""
+    """A delayed job past its due time with no worker running: it waits, stored as enqueued
+    (no worker has made it a schedule yet). A worker started after that runs it once, at once."""
     url = nats_server.url
     sched_app.app.servers = [url]
     job = sched_app.later.apply((1,), countdown=1)
     assert job.scheduled_for is not None
     due = job.scheduled_for.timestamp()
-    subjects = wait_until(
-        lambda: stream_subjects(url, STREAM),
-        until=lambda s: s == {f"jsw.sch.q.{QUEUE}.later.{job.id}": 1},
-        timeout=15,
-        interval=0.1,
-        message="the job fired onto its queue subject, its schedule gone",
-    )
+    wait_until(lambda: time.time() >= due, timeout=5, interval=0.05, message="its due time")
+    subjects = stream_subjects(url, STREAM)
+    assert subjects == {f"jsw.sch.later.{QUEUE}.{round(due * 1000)}.{job.id}": 1}
     fired_seen_at = time.time()
-    assert fired_seen_at >= due
 
     worker = workers.start(url, "w", module=MODULE)
     worker.wait_started()
@@ -407,9 +403,9 @@ def test_changed_schedule_replaces_the_old_cadence(
     )
     assert first.terminate() == 0, first.tail()
     stopped_wall = time.time()
-    # The restart spans a tick: one fires into the queue with no worker to take it.
+    # The restart spans a tick: one fires with no worker to move it into its queue.
     wait_until(
-        lambda: stream_subjects(url, STREAM).get(f"jsw.sch.q.{QUEUE}.tick", 0),
+        lambda: stream_subjects(url, SCHED_STREAM).get(f"jsw.sch.fired.{QUEUE}.tick", 0),
         timeout=10,
         interval=0.1,
         message="a tick of the old schedule to fire while no worker runs",

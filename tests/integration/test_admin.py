@@ -18,7 +18,7 @@ from jsworker.lifecycle.state import JobState
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
-from .secured import as_user, role_app
+from .secured import as_user, provision, role_app
 from .workers import APPS, cli, in_process_worker, start_worker, stop
 
 sys.path.insert(0, str(APPS))
@@ -192,6 +192,7 @@ async def test_the_operator_role_may_do_all_of_it(secured: NatsServer, tmp_path:
     """With only the permissions ``jsworker permissions`` prints for an operator, every
     listing and the cancel work, and the worker is refused nothing."""
     url, gate, log = secured.url, tmp_path / "gate", tmp_path / "worker.log"
+    provision(url)
     worker = start_worker(
         url, tmp_path / "record", log, "--log-level", "info", module="perm_app", env=as_user("perm-worker")
     )

@@ -16,7 +16,7 @@ from jsworker.lifecycle.state import JobState
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
-from .secured import as_user, role_app
+from .secured import as_user, provision, role_app
 from .workers import APPS, cli, in_process_worker, start_worker, stop
 
 pytestmark = pytest.mark.anyio
@@ -160,6 +160,7 @@ async def test_health_of_a_missing_stream(nats_server: NatsServer) -> None:
 
 async def test_the_operator_role_may_pause_resume_and_purge(secured: NatsServer, tmp_path: Path) -> None:
     url, log = secured.url, tmp_path / "worker.log"
+    provision(url)
     worker = start_worker(url, tmp_path / "record", log, module="perm_app", env=as_user("perm-worker"))
     operator = role_app(url, "perm-operator")
     try:

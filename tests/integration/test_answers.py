@@ -14,7 +14,7 @@ from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
-from .secured import ADMIN, as_user, role_app
+from .secured import ADMIN, as_user, provision, role_app
 from .workers import records, scrape, start_metrics_worker, stop, value, worker_env
 
 # Subjects a worker's answer must never land on, whoever asks.
@@ -37,6 +37,7 @@ def test_a_question_is_answered_only_in_the_askers_inbox(secured: NatsServer, tm
     counted and logged as refused; the same questions asked the normal way are answered."""
     url, gate, log, record = secured.url, tmp_path / "gate", tmp_path / "worker.log", tmp_path / "record"
     env = {**worker_env(url, record), **as_user("perm-worker")}
+    provision(url)
     worker, port = start_metrics_worker(env, log, "perm_app")
     assert _refused(port) == 0
 

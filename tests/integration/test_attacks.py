@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
+import nats.js.errors
 import pytest
 
 from jsworker import App, JobCancelled, PermissionDeniedError
@@ -26,6 +27,10 @@ from .secured import ADMIN, PASSWORD, as_user, provision, role_app
 from .workers import records, start_worker, stop
 
 DUE = "Jsw-Scheduled-For"
+# The job stream allows no message schedules: its answer to a schedule header.
+SCHEDULES_DISABLED = 10188
+# Its answers to a rollup, a time to live and a scheduler's purge (by server version).
+REFUSED_HEADERS = {10111, 10166, SCHEDULES_DISABLED, 10212}
 
 
 @contextlib.asynccontextmanager
@@ -154,70 +159,118 @@ def test_a_halt_the_server_does_not_confirm_changes_nothing(secured: NatsServer,
         assert stop(worker) == 0
 
 
-def test_schedules_a_producer_may_not_install_never_run(secured: NatsServer, tmp_path: Path) -> None:
-    """A repeating schedule on a delayed-job subject, a one-shot one that copies another job's
-    message (``Nats-Schedule-Source``) and a job dressed up as a firing still to come are
-    accepted by the server (permissions cannot read headers) but are dead-lettered, never run,
-    and the repeating schedule is removed."""
+def test_a_producer_installs_no_schedule_and_passes_no_job_off_as_fired(
+    secured: NatsServer, tmp_path: Path
+) -> None:
+    """What once let a producer install a job that runs forever: a schedule on the schedules
+    stream is refused by the permissions; a schedule header on a subject it may write (a
+    delayed job's, a job's) is refused by the job stream, which allows no schedules; a job
+    dressed up as a firing (the marks a worker puts on what it moves) is dead-lettered unrun,
+    before its time or not, and the delayed job it names still runs once, with its own body."""
     url, record = secured.url, tmp_path / "record"
     provision(url)
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
-    async def scenario() -> None:
+    async def scenario() -> str:
         async with _role(url, "perm-producer") as producer:
-            victim = await producer.tasks["add"].aapply((5, 5), countdown=120)
+            victim = await producer.tasks["add"].aapply((5, 5), countdown=2)
             assert victim.scheduled_for is not None
             victim_due = round(victim.scheduled_for.timestamp() * 1000)
             conn = await _connect(producer)
             now = int(time.time() * 1000)
             body = json.dumps({"args": [1, 2], "kwargs": {}}).encode()
-            repeating = f"jsw.perm.sched.at.default.{now}.evil"
-            copying = f"jsw.perm.sched.at.default.{now}.copy"
+            repeat = {"Nats-Schedule": "@every 1s", "Nats-Schedule-Target": "jsw.perm.fired.default.add"}
             try:
-                await conn.js.publish(repeating, body, headers={
-                    "Nats-Schedule": "@every 1s", "Nats-Schedule-Target": "jsw.perm.q.default.add",
-                    "Jsw-Task": "add", "Jsw-Job-Id": "evil", DUE: str(now),
-                })  # fmt: skip
-                await conn.js.publish(copying, b"", headers={
-                    "Nats-Schedule": "@at 2020-01-01T00:00:00Z",
-                    "Nats-Schedule-Target": "jsw.perm.q.default.add",
-                    "Nats-Schedule-Source": f"jsw.perm.sched.at.default.{victim_due}.{victim.id}",
-                    "Jsw-Task": "add", "Jsw-Job-Id": "copy", DUE: str(now),
-                })  # fmt: skip
-                # A hand-made "fired" job for a firing still to come: run, it would claim that firing
-                # and the real one would be dropped as a duplicate.
-                later = now + 3_600_000
-                await conn.js.publish("jsw.perm.q.default.add", body, headers={
-                    "Nats-Scheduler": f"jsw.perm.sched.at.default.{later}.early",
-                    "Nats-Schedule-Next": "purge",
-                    "Jsw-Task": "add", "Jsw-Job-Id": "early", DUE: str(later),
-                })  # fmt: skip
+                await _refused(conn, f"jsw.perm.sched.at.default.{now}.evil")
+                await _refused(conn, "jsw.perm.sched.repeat.evil")
+                for subject in (f"jsw.perm.later.default.{now}.evil", "jsw.perm.q.default.add.evil"):
+                    with pytest.raises(nats.js.errors.BadRequestError) as refused:
+                        await conn.js.publish(subject, body, headers={**repeat, "Jsw-Task": "add"})
+                    assert refused.value.err_code == SCHEDULES_DISABLED
+                for job_id, due in ((victim.id, victim_due), ("early", now + 3_600_000)):
+                    # What a worker moving a firing writes, but the claim.
+                    await conn.js.publish("jsw.perm.q.default.add", body, headers={
+                        "Jsw-Fired-By": f"jsw.perm.sched.at.default.{due}.{job_id}",
+                        "Jsw-Fired-Next": "purge", "Jsw-Fired-Claim": "1.guessed",
+                        "Jsw-Task": "add", "Jsw-Job-Id": job_id, DUE: str(due),
+                    })  # fmt: skip
             finally:
                 await conn.close()
 
-            async def removed() -> bool:
-                return repeating not in await _subjects(url, "JSW_PERM")
-
-            await wait_until_async(removed, timeout=20, message="the repeating schedule to be removed")
             await wait_until_async(
                 lambda: _dlq_reasons(url),
                 until=lambda reasons: (
-                    any("fires more than once" in r for r in reasons)
-                    # The copy names the job it copied, due later: refused either way.
-                    and any(f"{copying} " in r for r in reasons)
+                    any("which did not fire it" in r for r in reasons)
                     and any("early before it was due" in r for r in reasons)
                 ),
                 timeout=20,
-                message="the three firings to be dead-lettered",
+                message="the two forged firings to be dead-lettered",
             )
-            # The victim still waits for its own time.
-            assert (await producer.astatus(victim.id)).state is JobState.SCHEDULED
+            assert await victim.aresult(timeout=20) == 10  # its own body, not 1 + 2
+            return victim.id
+
+    try:
+        victim_id = asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0
+    assert [j for j, _, _ in records(record)] == [victim_id]  # once; no forged job ran
+
+
+def test_no_header_of_a_producer_removes_anything(secured: NatsServer, tmp_path: Path) -> None:
+    """What once wiped an app with one message: ``Nats-Rollup: all`` (with ``Nats-TTL: 1s``)
+    on any subject a producer writes, ``Nats-Rollup: sub`` on a victim's own subject, and a
+    purge through ``Nats-Schedule-Next``. The job stream refuses each (it allows no rollups,
+    schedules or times to live), the schedules stream refuses the producer altogether, and a
+    running job, a queued one and a delayed one are all still there; the queued one then
+    runs."""
+    url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
+    provision(url)
+    worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
+
+    async def scenario() -> None:
+        async with _role(url, "perm-producer") as producer:
+            running, queued = [await producer.tasks["hold"].adelay(str(gate)) for _ in range(2)]
+            await _started(record, running.id)
+            scheduled = await producer.tasks["add"].aapply((1, 1), countdown=300)
+            await wait_until_async(
+                lambda: _subjects(url, "JSW_PERM_SCHED"),
+                timeout=20,
+                message="the delayed job made a schedule",
+            )
+            jobs, schedules = await _subjects(url, "JSW_PERM"), await _subjects(url, "JSW_PERM_SCHED")
+            conn = await _connect(producer)
+            now = int(time.time() * 1000)
+            try:
+                await _refused(conn, f"jsw.perm.sched.at.default.{now}.evil")
+                wipes = [
+                    (subject, {"Nats-Rollup": "all", "Nats-TTL": "1s"})
+                    for subject in ("jsw.perm.q.default.add", f"jsw.perm.later.default.{now}.evil")
+                ]
+                wipes += [
+                    (f"jsw.perm.q.gated.hold.{queued.id}", {"Nats-Rollup": "sub"}),
+                    (
+                        "jsw.perm.q.default.add",
+                        {"Nats-Scheduler": f"jsw.perm.later.default.{now}.x", "Nats-Schedule-Next": "purge"},
+                    ),
+                ]
+                for subject, headers in wipes:
+                    with pytest.raises(nats.js.errors.APIError) as refused:
+                        await conn.js.publish(subject, b"", headers=headers)
+                    assert refused.value.err_code in REFUSED_HEADERS, (subject, refused.value)
+            finally:
+                await conn.close()
+            assert await _subjects(url, "JSW_PERM") == jobs
+            assert await _subjects(url, "JSW_PERM_SCHED") == schedules
+            for job in (running, queued, scheduled):
+                assert (await producer.astatus(job.id)).state is not JobState.UNKNOWN, job.id
+            gate.touch()
+            assert await queued.aresult(timeout=20) == "real"
 
     try:
         asyncio.run(scenario())
     finally:
+        gate.touch()
         assert stop(worker) == 0
-    assert records(record) == []  # add never ran
 
 
 async def _dlq_reasons(url: str) -> list[str]:

@@ -14,7 +14,7 @@ from jsworker.scheduling.claims import CANCELLED, claim
 from jsworker.scheduling.delayed import due_ms
 from jsworker.testing import NatsServer
 
-from ..support import connected, consumer_state_async, stream_messages_async, wait_until_async
+from ..support import connected, consumer_state_async, made_schedule, stream_messages_async, wait_until_async
 from .workers import in_process_worker
 
 pytestmark = pytest.mark.anyio
@@ -129,27 +129,26 @@ async def test_a_copy_fired_twice_runs_once_and_one_fired_as_it_was_cancelled_ne
     runs: list[dict[str, Any]] = []
     app = _app(nats_server.url, runs)
     remind = app.tasks["remind"]
-    job = await remind.aapply((1,), countdown=1.0, job_id="twice")
-    conn = await app.producer.connection()
-    due = due_ms(job.scheduled_for)  # type: ignore[arg-type]
-    async with connected(nats_server.url) as nc:
-        original = await nc.jetstream().get_last_msg("JSW_LATER", f"jsw.later.sched.at.default.{due}.twice")
-        headers = dict(original.headers or {})
-        # A copy under another subject: not the same enqueue (no dedup key, no expectation).
-        for name in (
-            "Nats-Msg-Id",
-            "Nats-Expected-Last-Subject-Sequence",
-            "Nats-Expected-Last-Subject-Sequence-Subject",
-        ):
-            headers.pop(name, None)
-        await nc.jetstream().publish(
-            f"jsw.later.sched.at.copy.{due}.twice", original.data or b"", headers=headers
-        )
-    doomed = await remind.aapply((2,), countdown=1.0)
-    assert await claim(conn, app.namespace, doomed.id, due_ms(doomed.scheduled_for), CANCELLED) is None  # type: ignore[arg-type]
-    await app.aclose()  # the worker brings its own connection
     async with in_process_worker(app):
-        sentinel = await remind.aapply((3,), countdown=2.0)
+        job = await remind.aapply((1,), countdown=2.0, job_id="twice")
+        conn = await app.producer.connection()
+        due = due_ms(job.scheduled_for)  # type: ignore[arg-type]
+        async with connected(nats_server.url) as nc:
+            js = nc.jetstream()
+            # A worker makes the enqueued job a schedule; then it is copied as it stands.
+            original = await made_schedule(nc, app.namespace, "default", due, "twice")
+            headers = dict(original.headers or {})
+            # A copy under another subject: not the same enqueue (no dedup key, no expectation).
+            for name in (
+                "Nats-Msg-Id",
+                "Nats-Expected-Last-Subject-Sequence",
+                "Nats-Expected-Last-Subject-Sequence-Subject",
+            ):
+                headers.pop(name, None)
+            await js.publish(f"jsw.later.sched.at.copy.{due}.twice", original.data or b"", headers=headers)
+        doomed = await remind.aapply((2,), countdown=1.0)
+        assert await claim(conn, app.namespace, doomed.id, due_ms(doomed.scheduled_for), CANCELLED) is None  # type: ignore[arg-type]
+        sentinel = await remind.aapply((3,), countdown=2.5)
         await wait_until_async(
             lambda: any(r["id"] == sentinel.id for r in runs), timeout=15, message="sentinel"
         )

@@ -63,6 +63,18 @@ async def _schedules(url: str, stream: str, app: str) -> set[str]:
     return set(info.state.subjects or {})
 
 
+async def _made_schedules(app: App, url: str, count: int) -> None:
+    """Run a worker until it has made the app's enqueued delayed jobs ``count`` schedules."""
+    ns = app.namespace
+    async with in_process_worker(app):
+        await wait_until_async(
+            lambda: _schedules(url, ns.schedules_stream, ns.app),
+            until=lambda made: len(made) == count,
+            timeout=10,
+            message=f"{count} schedules",
+        )
+
+
 async def _delayed(app: App, conn: Connection) -> int:
     return sum(q.delayed for q in await queue_status(app, conn))
 
@@ -80,6 +92,7 @@ async def test_a_claimed_schedule_past_its_grace_is_removed_and_no_other(nats_se
     recent = await remind.aapply((4,), eta=eta + timedelta(seconds=30), job_id="recent")
     due = {j.id: due_ms(j.scheduled_for) for j in (ran, dropped, waiting, recent) if j.scheduled_for}
     ns = app.namespace
+    await _made_schedules(app, nats_server.url, 4)
     async with _worker_conn(app) as conn:
         # What a worker taking up the fired job writes, and what a cancel racing it writes.
         assert await claim(conn, ns, "ran", due["ran"], "41") is None
@@ -89,7 +102,7 @@ async def test_a_claimed_schedule_past_its_grace_is_removed_and_no_other(nats_se
 
         # "recent" is due 30 s after the others: still inside its grace.
         assert await sweep_leftovers(conn, ns, due["ran"] + GRACE_MS + 1) == 2
-        left = await _schedules(nats_server.url, ns.stream, ns.app)
+        left = await _schedules(nats_server.url, ns.schedules_stream, ns.app)
         assert left == {ns.delayed_subject("default", due[j], j) for j in ("waiting", "recent")}
         assert await _delayed(app, conn) == 2
         # Nothing left to remove at the same time: a second sweep (another worker) finds none.
@@ -113,6 +126,7 @@ async def test_one_sweep_checks_at_most_its_limit(nats_server: NatsServer) -> No
     eta = datetime.now(UTC) + timedelta(hours=1)
     jobs = [await remind.aapply((n,), eta=eta + timedelta(seconds=n)) for n in range(5)]
     ns = app.namespace
+    await _made_schedules(app, nats_server.url, 5)
     async with _worker_conn(app) as conn:
         for job in jobs:
             assert job.scheduled_for is not None
@@ -140,7 +154,7 @@ async def test_a_worker_removes_the_schedule_kept_after_its_job_fired(
     ns = app.namespace
     subject = ns.delayed_subject("default", due, "left")
     kept_subject = ns.delayed_subject("default", due, "kept")
-    target = ns.job_subject("default", "remind", "left")
+    target = ns.fired_subject(ns.job_subject("default", "remind", "left"))
     identity = {"Jsw-Task": "remind", "Jsw-Job-Id": "left", "Jsw-Scheduled-For": str(due)}
     async with connected(nats_server.url) as nc:
         js = nc.jetstream()
@@ -153,11 +167,11 @@ async def test_a_worker_removes_the_schedule_kept_after_its_job_fired(
         kept = {
             **schedule,
             "Jsw-Job-Id": "kept",
-            "Nats-Schedule-Target": ns.job_subject("default", "remind", "kept"),
+            "Nats-Schedule-Target": ns.fired_subject(ns.job_subject("default", "remind", "kept")),
         }
         await js.publish(kept_subject, _BODY, headers=kept)
     await app.aclose()
-    assert await _schedules(nats_server.url, ns.stream, ns.app) == {subject, kept_subject}
+    assert await _schedules(nats_server.url, ns.schedules_stream, ns.app) == {subject, kept_subject}
 
     def removed() -> float | None:
         return app.metrics.registry.get_sample_value("jsworker_leftover_schedules_removed_total")
@@ -166,7 +180,7 @@ async def test_a_worker_removes_the_schedule_kept_after_its_job_fired(
     async with in_process_worker(app):
         await wait_until_async(lambda: runs == ["left"], timeout=15, message="the fired job to run")
         await wait_until_async(
-            lambda: _schedules(nats_server.url, ns.stream, ns.app),
+            lambda: _schedules(nats_server.url, ns.schedules_stream, ns.app),
             until=lambda left: left == {kept_subject},
             timeout=15,
             message="the schedule left behind to be removed, the other kept",
@@ -188,7 +202,9 @@ async def test_the_worker_role_may_sweep(secured: NatsServer) -> None:
         "Jsw-Job-Id": "left",
         "Jsw-Scheduled-For": str(due),
         "Nats-Schedule": "@at 2099-01-01T00:00:00Z",
-        "Nats-Schedule-Target": app.namespace.job_subject("default", "add", "left"),
+        "Nats-Schedule-Target": app.namespace.fired_subject(
+            app.namespace.job_subject("default", "add", "left")
+        ),
     }
     nc = await nats.connect(url, user=ADMIN[0], password=ADMIN[1])
     try:

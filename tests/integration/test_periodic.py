@@ -52,7 +52,7 @@ async def test_processes_reconciling_at_once_leave_one_schedule_each(nats_server
         reports = await asyncio.gather(*(sync_schedules(a, c) for a, c in zip(apps, conns, strict=True)))
         created = sorted(n for r in reports for n in r.created + r.updated)
         assert created == ["a", "b", "c"]  # each written by exactly one process, the others found it done
-        assert await stream_messages_async(nats_server.url, "JSW_BEAT") == 3
+        assert await stream_messages_async(nats_server.url, "JSW_BEAT_SCHED") == 3
         before = await read_schedules(apps[0], conns[0])
         again = await sync_schedules(apps[1], conns[1])
         assert again.unchanged == ["a", "b", "c"] and not again.created and not again.updated
@@ -193,7 +193,7 @@ async def test_ticks_that_waited_past_their_expiry_do_not_run(
         await app.provision()
         await schedules.sync()
     await wait_until_async(
-        lambda: stream_messages_async(nats_server.url, "JSW_LATE"),
+        lambda: stream_messages_async(nats_server.url, "JSW_LATE_SCHED"),
         until=lambda n: n >= 7,  # the schedule and six ticks waiting
         timeout=20,
         message="six ticks waiting",

@@ -19,7 +19,7 @@ from .workers import start_worker, stop
 pytestmark = pytest.mark.anyio
 
 # acceptance_app's App("acc"): the streams and its queue's consumer.
-STREAMS = ("JSW_ACC", "JSW_ACC_DLQ", "KV_jsw_acc_jobs", "JSW_ACC_CLAIMS")
+STREAMS = ("JSW_ACC", "JSW_ACC_DLQ", "KV_jsw_acc_jobs", "JSW_ACC_SCHED", "JSW_ACC_CLAIMS")
 # A worker also makes the registry's bucket, with the app's replicas too.
 WORKER_STREAMS = (*STREAMS, "KV_jsw_acc_workers")
 CONSUMER = ("JSW_ACC", "default")

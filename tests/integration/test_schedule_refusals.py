@@ -165,7 +165,10 @@ async def raw(nats_server: NatsServer) -> AsyncIterator[tuple[App, Connection]]:
 
 async def _verdict(app: App, conn: Connection, name: str, headers: dict[str, str]) -> int:
     """0 when the server stores a schedule with ``headers`` on ``name``, else its error code."""
-    sent = {SCHEDULE_TARGET: app.namespace.job_subject("default", "tick"), **headers}
+    sent = {
+        SCHEDULE_TARGET: app.namespace.fired_subject(app.namespace.job_subject("default", "tick")),
+        **headers,
+    }
     try:
         await write_message(conn, OutMessage(app.namespace.periodic_subject(name), b"", sent), 0)
     except WriteRefused as exc:
@@ -213,7 +216,10 @@ async def test_the_header_block_counted_here_is_the_one_the_server_limits(
     app, conn = raw
 
     def padded(extra: int) -> dict[str, Any]:
-        headers = {SCHEDULE: "@every 60s", SCHEDULE_TARGET: app.namespace.job_subject("default", "tick")}
+        headers = {
+            SCHEDULE: "@every 60s",
+            SCHEDULE_TARGET: app.namespace.fired_subject(app.namespace.job_subject("default", "tick")),
+        }
         base = written_header_block(OutMessage("s", b"", {**headers, "X-Pad": ""}), 0)
         return {**headers, "X-Pad": "p" * (MAX_HEADER_BLOCK - base + extra)}
 

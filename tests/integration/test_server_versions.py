@@ -185,7 +185,9 @@ async def test_on_2_12_a_delayed_job_runs_at_its_time_and_one_can_be_cancelled(
     assert (n, job_id) == (1, job.id)
     assert due == job.scheduled_for
     assert due is not None and at >= due, "ran before it was due"
-    assert (await _stream_config(url, "JSW_MID")).allow_msg_schedules is True
+    # The job stream, which producers write, honours no schedule; the schedules stream does.
+    assert not (await _stream_config(url, "JSW_MID")).allow_msg_schedules
+    assert (await _stream_config(url, "JSW_MID_SCHED")).allow_msg_schedules is True
     assert await _stream_exists(url, "JSW_MID_CLAIMS")
 
 
@@ -271,7 +273,8 @@ async def test_streams_made_on_2_11_get_schedules_after_an_upgrade_on_the_same_s
         async with in_process_worker(app) as worker:
             assert worker.conn is not None and worker.conn.server_version >= (2, 14, 0)
             await wait_until_async(lambda: ran, timeout=20, message="the job stored on 2.11 to run")
-            assert (await _stream_config(new.url, "JSW_UPG")).allow_msg_schedules is True
+            assert not (await _stream_config(new.url, "JSW_UPG")).allow_msg_schedules
+            assert (await _stream_config(new.url, "JSW_UPG_SCHED")).allow_msg_schedules is True
             assert await _stream_exists(new.url, "JSW_UPG_CLAIMS")
             delayed = await app.tasks["note"].aapply((2,), countdown=1)
             await wait_until_async(lambda: len(ran) == 2, timeout=20, message="the delayed job to run")

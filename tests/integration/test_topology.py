@@ -47,10 +47,18 @@ async def test_provisioning_matches_the_declared_topology(nats_server: NatsServe
         js = nc.jetstream()
         jobs = await js.stream_info("JSW_SHOP")
         assert jobs.config.retention == RetentionPolicy.WORK_QUEUE
-        # Schedules share the job stream, on subjects no queue consumer covers.
-        assert jobs.config.subjects == ["jsw.shop.q.>", "jsw.shop.sched.>"]
-        assert jobs.config.allow_msg_schedules is True
+        # Producers write the job stream: it honours no rollup, schedule or time to live. A
+        # delayed job waits there, on subjects no queue consumer covers, until a worker makes
+        # it a schedule in the schedules stream, which only workers and operators write.
+        assert jobs.config.subjects == ["jsw.shop.q.>", "jsw.shop.later.>"]
+        assert not jobs.config.allow_msg_schedules
+        assert not jobs.config.allow_rollup_hdrs
+        assert not jobs.config.allow_msg_ttl
         assert jobs.config.duplicate_window == 120
+        schedules = await js.stream_info("JSW_SHOP_SCHED")
+        assert schedules.config.subjects == ["jsw.shop.sched.>", "jsw.shop.fired.>"]
+        assert schedules.config.retention == RetentionPolicy.WORK_QUEUE
+        assert schedules.config.allow_msg_schedules is True
         claims = await js.stream_info("JSW_SHOP_CLAIMS")
         assert claims.config.subjects == ["jsw.shop.claim.>"]
         assert claims.config.max_msgs_per_subject == 1
@@ -186,12 +194,12 @@ async def test_a_job_stream_made_before_schedules_is_brought_up_to_date(nats_ser
         )
         app = _app("old", nats_server.url, [])
         work = app.tasks["work"]
-        job = await work.aapply((2,), countdown=60)  # the producer finds schedules refused and updates
+        job = await work.aapply((2,), countdown=60)  # the producer finds no stream for it and updates
         assert job.scheduled_for is not None and not job.duplicate
         await app.aclose()
         info = await js.stream_info("JSW_OLD")
-        assert info.config.subjects == ["jsw.old.q.>", "jsw.old.sched.>"]
-        assert info.config.allow_msg_schedules is True
-        assert info.state.messages == 2  # the old job and the schedule
+        assert info.config.subjects == ["jsw.old.q.>", "jsw.old.later.>"]
+        assert not info.config.allow_msg_schedules
+        assert info.state.messages == 2  # the old job, and the delayed one no worker scheduled yet
     finally:
         await nc.close()

@@ -21,7 +21,7 @@ from jsworker.workflows import chain, chord
 from jsworker.workflows.definition import FLOW, FLOW_STEP, FlowDef
 
 from ..support import wait_until_async
-from .secured import ADMIN, PASSWORD, provision_as_admin
+from .secured import ADMIN, PASSWORD
 from .workers import in_process_worker
 
 pytestmark = pytest.mark.anyio
@@ -118,12 +118,12 @@ async def test_forged_members_never_complete_a_chord(secured: NatsServer) -> Non
     under an id of its own, one under the member's id, published while the real members run.
     Both are dead-lettered unrun; the callback gets the real members' results."""
     url = secured.url
-    await provision_as_admin(url)
     ran: Counter[str] = Counter()
     release = asyncio.Event()
     worker_app = make_app(url, ran, release, user="perm-worker", password=PASSWORD.format("perm-worker"))
     producer = make_app(url, Counter(), user="perm-producer", password=PASSWORD.format("perm-producer"))
     admin_app = make_app(url, Counter(), user=ADMIN[0], password=ADMIN[1])
+    await admin_app.provision()  # the provisioning step, for the app the worker runs
     before = forgeries("step")
     try:
         async with in_process_worker(worker_app), Admin(admin_app) as admin:

@@ -35,7 +35,7 @@ from jsworker.scheduling.delayed import due_ms
 from jsworker.testing import NatsServer
 
 from ..integration.workers import Samples, scrape, start_metrics_worker, stop, value
-from ..support import connected, wait_until
+from ..support import connected, made_schedule, wait_until
 from .live import PROMETHEUS, PROMTOOL, PrometheusAPI, binary, start_prometheus
 from .opsfiles import (
     ALERTS,
@@ -137,7 +137,7 @@ async def _store_a_second_schedule(url: str, job: Job) -> None:
     ns = ops_app.app.namespace
     async with connected(url) as nc:
         js = nc.jetstream()
-        original = await js.get_last_msg(ns.stream, ns.delayed_subject("default", due, job.id))
+        original = await made_schedule(nc, ns, "default", due, job.id)
         headers = dict(original.headers or {})
         headers.pop("Nats-Msg-Id")  # else the copy is dropped as a duplicate publish
         await js.publish(ns.delayed_subject("copy", due, job.id), original.data or b"", headers=headers)

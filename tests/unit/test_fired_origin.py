@@ -11,7 +11,7 @@ from jsworker import App
 from jsworker.jetstream.delivery import Delivery
 from jsworker.runtime.execution import identify
 from jsworker.runtime.schedules import FiredJobs
-from jsworker.wire import JOB_ID, SCHEDULE_NAME, SCHEDULE_NEXT, SCHEDULE_SPEC, SCHEDULED_FOR, SCHEDULER, TASK
+from jsworker.wire import FIRED_BY, FIRED_NEXT, JOB_ID, SCHEDULE_NAME, SCHEDULE_SPEC, SCHEDULED_FOR, TASK
 
 APP = App("origin")
 PAST = int(time.time() * 1000) - 60_000
@@ -35,8 +35,8 @@ def _why(headers: dict[str, str]) -> str | None:
 
 def _delayed(job_id: str = "j1", due: int = PAST, more: dict[str, str] | None = None) -> dict[str, str]:
     return {
-        SCHEDULER: f"jsw.origin.sched.at.default.{due}.{job_id}",
-        SCHEDULE_NEXT: "purge",
+        FIRED_BY: f"jsw.origin.sched.at.default.{due}.{job_id}",
+        FIRED_NEXT: "purge",
         JOB_ID: job_id,
         SCHEDULED_FOR: str(due),
         **(more or {}),
@@ -50,12 +50,12 @@ def test_a_one_shot_firing_that_names_its_own_schedule_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("headers", "reason"),
     [
-        (_delayed(more={SCHEDULE_NEXT: "2030-01-01T00:00:00Z"}), "fires more than once"),
+        (_delayed(more={FIRED_NEXT: "2030-01-01T00:00:00Z"}), "fires more than once"),
         (_delayed(more={JOB_ID: "someone-else"}), "another job than the one it names"),
         (_delayed(more={SCHEDULED_FOR: str(PAST - 1)}), "another job than the one it names"),
         (_delayed(due=PAST + 7_200_000), "before it was due"),
-        ({SCHEDULER: "jsw.origin.q.default.t.x", SCHEDULE_NEXT: "purge"}, "no schedule of this app's"),
-        ({SCHEDULER: "jsw.origin.sched.at.default.1.x", SCHEDULE_NEXT: "purge"}, "another job"),
+        ({FIRED_BY: "jsw.origin.q.default.t.x", FIRED_NEXT: "purge"}, "no schedule of this app's"),
+        ({FIRED_BY: "jsw.origin.sched.at.default.1.x", FIRED_NEXT: "purge"}, "another job"),
     ],
 )
 def test_other_firings_are_refused_with_the_reason(headers: dict[str, str], reason: str) -> None:
@@ -64,6 +64,6 @@ def test_other_firings_are_refused_with_the_reason(headers: dict[str, str], reas
 
 
 def test_a_tick_must_come_from_the_periodic_schedule_it_names() -> None:
-    tick = {SCHEDULE_NAME: "beat", SCHEDULE_SPEC: "@every 1s", SCHEDULE_NEXT: "2020-01-01T00:00:02Z"}
-    assert _why({**tick, SCHEDULER: "jsw.origin.sched.repeat.beat"}) is None
-    assert "no schedule of this app's" in (_why({**tick, SCHEDULER: "jsw.origin.sched.repeat.other"}) or "")
+    tick = {SCHEDULE_NAME: "beat", SCHEDULE_SPEC: "@every 1s", FIRED_NEXT: "2020-01-01T00:00:02Z"}
+    assert _why({**tick, FIRED_BY: "jsw.origin.sched.repeat.beat"}) is None
+    assert "no schedule of this app's" in (_why({**tick, FIRED_BY: "jsw.origin.sched.repeat.other"}) or "")

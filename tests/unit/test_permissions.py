@@ -26,7 +26,7 @@ def test_producer_may_only_add_work_and_read_records() -> None:
     assert producer.publish == (
         "jsw.shop.q.>",
         "jsw.shop.in.>",
-        "jsw.shop.sched.at.*.>",
+        "jsw.shop.later.>",
         "jsw.shop.flow.def.*",
         "jsw.shop.ev.*.*.enqueued",
         "jsw.shop.ev.*.*.scheduled",
@@ -47,8 +47,11 @@ def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
     assert "$JS.API.STREAM.PURGE.JSW_SHOP_DLQ" in operator.publish
     worker = permissions("shop", "worker")
     assert not any("PURGE" in s for s in worker.publish)
-    # The one delete: a single message of the job stream, to cancel a job or remove a schedule.
-    assert [s for s in worker.publish if "DELETE" in s] == ["$JS.API.STREAM.MSG.DELETE.JSW_SHOP"]
+    # Single messages of the job and schedules streams: to cancel a job or remove a schedule.
+    assert [s for s in worker.publish if "DELETE" in s] == [
+        "$JS.API.STREAM.MSG.DELETE.JSW_SHOP",
+        "$JS.API.STREAM.MSG.DELETE.JSW_SHOP_SCHED",
+    ]
     # Replies, questions from producers, cancels of jobs it may hold, who runs a job.
     assert worker.subscribe == (
         "_jsw_inbox.shop.worker.>",
@@ -64,12 +67,14 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
     reads = {s for s in operator.publish if ".MSG.GET." in s or ".CONSUMER.INFO." in s or ".LIST." in s}
     reads -= {"$JS.API.STREAM.MSG.GET.JSW_SHOP_CLAIMS"}  # the claims are the workers' business
     assert reads <= set(dashboard.publish)
-    # Its actions: enqueue again (replay, run now, trigger), ask the workers to cancel, delete
-    # single messages (run now, remove a schedule, a replayed dead letter), write schedules
-    # (pause, resume), purge a queue or the dead letters, pause a queue's consumer.
-    assert set(dashboard.publish) - set(operator.publish) == set()
+    # Its actions: enqueue again (replay, run now, trigger), ask the workers to cancel and to
+    # pause or resume a schedule (it writes none), delete single messages (run now, remove a
+    # schedule, a replayed dead letter), purge a queue or the dead letters, pause a queue's
+    # consumer. The questions are its own: an operator pauses a schedule itself.
+    assert set(dashboard.publish) - set(operator.publish) == {"jsw.shop.ask.pause.*", "jsw.shop.ask.resume.*"}
     assert {s for s in dashboard.publish if "DELETE" in s or "PURGE" in s or "PAUSE" in s} == {
         "$JS.API.STREAM.MSG.DELETE.JSW_SHOP",
+        "$JS.API.STREAM.MSG.DELETE.JSW_SHOP_SCHED",
         "$JS.API.STREAM.MSG.DELETE.JSW_SHOP_DLQ",
         "$JS.API.STREAM.PURGE.JSW_SHOP",
         "$JS.API.STREAM.PURGE.JSW_SHOP_DLQ",
@@ -82,7 +87,8 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
         "jsw.shop.q.>",
         "jsw.shop.ask.cancel.*",
         "jsw.shop.held.*",
-        "jsw.shop.sched.repeat.*",
+        "jsw.shop.ask.pause.*",
+        "jsw.shop.ask.resume.*",
     ]
     # What it must not do: create streams or the queues' consumers, pull or settle a job,
     # write records, claims, dead letters or events, stop a job, advance a workflow.
@@ -100,7 +106,7 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
         "jsw.shop.ev.",
         "jsw.shop.flow.",
         "jsw.shop.tally.",
-        "jsw.shop.sched.at.",
+        "jsw.shop.sched.",
     ):
         assert not any(s.startswith(refused) for s in dashboard.publish), refused
     assert not dashboard.answers
@@ -141,6 +147,10 @@ def test_only_the_provisioner_creates_or_updates_streams() -> None:
         "$JS.API.CONSUMER.CREATE.JSW_SHOP.>",
         "$JS.API.CONSUMER.DURABLE.CREATE.JSW_SHOP.*",
         "$JS.API.CONSUMER.INFO.JSW_SHOP.*",
+        # The consumer through which workers move fired jobs into their queues.
+        "$JS.API.CONSUMER.CREATE.JSW_SHOP_SCHED.>",
+        "$JS.API.CONSUMER.DURABLE.CREATE.JSW_SHOP_SCHED.*",
+        "$JS.API.CONSUMER.INFO.JSW_SHOP_SCHED.*",
     }
     # Workers still create their queues' consumers (a new queue comes with new code).
     assert "$JS.API.CONSUMER.CREATE.JSW_SHOP.>" in permissions("shop", "worker").publish

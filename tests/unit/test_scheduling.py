@@ -15,13 +15,13 @@ from jsworker.scheduling.cron import Cron, duration_seconds, every_seconds, go_d
 from jsworker.scheduling.declare import at_expression
 from jsworker.scheduling.firing import firing, tick_job_id
 from jsworker.wire import (
+    FIRED_BY,
+    FIRED_NEXT,
     JOB_ID,
     SCHEDULE_NAME,
-    SCHEDULE_NEXT,
     SCHEDULE_SPEC,
     SCHEDULE_ZONE,
     SCHEDULED_FOR,
-    SCHEDULER,
     TASK,
 )
 
@@ -134,15 +134,13 @@ def test_declaring_schedules_checks_everything_and_names_the_schedule() -> None:
 def test_fired_jobs_are_identified_the_same_for_every_copy() -> None:
     delayed = firing({JOB_ID: "order-1", SCHEDULED_FOR: "1767225600123"})
     assert delayed == ("order-1", 1767225600123, "delayed")
-    tick = {SCHEDULE_NAME: "nightly", SCHEDULE_SPEC: "0 0 7 * * *", SCHEDULE_NEXT: "2026-01-02T07:00:00Z"}
+    tick = {SCHEDULE_NAME: "nightly", SCHEDULE_SPEC: "0 0 7 * * *", FIRED_NEXT: "2026-01-02T07:00:00Z"}
     assert firing(tick) == ("nightly-20260101T070000Z", 1767250800000, "periodic")
-    zoned = {**tick, SCHEDULE_ZONE: "Europe/Berlin", SCHEDULE_NEXT: "2026-01-02T07:00:00+01:00"}
+    zoned = {**tick, SCHEDULE_ZONE: "Europe/Berlin", FIRED_NEXT: "2026-01-02T07:00:00+01:00"}
     assert firing(zoned) == ("nightly-20260101T060000Z", 1767247200000, "periodic")
-    every = {SCHEDULE_NAME: "beat", SCHEDULE_SPEC: "@every 1s500ms", SCHEDULE_NEXT: "2026-01-01T00:00:03Z"}
+    every = {SCHEDULE_NAME: "beat", SCHEDULE_SPEC: "@every 1s500ms", FIRED_NEXT: "2026-01-01T00:00:03Z"}
     assert firing(every) == ("beat-20260101T000001500Z", 1767225601500, "periodic")
-    assert (
-        firing({SCHEDULE_NAME: "x", SCHEDULE_SPEC: "nonsense", SCHEDULE_NEXT: "2026-01-01T00:00:00Z"}) is None
-    )
+    assert firing({SCHEDULE_NAME: "x", SCHEDULE_SPEC: "nonsense", FIRED_NEXT: "2026-01-01T00:00:00Z"}) is None
     assert firing({}) is None
     assert tick_job_id("n", 1767225600000) == "n-20260101T000000Z"
 
@@ -152,10 +150,10 @@ def test_a_catch_up_tick_is_dated_no_later_than_the_server_stored_it() -> None:
     stored the tick: the job keeps that id but its due time is when it was stored."""
     app = App("dating")
     headers = {
-        SCHEDULER: "jsw.dating.sched.every.beat",
+        FIRED_BY: "jsw.dating.sched.every.beat",
         SCHEDULE_NAME: "beat",
         SCHEDULE_SPEC: "@every 1s",
-        SCHEDULE_NEXT: "2026-01-01T00:00:02Z",
+        FIRED_NEXT: "2026-01-01T00:00:02Z",
         TASK: "t",
     }
 
