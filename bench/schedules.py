@@ -120,7 +120,7 @@ async def _purge(url: str) -> None:
     nc = await _connect(url)
     try:
         js = nc.jetstream()
-        for stream in (app.namespace.stream, app.namespace.claims_stream):
+        for stream in (app.namespace.stream, app.namespace.schedules_stream, app.namespace.claims_stream):
             await js.purge_stream(stream)
     finally:
         await nc.close()
@@ -278,8 +278,10 @@ def _processing(ctx: Context, fired: bool, n: int) -> float:
         asyncio.run(_using(ctx.url, lambda: _gather_enqueue(_delayed(FIRE_SOON), 0, n)))
     else:
         asyncio.run(_using(ctx.url, lambda: _enqueue_plain(n)))
-    # Every schedule has fired (or every plain job is stored): the queue holds n jobs, nothing else.
-    _wait_counts(ctx.url, n, n, 120, "processing: jobs in the queue")
+    # Every plain job is stored in the queue; every delayed one waits, due, for a worker to
+    # make it a schedule, which fires it at once, and to move it into the queue: the rate of
+    # fired jobs is theirs through both moves.
+    _wait_counts(ctx.url, n, 0 if fired else n, 120, "processing: jobs stored")
     name = "sched-fired" if fired else "sched-plain"
     rec = ctx.record_file(name)
     with _worker(ctx, rec, PROCESS_CONCURRENCY, name) as w:
@@ -328,7 +330,11 @@ def _cost(ctx: Context) -> list[Measurement]:
     return [
         Measurement("schedules.processing.plain", rates[False], "jobs/s", "plain jobs, 1 worker", p_info),
         Measurement(
-            "schedules.processing.fired", rates[True], "jobs/s", "fired delayed jobs, 1 worker", p_info
+            "schedules.processing.fired",
+            rates[True],
+            "jobs/s",
+            "due delayed jobs through both moves, 1 worker",
+            p_info,
         ),
         Measurement("schedules.enqueue.adelay_us", costs[False], "us", "await adelay(), per job", e_info),
         Measurement(

@@ -67,9 +67,9 @@ _STAND_BY = LEASE_TTL / 3
 # so that a move never does more than store a plain job (no schedule, rollup or counter).
 _SERVER_PREFIX = "nats-"
 _KEPT = frozenset({EXPECTED_LAST_SUBJECT_SEQ.lower()})
-# A marker stands for a moved job until the job's own message is deleted, right after the move;
-# it outlives a mover that dies in between by far (another takes the lease within seconds,
-# reads the intake and finds the marker behind the job), then goes by itself.
+# A marker stands for a moved job until the job's own message is deleted, right after the move,
+# and is deleted with it. One a dying mover left behind goes by itself after this: long after
+# another mover took the lease, read the intake and found it behind its job.
 _MARKER_TTL = "10m"
 
 
@@ -234,8 +234,11 @@ class FairMover:
         if not waiting:
             return True
         try:
-            await publish_atomic(self.conn, [out for job, msg in waiting for out in self._move(job, msg)])
-            await self._delete_moved([job for job, _ in waiting])
+            stored = await publish_atomic(
+                self.conn, [out for job, msg in waiting for out in self._move(job, msg)]
+            )
+            first = stored.seq - 2 * len(waiting) + 1
+            await self._delete_moved([(job[1], first + 2 * i + 1) for i, (job, _) in enumerate(waiting)])
             return True
         except BatchConflict:
             # A job cancelled since it was read, or an id taken: the batch as a whole is
@@ -259,8 +262,8 @@ class FairMover:
                 back.append(job)
                 continue
             try:
-                await publish_atomic(self.conn, self._move(job, msg))
-                await self._delete_moved([job])
+                stored = await publish_atomic(self.conn, self._move(job, msg))
+                await self._delete_moved([(seq, stored.seq)])
                 progress = True
                 continue
             except BatchConflict:
@@ -285,22 +288,29 @@ class FairMover:
         marker = {EXPECTED_LAST_SUBJECT_SEQ: str(seq), MOVED: "1", MSG_TTL: _MARKER_TTL}
         return [copy, OutMessage(subject, b"", marker)]
 
-    async def _delete_moved(self, jobs: list[_Job]) -> None:
-        """Delete the intake messages of ``jobs``, moved: the job stream honours no rollup, so
-        a marker cannot replace them. One left behind (no answer) is found moved by its marker
-        the next time it comes up (:meth:`_moved_before`)."""
+    async def _delete_moved(self, moved: list[tuple[int, int]]) -> None:
+        """Delete what is left in the intake of jobs that moved: ``(job, marker)`` sequences.
+        The job stream honours no rollup, so the marker cannot replace the job; it stands for
+        the move until the job is gone, and goes once it is (a marker left stored would keep
+        the intake's readers from ever being cleaned up). One left behind (no answer) is found
+        moved by its marker the next time it comes up (:meth:`_moved_before`)."""
+
+        async def one(job: int, marker: int) -> None:
+            await self._jobs.delete(job)
+            await self._jobs.delete(marker)  # only once the job is gone: else it could move again
+
         try:
-            await asyncio.gather(*(self._jobs.delete(seq) for _, seq, _ in jobs))
+            await asyncio.gather(*(one(job, marker) for job, marker in moved))
         except JsworkerError as exc:
             log.warning("fair.delete_failed", queue=self.queue, error=str(exc))
 
     async def _moved_before(self, job: _Job) -> bool:
-        """Whether ``job`` moved already (a marker stands behind it): its message is deleted."""
+        """Whether ``job`` moved already (a marker stands behind it): what is left of it goes."""
         _, seq, subject = job
         last = await self._jobs.last(subject)
         if last is None or last.seq == seq or MOVED not in last.headers:
             return False
-        await self._delete_moved([job])
+        await self._delete_moved([(seq, last.seq)])
         return True
 
 
