@@ -178,7 +178,17 @@ async def _reconcile_stream(
     replicas = current.num_replicas or 1
     differ = ReplicasDiffer(spec.name, replicas, spec.replicas) if replicas != spec.replicas else None
     wanted.num_replicas = replicas
-    # A stream made by an older jsworker lacks the schedule subjects: adding subjects is safe.
+    if current.allow_msg_schedules and not spec.schedules:
+        # The server cannot turn schedules off, and honours rollups wherever they are on.
+        raise TopologyError(
+            f"stream {spec.name} allows message schedules (an earlier jsworker kept them there), so "
+            "the server honours rollups on it from anyone who may publish to it; it cannot be changed "
+            "in place. Move to the new layout: stop the producers, let the workers finish what waits "
+            f"(jsworker status), stop them, remove the stream (nats stream rm {spec.name}), then run "
+            "jsworker provision. Delayed jobs still in it are lost; periodic schedules come back from "
+            "the code"
+        )
+    # A stream made by an older jsworker may lack subjects added since: adding subjects is safe.
     if current.retention != wanted.retention or not set(current.subjects or []) <= set(spec.subjects):
         raise TopologyError(
             f"stream {spec.name} exists with retention {current.retention} and subjects "

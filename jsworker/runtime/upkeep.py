@@ -116,6 +116,8 @@ async def missing_schedules(app: App, conn: Connection, keep: bool) -> None:
     schedules (``keep``: not ``--no-schedules``) keeps them."""
     if not keep or not app.schedules:
         return
+    for name in app.schedules:
+        app.metrics.schedules_restored.labels(name)  # at 0: increase() sees the first one
     while True:
         # At a random point of each interval: the workers of a fleet do not all look at once.
         await asyncio.sleep(random.uniform(0.5, 1.0) * SCHEDULES_INTERVAL)

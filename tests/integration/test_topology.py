@@ -11,7 +11,7 @@ import nats.js.errors
 import pytest
 from nats.js.api import RetentionPolicy, StreamConfig
 
-from jsworker import App, EnqueueError
+from jsworker import App, EnqueueError, TopologyError
 from jsworker.jetstream.connection import Connection
 from jsworker.jetstream.publish import OutMessage, Publisher
 from jsworker.runtime.settings import WorkerSettings
@@ -201,5 +201,35 @@ async def test_a_job_stream_made_before_schedules_is_brought_up_to_date(nats_ser
         assert info.config.subjects == ["jsw.old.q.>", "jsw.old.later.>"]
         assert not info.config.allow_msg_schedules
         assert info.state.messages == 2  # the old job, and the delayed one no worker scheduled yet
+    finally:
+        await nc.close()
+
+
+async def test_a_job_stream_that_allows_schedules_is_refused_naming_the_way_out(
+    nats_server: NatsServer,
+) -> None:
+    """A job stream as the jsworker before the schedules stream made it (schedules allowed, so
+    rollups honoured for every producer): provisioning refuses to go on with it, saying how to
+    move to the new layout, and leaves it as it is."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(
+            StreamConfig(
+                name="JSW_OLD",
+                subjects=["jsw.old.q.>", "jsw.old.sched.>"],
+                retention=RetentionPolicy.WORK_QUEUE,
+                duplicate_window=120,
+                allow_msg_schedules=True,
+            )
+        )
+        app = _app("old", nats_server.url, [])
+        with pytest.raises(
+            TopologyError, match=r"allows message schedules.*nats stream rm JSW_OLD.*provision"
+        ):
+            await app.provision()
+        await app.aclose()
+        info = await js.stream_info("JSW_OLD")
+        assert info.config.subjects == ["jsw.old.q.>", "jsw.old.sched.>"]
     finally:
         await nc.close()

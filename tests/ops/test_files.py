@@ -70,6 +70,8 @@ ALERT_NAMES = {
     "JsworkerQueueUnreachable",
     "JsworkerEventLoopBlocked",
     "JsworkerQueuePaused",
+    "JsworkerScheduleRestored",
+    "JsworkerForgeryRefused",
 }
 
 
@@ -291,6 +293,9 @@ def test_alert_rules_are_complete() -> None:
     assert "jsworker_event_loop_blocked_total" in by_name["JsworkerEventLoopBlocked"]
     assert "increase(jsworker_enqueue_failures_total" in by_name["JsworkerEnqueueFailing"]
     assert "jsworker_queue_reachable" in by_name["JsworkerQueueUnreachable"]
+    assert "increase(jsworker_schedules_restored_total" in by_name["JsworkerScheduleRestored"]
+    forged = by_name["JsworkerForgeryRefused"]
+    assert "jsworker_questions_refused_total" in forged and "jsworker_workflow_forgeries_total" in forged
 
 
 # --- compose ----------------------------------------------------------------------------------
