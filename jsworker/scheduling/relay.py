@@ -81,6 +81,10 @@ class Relay:
         except JsworkerError as exc:
             log.warning("relay.retry", consumer=self.consumer, seq=delivery.stream_seq, error=str(exc))
             await delivery.nak(_REFUSED if isinstance(exc, WriteRefused) and not exc.transient else _RETRY)
+        except Exception:
+            # A bug here must not stop the moves: this message is offered again, later.
+            log.exception("relay.failed", consumer=self.consumer, seq=delivery.stream_seq)
+            await delivery.nak(_REFUSED)
         else:
             await delivery.ack()
         finally:
@@ -120,6 +124,11 @@ async def queue_fired(app: AppView, conn: Connection, delivery: Delivery) -> Non
     The firing is claimed first; a second copy of it (the server fired one schedule twice) or
     one cancelled as it fired finds the claim taken and is dropped here, counted."""
     ns = app.namespace
+    try:
+        subject = ns.unfired_subject(delivery.subject)
+    except ValueError:
+        await _dead_letter(app, conn, delivery, "fired onto a subject that is no queue's")
+        return
     headers = {k: v for k, v in delivery.headers.items() if not k.lower().startswith("nats-")}
     # The server's marks go under names a stream without schedules takes.
     headers[FIRED_BY] = delivery.headers.get(SCHEDULER, "")
@@ -129,26 +138,22 @@ async def queue_fired(app: AppView, conn: Connection, delivery: Delivery) -> Non
     if found is not None:
         held = await claim(conn, ns, found.job_id, found.due_ms, holder)
         if held is not None and held.split(".", 1)[0] != str(delivery.stream_seq):
-            _dropped(app, delivery, "cancelled" if held == CANCELLED else "duplicate")
+            _dropped(app, subject, delivery.stream_seq, "cancelled" if held == CANCELLED else "duplicate")
             return
         holder = held or holder  # this message's own claim, made before a retry
     # Without an identity it is claimed by nobody: the worker that takes it refuses it.
     headers[FIRED_CLAIM] = holder if found is not None else ""
     headers[MSG_ID] = f"fired-{holder}"
-    try:
-        subject = ns.unfired_subject(delivery.subject)
-    except ValueError:
-        await _dead_letter(app, conn, delivery, "fired onto a subject that is no queue's")
-        return
     await write(conn, subject, delivery.body, headers)
 
 
-def _dropped(app: AppView, delivery: Delivery, reason: str) -> None:
-    parsed = app.namespace.parse_job_subject(app.namespace.unfired_subject(delivery.subject))
+def _dropped(app: AppView, subject: str, seq: int, reason: str) -> None:
+    """Count a firing dropped unmoved (``subject``: the job subject it would have gone to)."""
+    parsed = app.namespace.parse_job_subject(subject)
     queue, task = parsed if parsed is not None else (UNKNOWN, UNKNOWN)
     label = task if task in app.tasks else UNKNOWN
     app.metrics.fired_dropped.labels(queue, label, reason).inc()
-    log.info("job.fired_dropped", reason=reason, queue=queue, task=label, seq=delivery.stream_seq)
+    log.info("job.fired_dropped", reason=reason, queue=queue, task=label, seq=seq)
 
 
 async def _dead_letter(app: AppView, conn: Connection, delivery: Delivery, reason: str) -> None:
