@@ -28,6 +28,7 @@ from ..jetstream.delivery import Delivery
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.stored import SubjectMoved, write
 from ..observability.logging import get_logger
+from ..scheduling.claims import claim_of, marked
 from ..scheduling.declare import DELAYED_SINCE
 from .execution import JobRun
 
@@ -71,7 +72,7 @@ class HandBacks:
             found = await self._claims.last(subject)
             body = b"%d" % (_count(found) + 1)
             try:
-                await write(self._conn, subject, body, {}, expect_last=found.seq if found else 0)
+                await write(self._conn, subject, body, marked({}), expect_last=found.seq if found else 0)
                 return
             except SubjectMoved:
                 continue  # another worker counted one meanwhile: count on top of it
@@ -92,5 +93,6 @@ class HandBacks:
 
 
 def _count(found: StoredMessage | None) -> int:
-    body = (found.body if found is not None else None) or b""
+    # A message no worker wrote (no claim mark) counts nothing.
+    body = claim_of(found) or ""
     return int(body) if body.isdigit() else 0

@@ -20,8 +20,9 @@ worker down for a week) is dead-lettered as one no schedule fired, and can be re
 
 from __future__ import annotations
 
+from ..errors import WriteRefused
 from ..jetstream.connection import Connection
-from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.stored import SubjectMoved, write
 from ..jetstream.topology import StreamSpec
 from ..naming import Namespace
@@ -43,25 +44,47 @@ def claims_spec(namespace: Namespace, replicas: int) -> StreamSpec:
     )
 
 
+#: On every claim a worker or operator writes. The server itself stores its answers (a publish's
+#: acknowledgement, an API response) on whatever reply subject a publisher named, a claim's
+#: subject included, and such a message carries no header: without this one it is no claim.
+CLAIM_MARK = "Jsw-Claim"
+_MARKED = {CLAIM_MARK: "1"}
+
+
+def claim_of(msg: StoredMessage | None) -> str | None:
+    """The holder a stored claim names, None when ``msg`` is none or no claim jsworker wrote."""
+    if msg is None or CLAIM_MARK not in msg.headers:
+        return None
+    return (msg.body or b"").decode(errors="replace")
+
+
 async def claim(conn: Connection, namespace: Namespace, job_id: str, due_ms: int, holder: str) -> str | None:
     """Claim the firing of ``job_id`` due at ``due_ms`` for ``holder``: None when the claim is
-    now ``holder``'s (or already was), else who holds it (another stream sequence, or
-    :data:`CANCELLED`)."""
+    now ``holder``'s (or already was), else who holds it (another holder, or
+    :data:`CANCELLED`). A message on the subject that is no claim is written over."""
     subject = namespace.claim_subject(job_id, due_ms)
-    for _ in range(3):
+    expect_last = 0
+    for _ in range(5):
         try:
-            await write(conn, subject, holder.encode(), {}, expect_last=0)
+            await write(conn, subject, holder.encode(), _MARKED, expect_last=expect_last)
             return None
         except SubjectMoved:
             found = await LimitsStream(conn, namespace.claims_stream).last(subject)
-            if found is not None:
-                held = (found.body or b"").decode(errors="replace")
+            held = claim_of(found)
+            if held is not None:
                 return None if held == holder else held
-            # Expired between the write and the read: claim it again.
-    return None
+            # Expired between the write and the read (claim it again), or no claim at all.
+            expect_last = found.seq if found is not None else 0
+    raise WriteRefused(f"cannot claim {subject}: it keeps changing", 0, transient=True)
 
 
 async def claim_holder(conn: Connection, namespace: Namespace, job_id: str, due_ms: int) -> str | None:
     """Who holds the claim on the firing of ``job_id`` due at ``due_ms``, None when nobody."""
-    found = await LimitsStream(conn, namespace.claims_stream).last(namespace.claim_subject(job_id, due_ms))
-    return None if found is None else (found.body or b"").decode(errors="replace")
+    return claim_of(
+        await LimitsStream(conn, namespace.claims_stream).last(namespace.claim_subject(job_id, due_ms))
+    )
+
+
+def marked(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` with the mark of a claim jsworker wrote (see :data:`CLAIM_MARK`)."""
+    return {**headers, **_MARKED}

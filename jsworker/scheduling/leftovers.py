@@ -22,6 +22,7 @@ from ..jetstream.inspect import stream_facts
 from ..jetstream.limits_stream import LimitsStream
 from ..naming import Namespace
 from ..wire import SCHEDULE
+from .claims import claim_of
 
 #: How long past its due time a schedule must be before a sweep looks at it (milliseconds).
 #: The server fires within moments of the due time and removes the schedule at once; only one
@@ -70,7 +71,7 @@ async def sweep_leftovers(
     schedules = LimitsStream(conn, namespace.schedules_stream)
     removed = 0
     for subject, due, job_id in candidates:
-        if await claims.last(namespace.claim_subject(job_id, due)) is None:
+        if claim_of(await claims.last(namespace.claim_subject(job_id, due))) is None:
             continue
         # By sequence, as a cancel removes a schedule: only the message just read goes. A
         # second schedule stored on the same subject (rare) is left to the next sweep.

@@ -37,7 +37,16 @@ from ..jetstream.stored import SubjectMoved, write
 from ..observability.logging import get_logger
 from ..wire import EXPECTED_LAST_SUBJECT_SEQ, caller_headers
 from .build import step_message
-from .definition import FLOW, FLOW_STEP, FlowDef, FlowState, def_subject, done_subject, state_subject
+from .definition import (
+    FLOW,
+    FLOW_STEP,
+    FlowDef,
+    FlowState,
+    def_subject,
+    done_subject,
+    read_result,
+    read_state,
+)
 from .trust import forged_reason
 
 if TYPE_CHECKING:
@@ -116,10 +125,7 @@ class Continuations:
 
     async def state(self, flow_id: str) -> FlowState:
         """The workflow's state now."""
-        found = await self._stream.last(state_subject(self.app.namespace, flow_id))
-        if found is None or not found.body:
-            return FlowState()
-        return FlowState.decode(found.seq, found.body)
+        return await read_state(self._stream, self.app.namespace, flow_id)
 
     async def ended(
         self, headers: dict[str, str], succeeded: bool, value: Any, state: str, reason: str, error: Any
@@ -201,12 +207,7 @@ class Continuations:
             await self._settle(flow, lambda now: self._stopped(flow, now, index, state, reason, carried))
             return
         # The result first: the tally counts only members whose result is stored.
-        msg = self._done_message(flow, index, body)
-        try:
-            await write(self.conn, msg.subject, msg.body, msg.headers, expect_last=0)
-            first = True
-        except SubjectMoved:
-            first = False  # stored by an earlier delivery, which may or may not have counted it
+        first = await self._store_result(flow, index, body)
         ns, size = self.app.namespace, len(flow.steps)
         total = await increment(self.conn, ns.tally_subject(flow.id), dedup=f"{flow.id}-m{index}")
         if first and total is not None and total < size:
@@ -216,6 +217,23 @@ class Continuations:
         if await self._stream.count(done_subject(ns, flow.id)) < size:
             return
         await self._settle(flow, lambda now: self._completed(flow, now, index, kept, carried))
+
+    async def _store_result(self, flow: FlowDef, index: int, body: bytes) -> bool:
+        """Store member ``index``'s result once; False when an earlier delivery stored it
+        (which may or may not have counted it). A message no worker wrote on its subject (see
+        :func:`written_by_jsworker`) is no result: the result goes after it."""
+        msg = self._done_message(flow, index, body)
+        expect_last = 0
+        for _ in range(3):
+            try:
+                await write(self.conn, msg.subject, msg.body, msg.headers, expect_last=expect_last)
+                return True
+            except SubjectMoved:
+                if await read_result(self._stream, self.app.namespace, flow.id, index) is not None:
+                    return False
+                last = await self._stream.last(msg.subject)
+                expect_last = last.seq if last is not None else 0
+        raise JsworkerError(f"workflow {flow.id}: member {index}'s result could not be stored")
 
     async def _settle(
         self, flow: FlowDef, change: Callable[[FlowState], Awaitable[list[OutMessage] | None]]
@@ -274,7 +292,7 @@ class Continuations:
         async def read(i: int) -> dict[str, Any]:
             if i == index:
                 return own
-            found = await self._stream.last(done_subject(self.app.namespace, flow.id, i))
+            found = await read_result(self._stream, self.app.namespace, flow.id, i)
             if found is None or not found.body:
                 raise JsworkerError(f"workflow {flow.id}: member {i}'s result is gone")
             kept = self.app.serializer.loads(found.body)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ..jetstream.atomic import MAX_BATCH
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.message import OutMessage
 from ..naming import Namespace
 from ..serializers import Serializer
@@ -179,3 +180,40 @@ class FlowState:
         # until their time to live; readers take the last.
         headers = {EXPECTED_LAST_SUBJECT_SEQ: str(self.seq), _TTL: str(int(ttl))}
         return OutMessage(state_subject(ns, flow_id), body, headers)
+
+
+def written_by_jsworker(msg: StoredMessage) -> bool:
+    """Whether ``msg`` was written by a workflow's start or its workers, which always send
+    headers. The server itself stores its answers (a publish's acknowledgement, an API
+    response) on whatever reply subject a publisher named, a workflow's subjects included,
+    and such a message carries none."""
+    return bool(msg.headers)
+
+
+async def read_state(stream: LimitsStream, ns: Namespace, flow_id: str) -> FlowState:
+    """The workflow's state: the last one its workers wrote, whose :attr:`FlowState.seq` is the
+    subject's last sequence, which the next write must name."""
+    subject = state_subject(ns, flow_id)
+    last = await stream.last(subject)
+    if last is None:
+        return FlowState()
+    found: StoredMessage | None = last
+    if not written_by_jsworker(last):
+        # A message no worker wrote stands last: the state is the last one before it.
+        found, seq = None, 1
+        while (msg := await stream.next(subject, seq)) is not None and msg.seq < last.seq:
+            found = msg if written_by_jsworker(msg) else found
+            seq = msg.seq + 1
+    state = FlowState.decode(found.seq, found.body) if found is not None and found.body else FlowState()
+    state.seq = last.seq
+    return state
+
+
+async def read_result(stream: LimitsStream, ns: Namespace, flow_id: str, index: int) -> StoredMessage | None:
+    """The result step ``index`` stored (once, first on its subject), None while there is none."""
+    subject, seq = done_subject(ns, flow_id, index), 1
+    while (msg := await stream.next(subject, seq)) is not None:
+        if written_by_jsworker(msg):
+            return msg
+        seq = msg.seq + 1
+    return None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import JobNotFound, JsworkerError, WorkflowFailed
 from ..jetstream.limits_stream import LimitsStream
-from .definition import FlowDef, FlowState, def_subject, done_subject, state_subject, step_id
+from .definition import FlowDef, FlowState, def_subject, done_subject, read_result, read_state, step_id
 
 if TYPE_CHECKING:
     from ..jobstatus import JobStatus
@@ -60,8 +60,7 @@ class Workflow:
         return FlowDef.decode(self.app.serializer, found.body)
 
     async def _state(self) -> FlowState:
-        found = await (await self._stream()).last(state_subject(self.app.namespace, self.id))
-        return FlowState() if found is None or not found.body else FlowState.decode(found.seq, found.body)
+        return await read_state(await self._stream(), self.app.namespace, self.id)
 
     async def astatus(self) -> WorkflowStatus:
         """The workflow's status now."""
@@ -118,7 +117,7 @@ class Workflow:
         indexes = [len(flow.steps) - 1] if flow.kind == "chain" else range(len(flow.steps))
         values = []
         for i in indexes:
-            found = await stream.last(done_subject(self.app.namespace, self.id, i))
+            found = await read_result(stream, self.app.namespace, self.id, i)
             if found is None or not found.body:
                 raise JsworkerError(f"workflow {self.id}: the result of step {i} is gone")
             kept = self.app.serializer.loads(found.body)

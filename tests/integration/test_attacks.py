@@ -273,6 +273,44 @@ def test_no_header_of_a_producer_removes_anything(secured: NatsServer, tmp_path:
         assert stop(worker) == 0
 
 
+def test_the_servers_own_answer_on_a_claim_drops_no_firing(secured: NatsServer, tmp_path: Path) -> None:
+    """A producer may not write a claim, but the server stores its acknowledgement of any
+    publish on the reply subject the publisher names (replies are not permission-checked):
+    sent to a delayed job's claim before it fires, it would make the real firing a second
+    copy. Such a message carries no header and is no claim: the job runs once, when due."""
+    url, record = secured.url, tmp_path / "record"
+    provision(url)
+    worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
+
+    async def scenario() -> str:
+        async with _role(url, "perm-producer") as producer:
+            victim = await producer.tasks["add"].aapply((5, 5), countdown=2)
+            assert victim.scheduled_for is not None
+            subject = producer.namespace.claim_subject(
+                victim.id, round(victim.scheduled_for.timestamp() * 1000)
+            )
+            conn = await _connect(producer)
+            try:
+                await conn.nc.publish("jsw.perm.q.default.add.squat", b"{}", reply=subject)
+                await conn.nc.flush()
+                await wait_until_async(
+                    lambda: _subjects(url, "JSW_PERM_CLAIMS"),
+                    until=lambda claims: subject in claims,
+                    timeout=10,
+                    message="the server's answer stored on the claim",
+                )
+            finally:
+                await conn.close()
+            assert await victim.aresult(timeout=20) == 10
+            return victim.id
+
+    try:
+        victim_id = asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0
+    assert [j for j, _, _ in records(record)].count(victim_id) == 1
+
+
 async def _dlq_reasons(url: str) -> list[str]:
     """The reasons of every dead letter of app ``perm``, read as ``admin``."""
     nc = await nats.connect(url, user=ADMIN[0], password=ADMIN[1])

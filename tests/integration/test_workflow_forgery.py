@@ -15,10 +15,11 @@ from prometheus_client import REGISTRY
 
 from jsworker import App, current_job
 from jsworker.admin import Admin
+from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer
 from jsworker.wire import CONTENT_TYPE, ENQUEUED_AT, JOB_ID, MSG_ID, TASK
 from jsworker.workflows import chain, chord
-from jsworker.workflows.definition import FLOW, FLOW_STEP, FlowDef
+from jsworker.workflows.definition import FLOW, FLOW_STEP, FlowDef, done_subject, state_subject
 
 from ..support import wait_until_async
 from .secured import ADMIN, PASSWORD
@@ -142,6 +143,40 @@ async def test_forged_members_never_complete_a_chord(secured: NatsServer) -> Non
     assert all(reason.startswith("forged workflow step") for _, reason in letters), letters
     assert not any(key.startswith("echo") for key in ran)
     assert ran[f"collect {['real-1', 'real-2']}"] == 1 and forgeries("step") - before == 2
+
+
+async def test_the_servers_own_answers_on_a_chords_subjects_change_nothing(secured: NatsServer) -> None:
+    """With the printed producer credentials, a publish whose reply subject is a chord's
+    member result or its state: the server stores its acknowledgement there (replies are not
+    permission-checked). Such a message carries no header; the workers take it for no result
+    and no state, and the callback gets the real members' results, once."""
+    url = secured.url
+    ran: Counter[str] = Counter()
+    release = asyncio.Event()
+    worker_app = make_app(url, ran, release, user="perm-worker", password=PASSWORD.format("perm-worker"))
+    producer = make_app(url, Counter(), user="perm-producer", password=PASSWORD.format("perm-producer"))
+    admin_app = make_app(url, Counter(), user=ADMIN[0], password=ADMIN[1])
+    await admin_app.provision()
+    try:
+        async with in_process_worker(worker_app):
+            part, collect = producer.tasks["part"], producer.tasks["collect"]
+            flow = await chord([part.s(1), part.s(2)], collect.s()).aapply()
+            await wait_until_async(lambda: ran["part 1"] == ran["part 2"] == 1, timeout=30, message="members")
+            ns = producer.namespace
+            conn = await producer.connections.connection()
+            replies = (done_subject(ns, flow.id, 0), state_subject(ns, flow.id), done_subject(ns, flow.id, 1))
+            for reply in replies:
+                await conn.nc.publish(ns.job_subject("default", "echo"), b"{}", reply=reply)
+            await conn.nc.flush()
+            stored = LimitsStream(await admin_app.connections.connection(), ns.stream)
+            for reply in replies:  # the server's acknowledgements, stored before any real write
+                await wait_until_async(lambda: stored.count(reply), timeout=10, message=reply)  # noqa: B023
+            release.set()
+            assert await admin_app.workflow(flow.id).aresult(timeout=30) == ["real-1", "real-2"]
+    finally:
+        await producer.aclose()
+        await admin_app.aclose()
+    assert ran[f"collect {['real-1', 'real-2']}"] == 1
 
 
 async def test_a_forged_last_step_neither_ends_nor_skips_a_chain(nats_server: NatsServer) -> None:
