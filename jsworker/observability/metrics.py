@@ -174,6 +174,9 @@ class Metrics:
             ("what",),
             registry=r,
         )
+        for what in ("definition", "step"):
+            # At 0 from the start, workflows on or not: the alert on forgeries reads it.
+            self.workflow_forgeries.labels(what)
         self.leftover_schedules_removed = Counter(
             "jsworker_leftover_schedules_removed",
             "Delayed jobs' schedules the server kept after their job fired (a server killed as "

@@ -160,8 +160,6 @@ def build_seams(
         seams.services.append(FairMover(conn, app.namespace, queue, _fair_report(app, queue)).run)
     if app.options.workflows:
         forgeries = app.metrics.workflow_forgeries
-        for what in ("definition", "step"):
-            forgeries.labels(what)  # at 0: increase() sees the first one
         flows = Continuations(app, conn, lambda what: forgeries.labels(what).inc())
         seams.gates.append(flow_gate(flows))
         seams.call = flow_call(seams.call, flows)

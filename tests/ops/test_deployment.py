@@ -651,13 +651,23 @@ def test_every_dashboard_query_returns_data(deployment: Deployment) -> None:
     assert [float(r["value"][1]) for r in prometheus.result(concrete(up))] == [WORKERS]
 
 
+# A series of a feature the deployed quickstart app does not use: nothing makes it there (its
+# rule's logic is unit-tested in tests/ops/alerts_test.yml).
+UNUSED_BY_QUICKSTART = {"jsworker_schedules_restored_total": "the quickstart declares no periodic schedule"}
+
+
 def test_alert_rules_evaluate_and_the_series_they_use_exist(deployment: Deployment) -> None:
     """Every rule of alerts.yml is loaded and evaluates without error, and every series its
     expression selects exists in the deployment's Prometheus (the rule is not silently empty)."""
     prometheus = deployment.prometheus
     assert {rule["name"] for rule in _rules(prometheus)} == {rule["alert"] for rule in alert_rules()}
     used = sorted(
-        {f"{name}{matchers}" for rule in alert_rules() for name, matchers in selectors(rule["expr"])}
+        {
+            f"{name}{matchers}"
+            for rule in alert_rules()
+            for name, matchers in selectors(rule["expr"])
+            if name not in UNUSED_BY_QUICKSTART
+        }
     )
 
     def not_yet() -> list[str]:
