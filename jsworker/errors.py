@@ -141,11 +141,13 @@ class StalledError(EnqueueError):
 
 
 class RefusedError(EnqueueError):
-    """The server refused a message (``no_stream``: no stream holds its subject)."""
+    """The server refused a message (``no_stream``: no stream holds its subject; ``err_code``:
+    its JetStream error code, 0 when it gave none)."""
 
-    def __init__(self, message: str, *, no_stream: bool = False) -> None:
+    def __init__(self, message: str, *, no_stream: bool = False, err_code: int = 0) -> None:
         super().__init__(message)
         self.no_stream = no_stream
+        self.err_code = err_code
 
 
 class SubjectTaken(JsworkerError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.errors
@@ -169,7 +169,24 @@ def _result(ack: Msg, msg: OutMessage) -> Stored | RefusedError:
         if exc.failure.code == UNAVAILABLE:
             return RefusedError(f"no stream accepts subject {msg.subject}", no_stream=True)
         if exc.failure.code:
-            return RefusedError(f"server rejected job {msg.headers.get(MSG_ID)}: {exc.failure.text}")
+            why = f"server rejected job {msg.headers.get(MSG_ID)}: {exc.failure.text}"
+            return RefusedError(why, err_code=exc.failure.err_code)
         return RefusedError(f"unreadable acknowledgement for job {msg.headers.get(MSG_ID)}: {exc}")
     except ValueError as exc:
         return RefusedError(f"unreadable acknowledgement for job {msg.headers.get(MSG_ID)}: {exc}")
+
+
+async def store_each(
+    conn: Connection, msgs: Sequence[OutMessage], timeout: float = 5.0
+) -> list[Stored | RefusedError | None]:
+    """Store ``msgs`` with every acknowledgement outstanding at once: for each, what the
+    server said, or None when it did not answer within ``timeout`` (it may be stored). One
+    refused refuses none of the others."""
+    if not msgs:
+        return []
+    async with AckPipeline(conn, window=len(msgs), timeout=timeout) as pipe:
+        for msg in msgs:
+            await pipe.publish(msg)
+        with contextlib.suppress(StalledError):
+            await pipe.wait()
+    return [pipe.results.get(number) for number in range(len(msgs))]

@@ -28,9 +28,9 @@ from .message import (
     stored_from,
 )
 from .pipeline import AckPipeline, RefusedError, StalledError
+from .stored import WRONG_LAST_SEQUENCE
 
 _SCHEDULES_DISABLED = 10188
-_WRONG_LAST_SEQUENCE = (10071, 10164)
 
 __all__ = [
     "NoStreamError",
@@ -161,7 +161,7 @@ def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int, retry_no
     """Raise the jsworker error for failures a retry cannot fix; return for those it can."""
     job = msg.headers.get(MSG_ID) or msg.headers.get(JOB_ID)
     failure = classify(exc)
-    if failure.err_code in _WRONG_LAST_SEQUENCE and EXPECTED_LAST_SUBJECT_SEQ in msg.headers:
+    if failure.err_code in WRONG_LAST_SEQUENCE and EXPECTED_LAST_SUBJECT_SEQ in msg.headers:
         raise SubjectTaken(f"job {job}: {msg.subject} already holds a job") from exc
     if failure.code == UNAVAILABLE:
         if retry_no_stream:

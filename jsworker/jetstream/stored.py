@@ -12,7 +12,8 @@ from .api import REQUEST_ERRORS, classify, parse_reply
 from .connection import Connection
 from .message import Stored, stored_from
 
-_WRONG_LAST_SEQUENCE = (10071, 10164)
+#: The server's codes for a write whose expected last sequence on its subject moved.
+WRONG_LAST_SEQUENCE = (10071, 10164)
 
 
 class SubjectMoved(Exception):
@@ -39,7 +40,7 @@ async def write(
         return stored_from(parse_reply(answer.data, answer.headers))
     except REQUEST_ERRORS as exc:
         failure = classify(exc)
-        if failure.err_code in _WRONG_LAST_SEQUENCE:
+        if failure.err_code in WRONG_LAST_SEQUENCE:
             raise SubjectMoved(subject) from exc
         raise WriteRefused(
             f"cannot store on {subject}: {failure.text}", failure.err_code, transient=failure.transient

@@ -10,27 +10,41 @@ stream, which only workers and operators write (see :mod:`jsworker.naming`):
 Both moves are idempotent: each message written carries a dedup key, and a claim already held
 by the same fired message is taken as the worker's own. A message that cannot move yet (the
 server did not answer) is given back and moved again a second later, by this worker or
-another; nothing is lost while no worker runs, it waits in its stream.
+another; nothing is lost while no worker runs, it waits in its stream. Messages move in
+batches of what has arrived, each batch's writes sent together (:func:`store_each`): a burst
+of firings costs the server's round trips once per batch, not once per job.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..deadletters.format import dead_letter_message
-from ..errors import JsworkerError, WriteRefused
+from ..errors import JsworkerError, RefusedError, WriteRefused
 from ..jetstream.consume import ConsumeError, PullConsumer
-from ..jetstream.stored import SubjectMoved, write
+from ..jetstream.message import OutMessage, Stored
+from ..jetstream.pipeline import store_each
+from ..jetstream.stored import WRONG_LAST_SEQUENCE, write
 from ..layout import FIRED_CONSUMER, LATER_CONSUMER
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN
-from ..wire import FIRED_BY, FIRED_CLAIM, FIRED_NEXT, MSG_ID, SCHEDULE_NEXT, SCHEDULER, TASK
-from .claims import CANCELLED, claim
+from ..wire import (
+    EXPECTED_LAST_SUBJECT_SEQ,
+    FIRED_BY,
+    FIRED_CLAIM,
+    FIRED_NEXT,
+    MSG_ID,
+    SCHEDULE_NEXT,
+    SCHEDULER,
+    TASK,
+)
+from .claims import CANCELLED, CLAIM_MARK, claim
 from .delayed import schedule_message
-from .firing import firing
+from .firing import Firing, firing
 
 if TYPE_CHECKING:
     from ..appview import AppView
@@ -39,112 +53,186 @@ if TYPE_CHECKING:
 
 log = get_logger("jsworker.schedules")
 
-# Messages moved at once by one worker: each move is one or two round trips to the server.
-_IN_FLIGHT = 64
+# The most messages moved in one batch.
+_BATCH = 256
 # Seconds before a message that could not move is offered again: soon when the server did not
 # answer, later when it refused (a full stream, permissions being fixed).
 _RETRY = 1.0
 _REFUSED = 30.0
 
+#: What a batch's move says of each message: moved (or found to need no move, acknowledged),
+#: or to be offered again after that many seconds.
+Moved = bool | float
+MoveBatch = Callable[[Sequence["Delivery"]], Awaitable[list[Moved]]]
+
 
 class Relay:
-    """Moves the messages of one consumer with ``move``: each is acknowledged once moved (or
-    found to need no move), given back for a retry when the server could not be reached."""
+    """Moves the messages of one consumer, a batch of what has arrived at a time, with
+    ``move``; each is acknowledged once moved, given back for a retry when not."""
 
-    def __init__(
-        self, conn: Connection, stream: str, consumer: str, move: Callable[[Delivery], Awaitable[None]]
-    ) -> None:
+    def __init__(self, conn: Connection, stream: str, consumer: str, move: MoveBatch) -> None:
         self.conn, self.stream, self.consumer, self.move = conn, stream, consumer, move
-        self._slots = asyncio.Semaphore(_IN_FLIGHT)
-        self._moving: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Move messages for as long as the worker runs; a consumer that went away (a server
         restarted without its store) is pulled again once it is back."""
         while True:
             try:
-                async with PullConsumer(
-                    self.conn, self.stream, self.consumer, max_messages=_IN_FLIGHT
-                ) as pull:
-                    while (delivery := await pull.next()) is not None:
-                        await self._slots.acquire()
-                        task = asyncio.create_task(self._one(delivery))
-                        self._moving.add(task)
-                        task.add_done_callback(self._moving.discard)
+                async with PullConsumer(self.conn, self.stream, self.consumer, max_messages=_BATCH) as pull:
+                    while (first := await pull.next()) is not None:
+                        batch = [first]
+                        while len(batch) < _BATCH and (more := await pull.take()) is not None:
+                            batch.append(more)
+                        await self._move(batch)
             except ConsumeError as exc:
                 log.warning("relay.stopped", consumer=self.consumer, error=str(exc))
             await asyncio.sleep(_RETRY)
 
-    async def _one(self, delivery: Delivery) -> None:
+    async def _move(self, batch: list[Delivery]) -> None:
         try:
-            await self.move(delivery)
+            done = await self.move(batch)
         except JsworkerError as exc:
-            log.warning("relay.retry", consumer=self.consumer, seq=delivery.stream_seq, error=str(exc))
-            await delivery.nak(_REFUSED if isinstance(exc, WriteRefused) and not exc.transient else _RETRY)
+            log.warning("relay.retry", consumer=self.consumer, messages=len(batch), error=str(exc))
+            done = [_REFUSED if isinstance(exc, WriteRefused) and not exc.transient else _RETRY] * len(batch)
         except Exception:
-            # A bug here must not stop the moves: this message is offered again, later.
-            log.exception("relay.failed", consumer=self.consumer, seq=delivery.stream_seq)
-            await delivery.nak(_REFUSED)
-        else:
-            await delivery.ack()
-        finally:
-            self._slots.release()
+            # A bug here must not stop the moves: these messages are offered again, later.
+            log.exception("relay.failed", consumer=self.consumer, messages=len(batch))
+            done = [_REFUSED] * len(batch)
+        for delivery, moved in zip(batch, done, strict=True):
+            if moved is True:
+                delivery.ack_soon()
+            else:
+                await delivery.nak(_RETRY if moved is False else moved)
 
 
 def relays(app: AppView, conn: Connection) -> list[Callable[[], Awaitable[None]]]:
     """The two moves a worker runs on a server with schedules (services of the worker)."""
     ns = app.namespace
-    later = Relay(conn, ns.stream, LATER_CONSUMER, lambda d: schedule_delayed(app, conn, d))
-    fired = Relay(conn, ns.schedules_stream, FIRED_CONSUMER, lambda d: queue_fired(app, conn, d))
+    later = Relay(conn, ns.stream, LATER_CONSUMER, lambda batch: schedule_delayed(app, conn, batch))
+    fired = Relay(conn, ns.schedules_stream, FIRED_CONSUMER, FiredJobsMove(app, conn).move)
     return [later.run, fired.run]
 
 
-async def schedule_delayed(app: AppView, conn: Connection, delivery: Delivery) -> None:
-    """Make the delayed job enqueued as ``delivery`` a schedule in the schedules stream.
+async def schedule_delayed(app: AppView, conn: Connection, batch: Sequence[Delivery]) -> list[Moved]:
+    """Make each delayed job enqueued in ``batch`` a schedule in the schedules stream.
 
     A unique job whose id is already scheduled is dropped (the producer's own check only saw
     the job stream); a message that is no delayed job is dead-lettered with the reason."""
     ns = app.namespace
-    try:
-        schedule = schedule_message(ns, delivery.subject, delivery.body, delivery.headers)
-    except ValueError as exc:
-        await _dead_letter(app, conn, delivery, str(exc))
-        return
-    try:
-        await write(conn, schedule.subject, schedule.body, schedule.headers)
-    except SubjectMoved:
-        # The job's id is scheduled already (a unique job, or this very message moved before
-        # its acknowledgement was lost).
-        log.info("delayed.already_scheduled", job_id=schedule.headers[MSG_ID])
+    done: list[Moved] = [True] * len(batch)
+    schedules: list[tuple[int, OutMessage]] = []
+    for i, delivery in enumerate(batch):
+        try:
+            schedules.append((i, schedule_message(ns, delivery.subject, delivery.body, delivery.headers)))
+        except ValueError as exc:
+            await _dead_letter(app, conn, delivery, str(exc))
+    answers = await store_each(conn, [msg for _, msg in schedules])
+    for (i, msg), answer in zip(schedules, answers, strict=True):
+        if _moved_on(answer):
+            # The job's id is scheduled already (a unique job, or this very message moved
+            # before its acknowledgement was lost).
+            log.info("delayed.already_scheduled", job_id=msg.headers[MSG_ID])
+        elif not isinstance(answer, Stored):
+            done[i] = _retry(answer)
+    return done
 
 
-async def queue_fired(app: AppView, conn: Connection, delivery: Delivery) -> None:
-    """Move the job a schedule fired as ``delivery`` into its queue, once per firing.
+class FiredJobsMove:
+    """Moves the jobs schedules fired into their queues, once per firing.
 
-    The firing is claimed first; a second copy of it (the server fired one schedule twice) or
-    one cancelled as it fired finds the claim taken and is dropped here, counted."""
-    ns = app.namespace
-    try:
-        subject = ns.unfired_subject(delivery.subject)
-    except ValueError:
-        await _dead_letter(app, conn, delivery, "fired onto a subject that is no queue's")
-        return
-    headers = {k: v for k, v in delivery.headers.items() if not k.lower().startswith("nats-")}
-    # The server's marks go under names a stream without schedules takes.
-    headers[FIRED_BY] = delivery.headers.get(SCHEDULER, "")
-    headers[FIRED_NEXT] = delivery.headers.get(SCHEDULE_NEXT, "")
-    found = firing(headers)
-    holder = f"{delivery.stream_seq}.{secrets.token_hex(8)}"
-    if found is not None:
-        held = await claim(conn, ns, found.job_id, found.due_ms, holder)
+    Each firing is claimed first; a second copy of it (the server fired one schedule twice) or
+    one cancelled as it fired finds the claim taken and is dropped here, counted. A claim's
+    holder is the fired message's sequence and a random part of this process's."""
+
+    def __init__(self, app: AppView, conn: Connection) -> None:
+        self.app, self.conn = app, conn
+        self._nonce = secrets.token_hex(8)
+
+    async def move(self, batch: Sequence[Delivery]) -> list[Moved]:
+        """Claim and move each of ``batch``; what became of each."""
+        ns = self.app.namespace
+        done: list[Moved] = [True] * len(batch)
+        prepared: list[_Fired] = []
+        for i, delivery in enumerate(batch):
+            try:
+                subject = ns.unfired_subject(delivery.subject)
+            except ValueError:
+                await _dead_letter(self.app, self.conn, delivery, "fired onto a subject that is no queue's")
+                continue
+            headers = {k: v for k, v in delivery.headers.items() if not k.lower().startswith("nats-")}
+            # The server's marks go under names a stream without schedules takes.
+            headers[FIRED_BY] = delivery.headers.get(SCHEDULER, "")
+            headers[FIRED_NEXT] = delivery.headers.get(SCHEDULE_NEXT, "")
+            found = firing(headers)
+            # Without an identity it is claimed by nobody: the worker that takes it refuses it.
+            holder = f"{delivery.stream_seq}.{self._nonce}" if found is not None else ""
+            prepared.append(_Fired(i, subject, headers, found, holder))
+        claiming = [f for f in prepared if f.found is not None]
+        answers = await store_each(self.conn, [self._claim_message(f) for f in claiming])
+        for fired, answer in zip(claiming, answers, strict=True):
+            if not isinstance(answer, Stored):
+                fired.holder, done[fired.index] = await self._contested(batch[fired.index], fired, answer)
+        moving = [f for f in prepared if done[f.index] is True and (f.holder or f.found is None)]
+        answers = await store_each(self.conn, [self._job_message(batch[f.index], f) for f in moving])
+        for fired, answer in zip(moving, answers, strict=True):
+            if not isinstance(answer, Stored):
+                done[fired.index] = _retry(answer)
+        return done
+
+    def _claim_message(self, fired: _Fired) -> OutMessage:
+        assert fired.found is not None
+        subject = self.app.namespace.claim_subject(fired.found.job_id, fired.found.due_ms)
+        return OutMessage(subject, fired.holder.encode(), {CLAIM_MARK: "1", EXPECTED_LAST_SUBJECT_SEQ: "0"})
+
+    def _job_message(self, delivery: Delivery, fired: _Fired) -> OutMessage:
+        headers = {**fired.headers, FIRED_CLAIM: fired.holder}
+        headers[MSG_ID] = f"fired-{fired.holder or delivery.stream_seq}"
+        return OutMessage(fired.subject, delivery.body, headers)
+
+    async def _contested(
+        self, delivery: Delivery, fired: _Fired, answer: Stored | RefusedError | None
+    ) -> tuple[str, Moved]:
+        """A claim the batch could not write: the holder to move the job with ("" when it is
+        not to move) and what became of it."""
+        if not _moved_on(answer):
+            return "", _retry(answer)
+        assert fired.found is not None
+        # Another message on the claim's subject: this one's own claim (a retry), another copy's,
+        # a cancel's, or none at all (read and settled one by one; see claim()).
+        held = await claim(
+            self.conn, self.app.namespace, fired.found.job_id, fired.found.due_ms, fired.holder
+        )
         if held is not None and held.split(".", 1)[0] != str(delivery.stream_seq):
-            _dropped(app, subject, delivery.stream_seq, "cancelled" if held == CANCELLED else "duplicate")
-            return
-        holder = held or holder  # this message's own claim, made before a retry
-    # Without an identity it is claimed by nobody: the worker that takes it refuses it.
-    headers[FIRED_CLAIM] = holder if found is not None else ""
-    headers[MSG_ID] = f"fired-{holder}"
-    await write(conn, subject, delivery.body, headers)
+            _dropped(
+                self.app,
+                fired.subject,
+                delivery.stream_seq,
+                "cancelled" if held == CANCELLED else "duplicate",
+            )
+            return "", True
+        return held or fired.holder, True
+
+
+@dataclass(slots=True)
+class _Fired:
+    """A fired message on its way: its place in the batch, the job subject it goes to, the
+    headers it goes with, its firing's identity and its claim's holder."""
+
+    index: int
+    subject: str
+    headers: dict[str, str]
+    found: Firing | None
+    holder: str
+
+
+def _moved_on(answer: Stored | RefusedError | None) -> bool:
+    """Whether ``answer`` refused a write because its subject held another message."""
+    return isinstance(answer, RefusedError) and answer.err_code in WRONG_LAST_SEQUENCE
+
+
+def _retry(answer: Stored | RefusedError | None) -> float:
+    """Seconds before a message whose write got ``answer`` (not stored) is offered again."""
+    return _REFUSED if isinstance(answer, RefusedError) and not answer.no_stream else _RETRY
 
 
 def _dropped(app: AppView, subject: str, seq: int, reason: str) -> None:
