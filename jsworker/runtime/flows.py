@@ -5,7 +5,9 @@ step ended (see :mod:`jsworker.workflows.advance`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
 
 from ..errors import JsworkerError
 from ..observability.logging import get_logger
@@ -20,6 +22,10 @@ log = get_logger("jsworker.workflows")
 #: A step before the server is told of a final outcome (not a success's, not a retry's):
 #: returns False when it could not be done (the job is then tried again later).
 FinalStep = Callable[[JobRun, Outcome, Decision], Awaitable[bool]]
+
+# Seconds a step that succeeded keeps trying to store what follows it while the server does not
+# answer; a leader election takes a few.
+_PATIENCE = 30.0
 
 _FINAL_STATES = {
     OutcomeKind.ABORTED: "cancelled",
@@ -62,14 +68,33 @@ def flow_call(
         outcome = await call(job)
         headers = job.delivery.headers
         if outcome.kind is OutcomeKind.SUCCEEDED and FLOW in headers:
-            try:
-                await flows.ended(dict(headers), True, outcome.value, "succeeded", "", None)
-            except JsworkerError as exc:
-                # Not recorded: the step runs again later, and its next step is enqueued then.
-                return Outcome(OutcomeKind.FAILED, f"could not enqueue what follows it: {exc}", error=exc)
+            return await _continued(flows, headers, outcome)
         return outcome
 
     return run
+
+
+async def _continued(flows: Continuations, headers: Mapping[str, str], outcome: Outcome) -> Outcome:
+    """``outcome`` once what follows the step is stored. The server not answering (a stream
+    electing its leader) is tried again, for :data:`_PATIENCE` seconds, while the worker holds
+    the job; past that, the step is given back to run again later without spending an attempt:
+    the server's trouble is not the task's failure. A refusal is the step's failure."""
+    pause, deadline = 0.1, time.monotonic() + _PATIENCE
+    while True:
+        try:
+            await flows.ended(dict(headers), True, outcome.value, "succeeded", "", None)
+            return outcome
+        except JsworkerError as exc:
+            outage = getattr(exc, "transient", False)
+            if outage and time.monotonic() + pause < deadline:
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 2.0)
+                continue
+            # Not recorded: the step runs again later, and its next step is enqueued then.
+            reason = f"could not enqueue what follows it: {exc}"
+            if outage:
+                return Outcome(OutcomeKind.SNOOZED, reason, error=exc, retry_delay=_PATIENCE)
+            return Outcome(OutcomeKind.FAILED, reason, error=exc)
 
 
 def flow_final(flows: Continuations) -> FinalStep:

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from jsworker import App, Reject, WorkflowFailed, current_job
+from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer
 from jsworker.workflows import batch, chain, chord, group
-from jsworker.workflows.definition import FlowDef
+from jsworker.workflows.definition import FlowDef, done_subject
 
-from ..support import wait_until_async
+from ..support import connected, wait_until_async
 from .workers import in_process_worker
 
 pytestmark = pytest.mark.anyio
@@ -254,3 +255,27 @@ async def test_a_step_set_with_countdown_and_job_id_waits_and_keeps_its_id(nats_
     assert [s.id for s in status.steps if s is not None] == [flow.id, "doubled-later"]
     assert later.state.value in ("succeeded", "unknown")  # a first success keeps no record
     assert ran["double 2"] == 1
+
+
+async def test_members_that_end_while_the_tally_is_down_spend_no_attempt(nats_server: NatsServer) -> None:
+    """The tally stream gone while a chord's members end (what a leader election looks like to
+    them: no responders): each member keeps trying to count itself while it holds its job, and
+    once the stream is back the callback runs once with every result; no member ran twice or
+    counted a failure."""
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    add, total = app.tasks["add"], app.tasks["total"]
+    async with in_process_worker(app):
+        await app.provision()
+        async with connected(nats_server.url) as nc:
+            js = nc.jetstream()
+            await js.delete_stream(app.namespace.tally_stream)
+            flow = await chord([add.s(1, 2), add.s(3, 4)], total.s()).aapply()
+            # Both results stored: the members are counting themselves, with no tally to count on.
+            done = LimitsStream(await app.connections.connection(), app.namespace.stream)
+            await wait_until_async(
+                lambda: done.count(done_subject(app.namespace, flow.id)), until=lambda n: n == 2, timeout=10
+            )
+            await app.provision()  # the stream back, as a new leader would be
+            assert await flow.aresult(timeout=30) == 10
+    assert ran == Counter({"add 1 2": 1, "add 3 4": 1, "total": 1})
