@@ -80,7 +80,13 @@ class Partitions:
             # From a random slot: workers waiting together do not all try slot 0 first.
             start = random.randrange(size)
             for i in range(size):
-                lease = await take_lease(self._stream, f"{base}{(start + i) % size}")
+                try:
+                    lease = await take_lease(self._stream, f"{base}{(start + i) % size}")
+                except JsworkerError as exc:
+                    # The leases' stream not answering (electing its leader): the job waits
+                    # for a lease as for a busy partition, and the task's attempt is not spent.
+                    log.warning("partition.lease_unreadable", task=task, error=str(exc))
+                    break
                 if lease is not None:
                     self._leases.add(lease)
                     return lease

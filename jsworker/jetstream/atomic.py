@@ -83,6 +83,9 @@ async def _send(conn: Connection, msgs: Sequence[OutMessage], timeout: float) ->
     except REQUEST_ERRORS as exc:
         for answer in answers:
             answer.cancel()
+        # Each one awaited: another that failed as well (no responders answer them all at once)
+        # must not leave its error unretrieved.
+        await asyncio.gather(*answers, return_exceptions=True)
         failure = classify(exc)
         if failure.err_code in _ALREADY:
             raise BatchConflict(failure.text) from exc

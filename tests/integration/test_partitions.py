@@ -21,7 +21,7 @@ from jsworker.layout import LEASES_MAX_AGE
 from jsworker.rates import partition_token
 from jsworker.testing import NatsServer
 
-from ..support import wait_until, wait_until_async
+from ..support import connected, wait_until, wait_until_async
 from .workers import APPS, start_worker, stop
 
 sys.path.insert(0, str(APPS))
@@ -200,3 +200,38 @@ def test_a_lease_message_no_holder_wrote_holds_nothing(
         wait_until(lambda: len(spans(record)["a"]) == 1, timeout=LEASE_TTL, message="partition a's job")
     finally:
         stop(proc)
+
+
+@pytest.mark.anyio
+async def test_a_job_waits_for_its_lease_while_the_leases_stream_is_down(nats_server: NatsServer) -> None:
+    """The leases' stream gone (what a leader election looks like to a worker: no responders):
+    a job of a partition-limited task waits held back, as for a busy partition, instead of
+    ending in an internal error; once the stream is back it runs, once, at its first attempt."""
+    import structlog
+
+    from .workers import in_process_worker
+
+    app = App("downparts", nats_server.url)
+    attempts: list[int] = []
+
+    @app.task(partition_key=lambda tenant, **_: tenant, max_running_per_partition=1)
+    async def touch(tenant: str) -> None:
+        from jsworker import current_job
+
+        attempts.append(current_job().attempt)
+
+    with structlog.testing.capture_logs() as logged:
+        async with in_process_worker(app):
+            async with connected(nats_server.url) as nc:
+                await nc.jetstream().delete_stream(app.namespace.leases_stream)
+            job = await touch.adelay("a")
+            await wait_until_async(
+                lambda: [e for e in logged if e["event"] == "partition.lease_unreadable"],
+                timeout=10,
+                message="the lease tried while its stream is gone",
+            )
+            assert (await app.astatus(job.id)).state is JobState.QUEUED  # held back
+            await app.provision()
+            await wait_until_async(lambda: attempts, timeout=20, message="the job to run")
+    assert attempts == [1]
+    assert not [e for e in logged if e["event"] == "job.internal_error"]
