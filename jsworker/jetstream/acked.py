@@ -32,7 +32,7 @@ from typing import Any
 
 import nats.errors
 
-from ..errors import EnqueueError
+from ..errors import EnqueueError, StalledError
 from .api import ApiError, parse_reply
 from .client import HeadedMessage
 from .connection import Connection
@@ -261,7 +261,7 @@ class AckedPublisher:
                 continue
             if now - pending.first_sent >= self.patience:
                 pending.finish(
-                    EnqueueError(
+                    StalledError(
                         f"no acknowledgement for {pending.message.subject} within {self.patience:g}s; "
                         "it may have been stored"
                     ),

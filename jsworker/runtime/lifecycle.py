@@ -14,6 +14,7 @@ write paths: the worker's loop checks that before calling :meth:`JobBook.conclud
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,7 +25,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EnqueueError, JsworkerError
+from ..errors import EnqueueError, JsworkerError, StalledError
 from ..jetstream.acked import AckedPublisher
 from ..jetstream.connection import Connection
 from ..jetstream.delivery import Delivery
@@ -56,6 +57,9 @@ _REMEMBERED_FINISHED = 16384
 # The record of a job the worker cannot write is not worth failing the job for: it is retried
 # for this long, then the job is settled without it (and the failure logged).
 _RECORD_PATIENCE = 5.0
+# A kept result is the job's point: its record is written again for this long (a leader
+# election takes seconds) while the worker holds the job, which is then given back.
+_RESULT_PATIENCE = 120.0
 # A failure's texts are cut to these lengths (the traceback keeps its end, where the error
 # is), as in a dead letter: a huge exception message must not make its record unstorable.
 _MAX_TEXT = 1000
@@ -88,6 +92,8 @@ class JobBook:
         self.held_back: dict[JobRun, str] = {}
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self._running = running
+        # Kept results whose records are being written again (see _keep_trying).
+        self._trying: set[asyncio.Task[None]] = set()
         self._writer = AckedPublisher(
             writer_conn, patience=_RECORD_PATIENCE, batched=conn.server_version >= BATCHED_SINCE
         )
@@ -247,12 +253,62 @@ class JobBook:
             now - int((time.monotonic() - started) * 1_000_000), now, value,
         )  # fmt: skip
         # The size is bounded above: the record fits a message.
-        self._writer.send(OutMessage(self._record_prefix + job.job_id, body, headers), _stored, job)
+        msg = OutMessage(self._record_prefix + job.job_id, body, headers)
+        self._writer.send(msg, self._kept, (job, msg))
         return outcome
 
+    def _kept(self, arg: tuple[JobRun, OutMessage], error: BaseException | None) -> None:
+        """How a kept result's record ended (in the read loop): stored or refused, the job is
+        acked; unanswered (a stream electing its leader), it is written again while the
+        worker holds the job (:meth:`_keep_trying`)."""
+        job, msg = arg
+        if not isinstance(error, StalledError):
+            _stored(job, error)
+            return
+        trying = asyncio.get_running_loop().create_task(self._keep_trying(job, msg))
+        self._trying.add(trying)
+        trying.add_done_callback(self._trying.discard)
+
+    async def _keep_trying(self, job: JobRun, msg: OutMessage) -> None:
+        """Write a kept result's record until the server stores it, keeping the job (its
+        message unacknowledged, told in progress) meanwhile: the job is acked once its result
+        is kept. Given up after :data:`_RESULT_PATIENCE` (or when the worker stops), the job is
+        given back to run again, so that its result is kept then; it is never acked without."""
+        deadline = time.monotonic() + _RESULT_PATIENCE
+        log.warning("job.result_retrying", message="no acknowledgement of its record yet", **job.log_fields())
+        try:
+            while True:
+                # Held: not handed to another worker meanwhile (best effort: the connection may
+                # be going, and then the server hands the job out again after its ack wait).
+                with contextlib.suppress(Exception):
+                    await job.delivery.in_progress()
+                try:
+                    await self._writer.publish(msg)
+                    _stored(job, None)
+                    return
+                except StalledError:
+                    if time.monotonic() >= deadline:
+                        break
+                except EnqueueError as exc:
+                    _stored(job, exc)  # refused: as any record the server will not take
+                    return
+            log.error(
+                "job.result_unkept",
+                message="the server did not store it; the job runs again",
+                **job.log_fields(),
+            )
+        finally:
+            if not job.delivery.settled:
+                with contextlib.suppress(Exception):  # as above: redelivered after its ack wait
+                    await job.delivery.nak()
+
     async def drain(self) -> None:
-        """Wait until every record written is stored or given up on (and its job acked)."""
+        """Wait until every record written is stored or given up on (and its job acked or
+        given back)."""
         await self._writer.drain()
+        for trying in list(self._trying):
+            trying.cancel()  # given back: another worker runs it and keeps its result
+        await asyncio.gather(*self._trying, return_exceptions=True)
 
     async def close(self) -> None:
         """Stop hearing of cancels and writing records (after :meth:`drain`)."""

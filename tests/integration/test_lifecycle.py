@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from jsworker import (
     App,
@@ -24,6 +25,7 @@ from jsworker import (
     current_job,
 )
 from jsworker.lifecycle.state import JobState
+from jsworker.runtime import lifecycle as runtime_lifecycle
 from jsworker.status import queue_status
 from jsworker.testing import NatsServer
 
@@ -482,3 +484,35 @@ async def test_the_idempotency_key_is_one_job_s_across_attempts_and_not_the_next
     (id1, key1, _), (id2, key2, attempt2), (id3, key3, _) = keys
     assert id1 == id2 == id3 and attempt2 == 2
     assert key1 == key2 != key3 and key1.startswith(id1)
+
+
+async def test_a_kept_result_is_written_until_stored_while_its_bucket_is_down(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs bucket gone as a job that keeps its result ends (what a leader election looks
+    like to the worker: no answer). The worker holds the job and writes its record again; once
+    the bucket is back the result is there, and the job ran once."""
+    monkeypatch.setattr(runtime_lifecycle, "_RECORD_PATIENCE", 0.5)  # the first writer gives up soon
+    runs: list[int] = []
+    app = App("keepdown", nats_server.url)
+
+    @app.task(store_result=True)
+    async def answer(x: int) -> int:
+        runs.append(x)
+        return 2 * x
+
+    with structlog.testing.capture_logs() as logged:
+        async with in_process_worker(app):
+            await app.provision()
+            async with connected(nats_server.url) as nc:
+                await nc.jetstream().delete_stream(app.namespace.jobs_stream)
+            job = await answer.adelay(21)
+            await wait_until_async(
+                lambda: [e for e in logged if e["event"] == "job.result_retrying"],
+                timeout=15,
+                message="its record tried again",
+            )
+            await app.provision()  # the bucket back, as a new leader would be
+            assert await job.aresult(timeout=30) == 42
+    assert runs == [21]
+    assert not [e for e in logged if e["event"] in ("job.record_failed", "job.result_unkept")]
