@@ -77,6 +77,16 @@ def make_app(url: str, ran: Counter[str], release: asyncio.Event | None = None, 
     return app
 
 
+async def role_apps(url: str, ran: Counter[str], release: asyncio.Event) -> tuple[App, App, App]:
+    """The app as the secured server's worker, producer and admin users see it, its streams
+    provisioned (as admin) for the app the worker runs."""
+    worker_app = make_app(url, ran, release, user="perm-worker", password=PASSWORD.format("perm-worker"))
+    producer = make_app(url, Counter(), user="perm-producer", password=PASSWORD.format("perm-producer"))
+    admin_app = make_app(url, Counter(), user=ADMIN[0], password=ADMIN[1])
+    await admin_app.provision()
+    return worker_app, producer, admin_app
+
+
 async def forge(app: App, flow_id: str, step: str, job_id: str, value: Any, *, dedup: bool = True) -> None:
     """Publish an ``echo(value)`` job claiming to be ``step`` of ``flow_id``, with the headers a
     producer's enqueue writes; ``dedup=False`` names it as a unique job does (no message id,
@@ -121,10 +131,7 @@ async def test_forged_members_never_complete_a_chord(secured: NatsServer) -> Non
     url = secured.url
     ran: Counter[str] = Counter()
     release = asyncio.Event()
-    worker_app = make_app(url, ran, release, user="perm-worker", password=PASSWORD.format("perm-worker"))
-    producer = make_app(url, Counter(), user="perm-producer", password=PASSWORD.format("perm-producer"))
-    admin_app = make_app(url, Counter(), user=ADMIN[0], password=ADMIN[1])
-    await admin_app.provision()  # the provisioning step, for the app the worker runs
+    worker_app, producer, admin_app = await role_apps(url, ran, release)
     before = forgeries("step")
     try:
         async with in_process_worker(worker_app), Admin(admin_app) as admin:
@@ -153,10 +160,7 @@ async def test_the_servers_own_answers_on_a_chords_subjects_change_nothing(secur
     url = secured.url
     ran: Counter[str] = Counter()
     release = asyncio.Event()
-    worker_app = make_app(url, ran, release, user="perm-worker", password=PASSWORD.format("perm-worker"))
-    producer = make_app(url, Counter(), user="perm-producer", password=PASSWORD.format("perm-producer"))
-    admin_app = make_app(url, Counter(), user=ADMIN[0], password=ADMIN[1])
-    await admin_app.provision()
+    worker_app, producer, admin_app = await role_apps(url, ran, release)
     try:
         async with in_process_worker(worker_app):
             part, collect = producer.tasks["part"], producer.tasks["collect"]
