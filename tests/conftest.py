@@ -31,14 +31,15 @@ SLOW_SUITES = ("faults", "ops", "spark", "bench")
 #: Node id prefixes (paths relative to the repository) of what runs as one unit in a parallel
 #: run: the Spark suite shares one SparkSession (a JVM); the others share a module-scoped
 #: fixture (a whole deployment, a real Prometheus, a worker process pool, a server with an event
-#: history, a browser). tests/unit/test_test_layout.py checks that every module with such a
-#: fixture is here.
+#: history, a browser, a three-node cluster). tests/unit/test_test_layout.py checks that every
+#: module with such a fixture is here.
 RUN_TOGETHER = (
     "tests/spark/",
     "tests/ops/test_deployment.py",
     "tests/ops/test_prometheus.py",
     "tests/integration/test_events_export.py",
     "tests/integration/test_process_executor.py",
+    "tests/integration/test_replicated.py",
     "tests/integration/test_ui_browser.py",
 )
 

@@ -144,7 +144,8 @@ async def follow_headers(
     Read through a consumer of its own, named ``<prefix>-<random>``. It takes acks, as a work
     queue's consumers must, but is never acked: it removes nothing. It lives in memory and is
     deleted by the server seconds after its reader stopped; until then a work queue, which
-    allows one consumer per filter, has no room for the next reader's, which waits. A message
+    allows one consumer per filter, has no room for the next reader's, which waits (and deletes
+    it once it outlived three times that: the caller is its prefix's only reader). A message
     still stored after a day is delivered again. It has the stream's replicas, as the server
     requires of a work queue's consumers.
     """
@@ -164,14 +165,23 @@ async def follow_headers(
         deliver_policy=DeliverPolicy.ALL,
     )
     deadline = time.monotonic() + 3 * _FOLLOW_INACTIVE
+    cleared = False
     with _errors(f"cannot read {stream}"):
         while True:
             try:
                 await conn.js.add_consumer(stream, config)
                 break
             except nats.js.errors.APIError as exc:
-                if exc.err_code != _NOT_UNIQUE or time.monotonic() > deadline:
+                if exc.err_code != _NOT_UNIQUE:
                     raise
+                if time.monotonic() > deadline:
+                    # An R3 consumer whose leader was lost can outlive its inactive threshold
+                    # for good (seen on nats-server 2.15 after the job stream's leader was
+                    # killed): the reader after it would wait forever. Past three thresholds
+                    # it is a leftover, and the caller is its prefix's only reader.
+                    if cleared or not await _delete_followers(conn, stream, prefix, filter_subject):
+                        raise
+                    cleared, deadline = True, time.monotonic() + 3 * _FOLLOW_INACTIVE
             await asyncio.sleep(0.5)  # an earlier reader's consumer, soon gone
     pull = PullConsumer(conn, stream, str(config.name), max_messages=_BATCH, expires=_FETCH_WAIT)
     try:
@@ -185,6 +195,20 @@ async def follow_headers(
             yield None if delivery is None else _stored(delivery, True)
     finally:
         await pull.close()
+
+
+async def _delete_followers(conn: Connection, stream: str, prefix: str, filter_subject: str) -> bool:
+    """Delete the consumers of earlier :func:`follow_headers` readers of ``prefix`` on
+    ``filter_subject``; True when there was one."""
+    found = [
+        info.name
+        for info in await conn.js.consumers_info(stream)
+        if info.name.startswith(f"{prefix}-") and info.config.filter_subject == filter_subject
+    ]
+    for name in found:
+        with contextlib.suppress(nats.js.errors.NotFoundError):  # gone meanwhile after all
+            await conn.js.delete_consumer(stream, name)
+    return bool(found)
 
 
 def _stored(delivery: Delivery, headers_only: bool) -> StoredMessage:

@@ -44,11 +44,26 @@ def flow_gate(flows: Continuations) -> Callable[[JobRun], Awaitable[Outcome | No
 
 
 async def _checked(flows: Continuations, job: JobRun) -> Outcome | None:
-    """None for a job that is the step it claims to be, else the outcome that ends it."""
-    try:
-        reason = await _forged(flows, job)
-    except JsworkerError as exc:
-        return Outcome(OutcomeKind.FAILED, f"could not check its workflow: {exc}", error=exc)
+    """None for a job that is the step it claims to be, else the outcome that ends it. The
+    server not answering (the job stream electing its leader) is asked again, for
+    :data:`_PATIENCE` seconds, while the worker holds the job; past that, the step is given
+    back to run later without spending an attempt: the server's outage is not the task's
+    failure."""
+    pause, deadline = 0.1, time.monotonic() + _PATIENCE
+    while True:
+        try:
+            reason = await _forged(flows, job)
+            break
+        except JsworkerError as exc:
+            outage = getattr(exc, "transient", False)
+            if outage and time.monotonic() + pause < deadline:
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 2.0)
+                continue
+            why = f"could not check its workflow: {exc}"
+            if outage:
+                return Outcome(OutcomeKind.SNOOZED, why, error=exc, retry_delay=_PATIENCE)
+            return Outcome(OutcomeKind.FAILED, why, error=exc)
     if reason is None:
         return None
     return Outcome(OutcomeKind.BAD_INPUT, f"forged workflow step: {reason}", error=ForgedStep(reason))

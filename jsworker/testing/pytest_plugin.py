@@ -9,7 +9,7 @@ import pytest
 
 from ..server import NatsCluster, NatsServer, ServerNotFoundError, find_nats_server
 
-__all__ = ["nats_cluster", "nats_server", "nats_server_module"]
+__all__ = ["nats_cluster", "nats_cluster_module", "nats_server", "nats_server_module"]
 
 _FALSY = {"", "0", "false", "no", "off", "n", "f"}
 
@@ -53,9 +53,7 @@ def nats_server_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nat
     yield from _serve(tmp_path_factory)
 
 
-@pytest.fixture
-def nats_cluster() -> Iterator[NatsCluster]:
-    """A started three-node JetStream cluster on 127.0.0.1, stopped after the test."""
+def _cluster() -> Iterator[NatsCluster]:
     binary = _require_binary()
     cluster = NatsCluster(3, binary=binary)
     cluster.start()
@@ -63,3 +61,16 @@ def nats_cluster() -> Iterator[NatsCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def nats_cluster() -> Iterator[NatsCluster]:
+    """A started three-node JetStream cluster on 127.0.0.1, stopped after the test."""
+    yield from _cluster()
+
+
+@pytest.fixture(scope="module")
+def nats_cluster_module() -> Iterator[NatsCluster]:
+    """A started three-node JetStream cluster shared by the tests of one module (forming one
+    costs seconds); tests that kill its nodes want :func:`nats_cluster` instead."""
+    yield from _cluster()

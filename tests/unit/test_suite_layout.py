@@ -18,7 +18,7 @@ CHEAP_TO_REPEAT = {
     "tests/integration/test_server_versions.py",
 }
 
-_SHARED_FIXTURE = re.compile(r"scope=\"(?:module|session)\"|\bnats_server_module\b")
+_SHARED_FIXTURE = re.compile(r"scope=\"(?:module|session)\"|\bnats_(?:server|cluster)_module\b")
 
 
 def _relative(path: Path) -> str:
