@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from ..errors import JsworkerError
 from ..observability.logging import get_logger
@@ -23,7 +24,9 @@ log = get_logger("jsworker.workflows")
 #: returns False when it could not be done (the job is then tried again later).
 FinalStep = Callable[[JobRun, Outcome, Decision], Awaitable[bool]]
 
-# Seconds a step that succeeded keeps trying to store what follows it while the server does not
+T = TypeVar("T")
+
+# Seconds a step keeps trying to read or store its workflow while the server does not
 # answer; a leader election takes a few.
 _PATIENCE = 30.0
 
@@ -44,29 +47,38 @@ def flow_gate(flows: Continuations) -> Callable[[JobRun], Awaitable[Outcome | No
 
 
 async def _checked(flows: Continuations, job: JobRun) -> Outcome | None:
-    """None for a job that is the step it claims to be, else the outcome that ends it. The
-    server not answering (the job stream electing its leader) is asked again, for
-    :data:`_PATIENCE` seconds, while the worker holds the job; past that, the step is given
-    back to run later without spending an attempt: the server's outage is not the task's
-    failure."""
-    pause, deadline = 0.1, time.monotonic() + _PATIENCE
-    while True:
-        try:
-            reason = await _forged(flows, job)
-            break
-        except JsworkerError as exc:
-            outage = getattr(exc, "transient", False)
-            if outage and time.monotonic() + pause < deadline:
-                await asyncio.sleep(pause)
-                pause = min(2 * pause, 2.0)
-                continue
-            why = f"could not check its workflow: {exc}"
-            if outage:
-                return Outcome(OutcomeKind.SNOOZED, why, error=exc, retry_delay=_PATIENCE)
-            return Outcome(OutcomeKind.FAILED, why, error=exc)
+    """None for a job that is the step it claims to be, else the outcome that ends it (or,
+    the server not answering, gives it back: see :func:`_patiently`)."""
+    try:
+        reason = await _patiently(lambda: _forged(flows, job))
+    except JsworkerError as exc:
+        return _not_now(f"could not check its workflow: {exc}", exc)
     if reason is None:
         return None
     return Outcome(OutcomeKind.BAD_INPUT, f"forged workflow step: {reason}", error=ForgedStep(reason))
+
+
+async def _patiently(attempt: Callable[[], Awaitable[T]]) -> T:
+    """``attempt()``, tried again while the server does not answer (a stream electing its
+    leader), for :data:`_PATIENCE` seconds, while the worker holds the job; then its error."""
+    pause, deadline = 0.1, time.monotonic() + _PATIENCE
+    while True:
+        try:
+            return await attempt()
+        except JsworkerError as exc:
+            if not getattr(exc, "transient", False) or time.monotonic() + pause >= deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, 2.0)
+
+
+def _not_now(reason: str, exc: JsworkerError) -> Outcome:
+    """The outcome of a step whose workflow the server would not read or write: given back
+    to run again later without spending an attempt when the server did not answer (its
+    outage is not the task's failure), a failure when it refused."""
+    if getattr(exc, "transient", False):
+        return Outcome(OutcomeKind.SNOOZED, reason, error=exc, retry_delay=_PATIENCE)
+    return Outcome(OutcomeKind.FAILED, reason, error=exc)
 
 
 def _forged(flows: Continuations, job: JobRun) -> Awaitable[str | None]:
@@ -90,26 +102,13 @@ def flow_call(
 
 
 async def _continued(flows: Continuations, headers: Mapping[str, str], outcome: Outcome) -> Outcome:
-    """``outcome`` once what follows the step is stored. The server not answering (a stream
-    electing its leader) is tried again, for :data:`_PATIENCE` seconds, while the worker holds
-    the job; past that, the step is given back to run again later without spending an attempt:
-    the server's trouble is not the task's failure. A refusal is the step's failure."""
-    pause, deadline = 0.1, time.monotonic() + _PATIENCE
-    while True:
-        try:
-            await flows.ended(dict(headers), True, outcome.value, "succeeded", "", None)
-            return outcome
-        except JsworkerError as exc:
-            outage = getattr(exc, "transient", False)
-            if outage and time.monotonic() + pause < deadline:
-                await asyncio.sleep(pause)
-                pause = min(2 * pause, 2.0)
-                continue
-            # Not recorded: the step runs again later, and its next step is enqueued then.
-            reason = f"could not enqueue what follows it: {exc}"
-            if outage:
-                return Outcome(OutcomeKind.SNOOZED, reason, error=exc, retry_delay=_PATIENCE)
-            return Outcome(OutcomeKind.FAILED, reason, error=exc)
+    """``outcome`` once what follows the step is stored (see :func:`_patiently`)."""
+    try:
+        await _patiently(lambda: flows.ended(dict(headers), True, outcome.value, "succeeded", "", None))
+    except JsworkerError as exc:
+        # Not recorded: the step runs again later, and its next step is enqueued then.
+        return _not_now(f"could not enqueue what follows it: {exc}", exc)
+    return outcome
 
 
 def flow_final(flows: Continuations) -> FinalStep:
