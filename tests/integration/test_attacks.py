@@ -237,7 +237,14 @@ def test_no_header_of_a_producer_removes_anything(secured: NatsServer, tmp_path:
                 timeout=20,
                 message="the delayed job made a schedule",
             )
-            jobs, schedules = await _subjects(url, "JSW_PERM"), await _subjects(url, "JSW_PERM_SCHED")
+            # And its enqueued message acknowledged (gone): what stands from here on must stay.
+            jobs = await wait_until_async(
+                lambda: _subjects(url, "JSW_PERM"),
+                until=lambda subjects: not any(".later." in s for s in subjects),
+                timeout=20,
+                message="the delayed job's enqueued message gone",
+            )
+            schedules = await _subjects(url, "JSW_PERM_SCHED")
             conn = await _connect(producer)
             now = int(time.time() * 1000)
             try:
