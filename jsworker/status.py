@@ -126,13 +126,20 @@ async def queue_status(
     )
     delayed: dict[str, int] = {}
     next_due: dict[str, int] = {}
-    waiting = {**(enqueued.subjects or {}), **(scheduled.subjects or {})}
-    for subject, count in waiting.items():
-        parsed = ns.parse_later_subject(subject) or ns.parse_delayed_subject(subject)
-        if parsed is not None:
-            queue, due, _ = parsed
-            delayed[queue] = delayed.get(queue, 0) + count
-            next_due[queue] = min(due, next_due.get(queue, due))
+    # A job made a schedule an instant ago may still stand as enqueued too (its message is
+    # acknowledged just after): each delayed job counts once.
+    waiting = {
+        parsed: count
+        for subjects, parse in (
+            (enqueued.subjects, ns.parse_later_subject),
+            (scheduled.subjects, ns.parse_delayed_subject),
+        )
+        for subject, count in (subjects or {}).items()
+        if (parsed := parse(subject)) is not None
+    }
+    for (queue, due, _), count in waiting.items():
+        delayed[queue] = delayed.get(queue, 0) + count
+        next_due[queue] = min(due, next_due.get(queue, due))
     dead = _per_queue(dlq, ns.parse_dlq_subject)
     # A consumer with another filter is not a jsworker queue (someone's own inspector, say).
     by_queue: dict[str, ConsumerFacts] = {
