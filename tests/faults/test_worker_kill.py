@@ -44,13 +44,14 @@ def test_sigkill_worker_mid_run_loses_nothing(
     url = nats_server.url
     fault_app.app.servers = [url]
     rng = random.Random(1)
-    jobs = fault_app.work.delay_many([(i, rng.uniform(*job_ms)) for i in range(5000)])
-    enqueued = {j.id for j in jobs}
-
     a = workers.start(url, "a", "-c", "200", "-Q", "default")
     b = workers.start(url, "b", "-c", "200", "-Q", "default")
     a.wait_started()
     b.wait_started()
+    # Enqueued once both pull: a worker that started much later (a loaded machine) would find
+    # the other one done with every job, and never be seen running its share.
+    jobs = fault_app.work.delay_many([(i, rng.uniform(*job_ms)) for i in range(5000)])
+    enqueued = {j.id for j in jobs}
 
     def a_running() -> int:
         started = {r.job_id for r in records.of("start") if r.pid == a.pid}
