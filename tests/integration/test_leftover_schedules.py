@@ -64,7 +64,8 @@ async def _schedules(url: str, stream: str, app: str) -> set[str]:
 
 
 async def _made_schedules(app: App, url: str, count: int) -> None:
-    """Run a worker until it has made the app's enqueued delayed jobs ``count`` schedules."""
+    """Run a worker until it has made the app's enqueued delayed jobs ``count`` schedules and
+    acknowledged the messages they were enqueued as (gone from the job stream)."""
     ns = app.namespace
     async with in_process_worker(app):
         await wait_until_async(
@@ -73,6 +74,15 @@ async def _made_schedules(app: App, url: str, count: int) -> None:
             timeout=10,
             message=f"{count} schedules",
         )
+        await wait_until_async(
+            lambda: _enqueued(url, ns.stream, ns.app), until=lambda left: not left, timeout=10
+        )
+
+
+async def _enqueued(url: str, stream: str, app: str) -> set[str]:
+    async with connected(url) as nc:
+        info = await nc.jetstream().stream_info(stream, subjects_filter=f"jsw.{app}.later.>")
+    return set(info.state.subjects or {})
 
 
 async def _delayed(app: App, conn: Connection) -> int:
