@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from jsworker.layout import FIRED_CONSUMER
 from jsworker.testing import NatsCluster, NatsServer
 
 from ..support import wait_until
@@ -53,6 +54,7 @@ MODULE = "sched_app"
 STREAM = "JSW_SCH"
 DLQ_STREAM = "JSW_SCH_DLQ"
 SCHED_STREAM = "JSW_SCH_SCHED"
+CLAIMS_STREAM = "JSW_SCH_CLAIMS"
 QUEUE = "default"
 R3 = {"JSWORKER_REPLICAS": "3"}
 
@@ -503,6 +505,21 @@ def test_cluster_leader_sigkill_while_ticking(
         timeout=60,
         interval=0.1,
         message="a new stream leader",
+    )
+    # A tick needs more than the job stream: the schedules stream fires it, and a worker
+    # claims it and moves it through their consumers. The node killed may have led any of
+    # them; the ticks due until each has a leader again cannot run.
+    wait_until(
+        lambda: all(
+            all(led)
+            for led in (
+                leaders(survivors, SCHED_STREAM, FIRED_CONSUMER),
+                leaders(survivors, CLAIMS_STREAM, QUEUE)[:1],
+            )
+        ),
+        timeout=60,
+        interval=0.1,
+        message="the schedules and claims streams led",
     )
     elected_at = time.time()
     nats_cluster.node(x).restart()
