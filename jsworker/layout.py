@@ -62,6 +62,7 @@ def schedules_spec(app: AppView) -> StreamSpec:
 #: schedules stream, and fired jobs from there into their queues. Queue names may not start
 #: with ``_jsw``, so no queue's consumer takes these names.
 LATER_CONSUMER = "_jsw_later"
+_RELAY_ACK_WAIT = 10.0
 FIRED_CONSUMER = "_jsw_fired"
 
 
@@ -71,16 +72,19 @@ SCHEDULES_SINCE = (2, 12, 0)
 
 def relay_specs(app: AppView, server_version: tuple[int, ...]) -> list[ConsumerSpec]:
     """The consumers of the two moves on a server of ``server_version`` (none before 2.12):
-    delayed jobs into schedules, fired jobs into their queues. Each message is moved within
-    seconds, and one not acked in a minute is given to another worker."""
+    delayed jobs into schedules, fired jobs into their queues. A batch moves in milliseconds,
+    and both moves are idempotent: a message not acknowledged in ten seconds (its worker died,
+    or a server restart lost the ack) is moved again, by any worker."""
     if server_version < SCHEDULES_SINCE:
         return []
     ns = app.namespace
+    moves = (
+        (ns.stream, LATER_CONSUMER, ns.later_subjects),
+        (ns.schedules_stream, FIRED_CONSUMER, ns.fired_subjects),
+    )
     return [
-        ConsumerSpec(ns.stream, LATER_CONSUMER, ns.later_subjects, ack_wait=60.0, max_ack_pending=10_000),
-        ConsumerSpec(
-            ns.schedules_stream, FIRED_CONSUMER, ns.fired_subjects, ack_wait=60.0, max_ack_pending=10_000
-        ),
+        ConsumerSpec(stream, name, subjects, ack_wait=_RELAY_ACK_WAIT, max_ack_pending=10_000)
+        for stream, name, subjects in moves
     ]
 
 
