@@ -121,5 +121,11 @@ async def test_a_retiring_worker_runs_what_it_had_pulled(nats_server: NatsServer
     ran = {i for i, _ in runs} - {-1}
     assert len(ran) == 20 and all(attempt == 1 for _, attempt in runs)
     assert worker.counts["succeeded"] == 21
-    # The jobs it had not pulled are still there, never delivered.
-    assert await stream_messages_async(nats_server.url, app.namespace.stream) == 20
+    # The jobs it had not pulled are still there, never delivered; the ones it ran are gone
+    # once the server has taken their acks (sent on the worker's connection, read in its turn).
+    await wait_until_async(
+        lambda: stream_messages_async(nats_server.url, app.namespace.stream),
+        until=lambda left: left == 20,
+        timeout=10,
+        message="the 20 jobs it ran acknowledged",
+    )
