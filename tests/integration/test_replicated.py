@@ -102,11 +102,18 @@ async def test_workflows_chain_group_and_chord_complete_once(nats_cluster_module
 async def test_a_partition_never_runs_two_jobs_at_once(nats_cluster_module: NatsCluster) -> None:
     app = r3_app("rpart", nats_cluster_module)
     runs: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    active: set[str] = set()
+    side_by_side = asyncio.Event()
 
     @app.task(partition_key=lambda account, **_: account, max_running_per_partition=1)
     async def visit(account: str, n: int) -> None:
         begun = time.monotonic()
-        await asyncio.sleep(0.1)
+        active.add(account)
+        # The first jobs hold their leases until one of every partition runs: then all go on.
+        if len(active) == 3:
+            side_by_side.set()
+        await side_by_side.wait()
+        active.discard(account)
         runs[account].append((begun, time.monotonic()))
 
     jobs = await visit.adelay_many([(account, i) for i in range(6) for account in ("a", "b", "c")])
