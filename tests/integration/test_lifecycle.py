@@ -113,7 +113,8 @@ async def test_results_wait_by_watching_and_keep_errors(nats_server: NatsServer)
     async with in_process_worker(app, queues=["default"]):
         job = await app.tasks["add"].adelay(2, 3)
         assert await job.aresult(timeout=10) == 5
-        assert (await job.astatus()).state is JobState.SUCCEEDED
+        # The result is stored before the job is acked: until the ack lands it still runs.
+        await wait_until_async(job.astatus, until=lambda s: s.state is JobState.SUCCEEDED, timeout=10)
         # The same handle from the id alone, as another process would make it.
         again = app.job(job.id)
         assert await again.aresult(timeout=5) == 5
