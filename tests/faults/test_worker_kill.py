@@ -37,10 +37,10 @@ def test_sigkill_worker_mid_run_loses_nothing(
     records: Records,
     job_ms: tuple[float, float],
 ) -> None:
-    """8,000 jobs of ``job_ms`` on two workers (-c 200); worker A is SIGKILLed after about 1,500
-    completions with jobs running and prefetched. Worker B finishes everything, A's unacked jobs
-    coming back after the queue's ack_wait (2 s). Nothing is lost; duplicates (done by A, ack
-    lost with the process) are reported."""
+    """Jobs of ``job_ms`` on two workers (-c 200), 2,000 more whenever fewer than 1,000 wait,
+    until worker A is SIGKILLed after about 1,500 completions with jobs running and prefetched.
+    Worker B finishes everything, A's unacked jobs coming back after the queue's ack_wait (2 s).
+    Nothing is lost; duplicates (done by A, ack lost with the process) are reported."""
     url = nats_server.url
     fault_app.app.servers = [url]
     rng = random.Random(1)
@@ -49,9 +49,33 @@ def test_sigkill_worker_mid_run_loses_nothing(
     a.wait_started()
     b.wait_started()
     # Enqueued once both pull: a worker that started much later (a loaded machine) would find
-    # the other one done with every job, and never be seen running its share.
-    jobs = fault_app.work.delay_many([(i, rng.uniform(*job_ms)) for i in range(8000)])
-    enqueued = {j.id for j in jobs}
+    # the other one done with every job, and never be seen running its share. And enqueued
+    # until the kill: two workers can run 8,000 of these jobs within a second, and a test
+    # process the machine lets run only now and then could miss that second.
+    enqueued: set[str] = set()
+    lock = threading.Lock()
+    killed = threading.Event()
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for batch in range(40):
+                if killed.is_set():
+                    return
+                args = [(batch * 2000 + i, rng.uniform(*job_ms)) for i in range(2000)]
+                jobs = fault_app.work.delay_many(args)
+                with lock:
+                    enqueued.update(j.id for j in jobs)
+                wait_until(
+                    lambda: killed.is_set() or stream_messages(url, STREAM) < 1000,
+                    timeout=60,
+                    message="the workers to work the backlog down",
+                )
+        except BaseException as exc:  # reported by the main thread
+            failure.append(exc)
+
+    producer = threading.Thread(target=produce, name="producer", daemon=True)
+    producer.start()
 
     def a_running() -> int:
         started = {r.job_id for r in records.of("start") if r.pid == a.pid}
@@ -61,21 +85,26 @@ def test_sigkill_worker_mid_run_loses_nothing(
         done = records.of("done")
         if len(done) < 1500 or not any(r.pid == a.pid for r in done):
             return False
-        # Killed while it runs jobs, as it is frozen (SIGSTOP) at once and looked at so: two
-        # workers may finish these 8,000 jobs within half a second of the 1,500th, so a look
-        # before the freeze can miss the moment, and a worker between two pulls may run none
-        # for a moment. Let go again if it ran none: frozen often, it would leave the jobs to B.
+        # Killed while it runs jobs, as it is frozen (SIGSTOP) at once and looked at so: a look
+        # before the freeze could be stale by the kill, and a worker between two pulls may run
+        # none for a moment. Let go again if it ran none: frozen often, it would leave the jobs
+        # to B.
         a.freeze()
         if a_running() > 0:
             return True
         a.freeze(False)
         return False
 
-    wait_until(a_has_done_its_share_and_is_busy, timeout=60, interval=0.01,
-               message="1,500 completions, some by worker A, and A running jobs")  # fmt: skip
-    completions_at_kill = len(records.done_ids())
-    killed_at = time.monotonic()
-    a.kill()
+    try:
+        wait_until(a_has_done_its_share_and_is_busy, timeout=60, interval=0.01,
+                   message="1,500 completions, some by worker A, and A running jobs")  # fmt: skip
+        completions_at_kill = len(records.done_ids())
+        killed_at = time.monotonic()
+        a.kill()
+    finally:
+        killed.set()
+        producer.join(60)
+    assert not failure, failure
     # Jobs A had started and not finished when it died: they must be run again by B.
     a_started = {r.job_id for r in records.of("start") if r.pid == a.pid}
     a_done = {r.job_id for r in records.of("done") if r.pid == a.pid}
