@@ -22,6 +22,8 @@ from .settlement import STOPPED_WHILE_RUNNING, Decision, Outcome, OutcomeKind, V
 log = get_logger("jsworker.worker")
 
 _NOT_STARTED = (OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
+# Outcomes that end no run, of which no event tells.
+_NO_END = (OutcomeKind.SKIPPED, OutcomeKind.ABORTED, OutcomeKind.SNOOZED, OutcomeKind.LEFT)
 
 
 _NAMES = {kind: kind.value for kind in OutcomeKind}  # Enum.value is slow enough to matter here
@@ -65,6 +67,9 @@ class JobReporter:
         self.counts[name] += 1
         if kind is OutcomeKind.SKIPPED:
             return  # counted and logged where it was decided (the firing claim)
+        if kind is OutcomeKind.LEFT:
+            self.log.info("job.left", reason=outcome.reason, **job.log_fields())
+            return
         if kind is OutcomeKind.EXPIRED or kind is OutcomeKind.ABORTED:
             self._never_again(m, job, outcome, duration)
             return
@@ -124,8 +129,10 @@ async def emit_job_end(
     if kind is OutcomeKind.SUCCEEDED:
         await events.emit("succeeded", queue, task, job_id, attempt=attempt, duration=duration)
         return
-    if kind is OutcomeKind.SKIPPED or kind is OutcomeKind.ABORTED or kind is OutcomeKind.SNOOZED:
-        return  # a cancel already told of itself; a snooze is no end (jsworker_jobs_snoozed counts it)
+    if kind in _NO_END:
+        # A cancel already told of itself; a snooze is no end (jsworker_jobs_snoozed counts it);
+        # a delivery left to another's holder is not this job's end.
+        return
     if kind is OutcomeKind.EXPIRED:
         await events.emit("expired", queue, task, job_id, attempt=attempt, reason=outcome.reason)
         return

@@ -55,9 +55,14 @@ class RunSeams:
     #: What the features run beside the pull loops for as long as the worker runs.
     services: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
-    def admission(self, executor: Executor, recheck: Callable[[JobRun], Awaitable[None]]) -> Admission:
+    def admission(
+        self,
+        executor: Executor,
+        recheck: Callable[[JobRun], Awaitable[None]],
+        left: Callable[[JobRun], Awaitable[Outcome | None]],
+    ) -> Admission:
         """The check before each run: the job's own, then the gates."""
-        return Admission(executor, tuple(self.gates), recheck)
+        return Admission(executor, tuple(self.gates), recheck, left)
 
     def runner(self) -> Callable[[JobRun], Awaitable[Outcome]]:
         """The start steps, then the call (the call alone when there are none)."""
@@ -88,11 +93,16 @@ class Admission:
     """
 
     def __init__(
-        self, executor: Executor, gates: tuple[Gate, ...], recheck: Callable[[JobRun], Awaitable[None]]
+        self,
+        executor: Executor,
+        gates: tuple[Gate, ...],
+        recheck: Callable[[JobRun], Awaitable[None]],
+        left: Callable[[JobRun], Awaitable[Outcome | None]],
     ) -> None:
         self._check = executor.check
         self._gates = gates
         self._recheck = recheck
+        self._left = left
 
     def __call__(self, job: JobRun) -> Verdict:
         """None when ``job`` may start, else the outcome that settles it (or an awaitable)."""
@@ -115,9 +125,12 @@ class Admission:
 
     async def _again(self, job: JobRun) -> Outcome | None:
         # Runs given back by stopping workers, or that failed on their own, did not kill it:
-        # checked again without those.
+        # checked again without those. Deliveries that live workers still hold did not either
+        # (see .holders): one of those left, this delivery is theirs to settle.
         await self._recheck(job)
         outcome = self._check(job)
+        if outcome is not None and outcome.kind is OutcomeKind.POISON:
+            outcome = await self._left(job) or outcome
         return outcome if outcome is not None else await _resolved(self._from(job, 0))
 
 
@@ -202,11 +215,14 @@ def _raised(job: JobRun, exc: BaseException) -> Outcome:
 
 def settled_of(outcome: Outcome, decision: Decision, duration: float) -> Settled | None:
     """What ``on_settled`` is told of a delivery, or None for one that was not this job's to
-    end (a second copy of a firing, a unique task's tick while its key is held)."""
+    end (a second copy of a firing, a unique task's tick while its key is held, a delivery
+    left to the worker that holds an earlier one)."""
     kind = outcome.kind
     state: SettledState
     if kind is OutcomeKind.SUCCEEDED:
         return Settled("succeeded", value=outcome.value, duration=duration)
+    if kind is OutcomeKind.LEFT:
+        return None
     if kind is OutcomeKind.SKIPPED:
         if outcome.reason != CANCELLED_AS_FIRED:
             return None

@@ -12,6 +12,7 @@
 | skipped (a fired job's duplicate, or cancelled) | ack: it must never run                |
 | aborted (cancelled on request) or expired       | ack: it must never run again          |
 | snoozed (the task raised Snooze)                | nak with its delay: no attempt spent  |
+| left (a live worker holds an earlier delivery)  | nothing: the holder settles it        |
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class OutcomeKind(enum.Enum):
     ABORTED = "aborted"  # cancelled on request (app.cancel) before or while it ran
     EXPIRED = "expired"  # not started within its expiry
     SNOOZED = "snoozed"  # the task raised Snooze: again later, neither a failure nor a crash
+    LEFT = "left"  # a live worker holds an earlier delivery of its message: that one settles it
 
 
 # Not frozen: a task's return value makes an Outcome per job, and a frozen dataclass's
@@ -59,6 +61,7 @@ class Verb(enum.Enum):
     ACK = "ack"
     NAK = "nak"
     DEAD_LETTER = "dead_letter"
+    LEAVE = "leave"  # nothing is sent: another delivery of the message settles it
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ class RetryPolicy:
 
 #: The decision for every job that succeeded.
 ACK = Decision(Verb.ACK)
+#: The decision for a delivery left to the live worker that holds an earlier one.
+LEAVE = Decision(Verb.LEAVE)
 _NAK_NOW = Decision(Verb.NAK)
 _RETRYABLE = (OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT)
 #: The reason of an ``aborted`` job that a cancel stopped while it ran (it counts as started).
@@ -123,6 +128,8 @@ def decide(
         return ACK
     if kind is OutcomeKind.CANCELLED:
         return _NAK_NOW
+    if kind is OutcomeKind.LEFT:
+        return LEAVE
     if kind is OutcomeKind.SNOOZED:
         return Decision(Verb.NAK, delay=outcome.retry_delay or 0.0)
     if kind in _FINAL:

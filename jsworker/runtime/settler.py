@@ -20,7 +20,7 @@ from .execution import JobRun
 from .flows import FinalStep
 from .handbacks import HandBacks
 from .lifecycle import JobBook
-from .settlement import Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
+from .settlement import LEAVE, Decision, Outcome, OutcomeKind, RetryPolicy, Verb, decide
 
 if TYPE_CHECKING:
     from ..app import App
@@ -67,6 +67,9 @@ class Settler:
         """Settle ``job`` with its record: a failure, a retry, an expiry, or a success after
         retries (which ends the ``retrying`` record); ``started`` is the run's
         ``time.monotonic()``. Returns the outcome and the decision."""
+        if outcome.kind is OutcomeKind.LEFT:
+            # Not this delivery's to settle, nor to record: the holder of an earlier one does.
+            return outcome, LEAVE
         started = time.time() - (time.monotonic() - started)
         policy = self._policy(job)
         failures = job.failures or 0

@@ -29,6 +29,7 @@ from . import startup
 from .answers import answer_questions
 from .execution import Executor, JobRun, identify
 from .handbacks import HandBacks
+from .holders import EarlierDeliveries
 from .lifecycle import JobBook
 from .limiter import Limiter
 from .observe import EngineObserver, JobReporter
@@ -128,7 +129,9 @@ class Worker:
             self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
             self._seams = startup.build_seams(app, conn, self._executor, self._book, limits, self.queues)
             self._admit = self._seams.admission(
-                self._executor, functools.partial(startup.recheck, self._handbacks, self._book)
+                self._executor,
+                functools.partial(startup.recheck, self._handbacks, self._book),
+                EarlierDeliveries(conn, app.namespace, self._holding, self._book.finished).left,
             )
             self._call = self._seams.runner()
             # End steps come after the ack, which a kept result's record holds back.
@@ -254,6 +257,12 @@ class Worker:
             return False
         self._spawn(identify(self.app, queue, delivery))
         return True
+
+    def _holding(self) -> Iterator[Delivery]:
+        """Every delivery this worker holds: its jobs', started or waiting, and its buffers'."""
+        for job in list(self._jobs):
+            yield job.delivery
+        yield from self._buffered()
 
     def _buffered(self) -> Iterator[Delivery]:
         """The jobs pulled and not started yet, of every queue."""

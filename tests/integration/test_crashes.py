@@ -4,7 +4,9 @@ against a real nats-server: ``max_retries`` limits the first, ``max_crashes`` th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import pytest
 
@@ -13,7 +15,7 @@ from jsworker.runtime.settings import WorkerSettings
 from jsworker.runtime.worker import Worker
 from jsworker.testing import NatsServer
 
-from ..support import stream_messages_async, wait_until_async
+from ..support import connected, consumer_state_async, stream_messages_async, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -67,3 +69,106 @@ async def test_a_crash_between_two_failures_spends_no_retry(nats_server: NatsSer
     reason = (await app.astatus(job.id)).reason or ""
     assert "attempts exhausted: 2 of 2" in reason, reason
     await app.aclose()
+
+
+async def _ack_wait(servers: str, app: App, queue: str, seconds: float) -> None:
+    """Shorten ``queue``'s acknowledgement timer on the server, as a leader's election does in
+    effect for the jobs whose heartbeats it misses: the server delivers them again."""
+    async with connected(servers) as nc:
+        js = nc.jetstream()
+        info = await js.consumer_info(app.namespace.stream, queue)
+        await js.add_consumer(app.namespace.stream, dataclasses.replace(info.config, ack_wait=seconds))
+
+
+def _dead(url: str, app: App) -> Callable[[], Awaitable[int]]:
+    return partial(stream_messages_async, url, app.namespace.dlq_stream)
+
+
+async def test_a_delivery_a_live_worker_holds_an_earlier_one_of_is_left_to_it(
+    nats_server: NatsServer,
+) -> None:
+    """max_crashes=0: a second delivery would be judged a job that kills its workers. Worker A
+    holds the job's first delivery (running, waiting) and stops pulling; the server, its timer
+    run out with no heartbeat in time, delivers the job again to worker B. B asks and leaves
+    it: A's run is the job's only one, it succeeds, and nothing is dead-lettered."""
+    app = App("heldjobs", nats_server.url, ack_wait=30)
+    release = asyncio.Event()
+    runs: list[int] = []
+
+    @app.task(max_crashes=0)
+    async def waits() -> None:
+        runs.append(current_job().attempt)
+        await release.wait()
+
+    await app.provision()
+    # A takes one job and retires: it stops pulling and finishes that job (grace), so every
+    # later delivery goes to B.
+    a = Worker(app, WorkerSettings(concurrency=1, grace=60), job_budget=1)
+    b = Worker(app, WorkerSettings(concurrency=1, grace=1))
+    running = [asyncio.create_task(a.run())]
+    await wait_until_async(a.started.is_set, timeout=20, message="worker A to start")
+    await waits.adelay()
+    await wait_until_async(lambda: runs == [1], timeout=20, message="A to run the job")
+    running.append(asyncio.create_task(b.run()))
+    try:
+        await wait_until_async(b.started.is_set, timeout=20, message="worker B to start")
+        await _ack_wait(nats_server.url, app, "default", 1.0)
+        await wait_until_async(lambda: b.counts["left"], timeout=20, message="B to leave a delivery to A")
+        release.set()
+        await wait_until_async(
+            partial(stream_messages_async, nats_server.url, app.namespace.stream),
+            until=lambda n: n == 0,
+            timeout=20,
+            message="the job acknowledged",
+        )
+    finally:
+        release.set()
+        b.stop()
+        a.stop()
+        await asyncio.gather(*running)
+        await app.aclose()
+    assert runs == [1]
+    assert await _dead(nats_server.url, app)() == 0
+    assert b.counts["poison"] == 0 and a.counts["succeeded"] == 1, (a.counts, b.counts)
+
+
+async def test_a_delivery_buffered_while_an_earlier_one_ran_is_left_once_that_one_settled(
+    nats_server: NatsServer,
+) -> None:
+    """max_crashes=0, one slot: while the job's first delivery runs, the server delivers it
+    again and again into the same worker's buffer (its timer shortened: no heartbeat in time).
+    The first delivery succeeds and is acknowledged; the buffered ones then find its message
+    gone and are left: one run, nothing dead-lettered."""
+    app = App("bufjobs", nats_server.url, ack_wait=30)
+    release = asyncio.Event()
+    runs: list[int] = []
+
+    @app.task(max_crashes=0)
+    async def waits() -> None:
+        runs.append(current_job().attempt)
+        await release.wait()
+
+    await app.provision()
+    worker = Worker(app, WorkerSettings(concurrency=1, grace=1))
+    run = asyncio.create_task(worker.run())
+    try:
+        await wait_until_async(worker.started.is_set, timeout=20, message="the worker to start")
+        await waits.adelay()
+        await wait_until_async(lambda: runs == [1], timeout=20, message="the job to run")
+        await _ack_wait(nats_server.url, app, "default", 1.0)
+
+        async def redelivered() -> int:
+            state = await consumer_state_async(nats_server.url, app.namespace.stream, "default")
+            return state.redelivered
+
+        await wait_until_async(redelivered, timeout=20, message="the job delivered again")
+        release.set()
+        await wait_until_async(lambda: worker.counts["left"], timeout=20, message="a spare delivery left")
+    finally:
+        release.set()
+        worker.stop()
+        await run
+        await app.aclose()
+    assert runs == [1]
+    assert await _dead(nats_server.url, app)() == 0
+    assert worker.counts["poison"] == 0, worker.counts
