@@ -142,6 +142,9 @@ class FairMover:
         self._jobs = LimitsStream(conn, namespace.stream)
         self._leases = LimitsStream(conn, namespace.leases_stream)
         self._lease_subject = f"jsw.{namespace.app}.lease.{queue}.fair.0"
+        #: ``(job, marker)`` sequences of moved jobs whose deletion got no answer: tried again
+        #: before the next move, by this mover or, after a stop, when it holds the lease again.
+        self._left_behind: list[tuple[int, int]] = []
 
     async def run(self) -> None:
         """Stand by for the mover lease, then move jobs for as long as it is held."""
@@ -188,6 +191,9 @@ class FairMover:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(caught_up.wait(), LEASE_TTL / 3)
                     continue
+                if self._left_behind:
+                    moved, self._left_behind = self._left_behind, []
+                    await self._delete_moved(moved)
                 self._report(turns.jobs, turns.partitions)
                 arrived.clear()  # before the look: a job stored from here on wakes the wait
                 room = READY - await waiting_count(self.conn, self.namespace.stream, self.queue)
@@ -212,11 +218,18 @@ class FairMover:
         async for msg in follow_headers(
             self.conn, ns.stream, f"fair-{self.queue}", ns.intake_filter(self.queue)
         ):
+            earlier = not caught_up.is_set()  # stored before this mover began
             backlog -= msg is not None
             if msg is None or backlog <= 0:
                 caught_up.set()  # read all of it (or what is left of it: some were deleted)
-            if msg is None or MOVED in msg.headers:
-                continue  # the marker of a job moved already
+            if msg is None:
+                continue
+            if MOVED in msg.headers:
+                # The marker of a job moved already. One found while catching up may be left
+                # from a mover that stopped between the job's deletion and its own.
+                if earlier:
+                    await self._delete_stale_marker(msg)
+                continue
             turns.add(msg.headers.get(PARTITION, ""), msg.seq, msg.subject)
             arrived.set()
 
@@ -292,15 +305,28 @@ class FairMover:
         """Delete what is left in the intake of jobs that moved: ``(job, marker)`` sequences.
         The job stream honours no rollup, so the marker cannot replace the job; it stands for
         the move until the job is gone, and goes once it is (a marker left stored would keep
-        the intake's readers from ever being cleaned up). One left behind (no answer) is found
-        moved by its marker the next time it comes up (:meth:`_moved_before`)."""
+        the intake's readers from ever being cleaned up). What gets no answer is tried again
+        before the next move; a job left behind by a mover that stopped is found moved by its
+        marker the next time it comes up (:meth:`_moved_before`), a marker alone when the next
+        mover catches up (:meth:`_delete_stale_marker`)."""
 
         async def one(job: int, marker: int) -> None:
-            await self._jobs.delete(job)
-            await self._jobs.delete(marker)  # only once the job is gone: else it could move again
+            try:
+                await self._jobs.delete(job)
+                await self._jobs.delete(marker)  # only once the job is gone: else it could move again
+            except JsworkerError as exc:
+                self._left_behind.append((job, marker))
+                log.warning("fair.delete_failed", queue=self.queue, error=str(exc))
 
+        await asyncio.gather(*(one(job, marker) for job, marker in moved))
+
+    async def _delete_stale_marker(self, marker: StoredMessage) -> None:
+        """Delete ``marker`` if the job it stands behind is gone: a marker must not outlive
+        its job, as the intake's reader would never be cleaned up."""
+        job = marker.headers.get(EXPECTED_LAST_SUBJECT_SEQ, "")
         try:
-            await asyncio.gather(*(one(job, marker) for job, marker in moved))
+            if job.isdigit() and await self._jobs.get(int(job)) is None:
+                await self._jobs.delete(marker.seq)
         except JsworkerError as exc:
             log.warning("fair.delete_failed", queue=self.queue, error=str(exc))
 

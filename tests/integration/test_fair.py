@@ -19,8 +19,9 @@ from jsworker.flow.fair import READY
 from jsworker.flow.partitions import LEASE_TTL
 from jsworker.lifecycle.lookup import WAITING_TURN
 from jsworker.testing import NatsCluster, NatsServer
+from jsworker.wire import EXPECTED_LAST_SUBJECT_SEQ, MOVED, MSG_TTL
 
-from ..support import wait_until
+from ..support import connected, wait_until
 from .workers import APPS, start_worker, stop
 
 sys.path.insert(0, str(APPS))
@@ -152,3 +153,46 @@ def test_a_fair_queue_moves_its_jobs_with_three_replicas(nats_cluster: NatsClust
         fair_app.app.close()
         fair_app.app.options = options
     assert sorted(job_id for job_id, _ in starts(record)) == sorted(job.id for job in jobs)
+
+
+async def _intake(url: str, app: App) -> dict[str, int]:
+    """Messages in the fair queue's intake, by subject."""
+    async with connected(url) as nc:
+        info = await nc.jetstream().stream_info(
+            app.namespace.stream, subjects_filter=app.namespace.intake_filter("emails")
+        )
+    return dict(info.state.subjects or {})
+
+
+async def _leave_a_marker_alone(url: str, app: App) -> None:
+    """What a mover leaves when it stops between deleting a moved job and deleting its
+    marker: the marker stored behind the job as a move stores it, then the job deleted."""
+    ((subject, _),) = (await _intake(url, app)).items()
+    async with connected(url) as nc:
+        js = nc.jetstream()
+        job = await js.get_last_msg(app.namespace.stream, subject)
+        assert job.seq is not None
+        marker = {EXPECTED_LAST_SUBJECT_SEQ: str(job.seq), MOVED: "1", MSG_TTL: "10m"}
+        await js.publish(subject, b"", headers=marker)
+        await js.delete_msg(app.namespace.stream, job.seq)
+
+
+def test_a_marker_left_behind_a_moved_job_goes_when_the_next_mover_catches_up(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A marker stands behind a moved job until the job is deleted; alone, left by a mover
+    that stopped between the two deletions, it would stay for its ten minutes, and the
+    intake's reader with it. The next mover deletes it as it reads the intake."""
+    fair_app.send.delay("a")
+    asyncio.run(_leave_a_marker_alone(nats_server.url, app))
+    worker = start_worker(nats_server.url, tmp_path / "record", tmp_path / "log", module="fair_app")
+    try:
+        wait_until(
+            lambda: asyncio.run(_intake(nats_server.url, app)),
+            until=lambda left: not left,
+            timeout=30,
+            message="the intake empty",
+        )
+    finally:
+        assert stop(worker) == 0
+    assert starts(tmp_path / "record") == []
