@@ -306,8 +306,8 @@ class TypedArguments:
         self.params = params
         self._positional = positional_names(signature)
         # For such signatures called with positions only (as every .delay(1, 2) is), decoding
-        # converts the whole argument list in one call, as a struct read from a list: 0.5 us
-        # per job instead of 1.4 us for a one-parameter task.
+        # converts the whole argument list in one call, as a struct read from a list (a third
+        # of the cost: bench/README.md, "Hot-path choices").
         self._shapes: dict[int, type[msgspec.Struct]] = {}
 
     @classmethod
@@ -360,7 +360,8 @@ class TypedArguments:
     def _encode_one(self, param: _Param, value: Any) -> Any:
         kind = type(value)
         if kind is param.scalar:
-            # Most annotations are int or str: 0.1 us instead of 1.2 us for msgspec's two calls.
+            # Most annotations are int or str: no call to msgspec for those (bench/README.md,
+            # "Hot-path choices").
             return value
         if kind is param.leaf:
             # A Decimal for a Decimal, an enum member for its enum: one call instead of two.

@@ -143,7 +143,8 @@ async def _freeze_when_started(worker: Worker) -> None:
     # What exists once the worker runs (modules, the app, connections, metrics) lives as long
     # as the process: out of the collector's sight, its collections walk only what jobs made.
     # Jobs whose records wait for the server outlive the youngest generation, and walking the
-    # whole heap for them cost a worker keeping results 2 us per job (bench lifecycle).
+    # whole heap for them cost a worker keeping results per job (bench/README.md, "Hot-path
+    # choices").
     gc.freeze()
 
 

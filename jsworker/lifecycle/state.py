@@ -167,7 +167,8 @@ class SuccessRecords:
             key, end = b'"value":', b"}"
         else:
             key, end, value = b'"value_b64":"', b'"}', base64.b64encode(value)
-        # Seconds written as integer parts: a float's repr took 0.4 us each.
+        # Seconds written as integer parts: a float's repr costs more (bench/README.md,
+        # "Hot-path choices").
         return b'%s%d,"attempts":%d,"started_at":%d.%06d,"finished_at":%d.%06d%s%s%s%s' % (
             head, seq, attempts, started_us // 1_000_000, started_us % 1_000_000,
             finished_us // 1_000_000, finished_us % 1_000_000, self._tail, key, value, end,

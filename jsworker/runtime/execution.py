@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobTimeout, Reject, Retry, SerializationError, Snooze
+from ..errors import JobTimeout, Reject, Retry, SerializationError, Snooze, TaskControl
 from ..job import JobContext, running_job
 from ..observability.logging import get_logger
 from ..scheduling.firing import Firing, firing
@@ -235,8 +235,8 @@ class Executor:
         try:
             if timeout is None:
                 # Most tasks have no timeout: no timeout scope and no extra coroutine layer for
-                # them, both measurable in a short job's cost (asyncio.timeout is 3.0 us a job,
-                # anyio.fail_after 7.0 us: bench/hotpath.py).
+                # them, both measurable in a short job's cost (bench/README.md, "Hot-path
+                # choices").
                 if task.is_async:
                     value = await task.fn(*args, **kwargs)
                 else:
@@ -249,20 +249,14 @@ class Executor:
                 thread = self.threads.submit(task.fn, *args, **kwargs)
                 async with asyncio.timeout(timeout) as scope:
                     value = await asyncio.shield(thread)
-        except Retry as exc:
-            return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
-        except Snooze as exc:
-            return Outcome(OutcomeKind.SNOOZED, exc.reason, error=exc, retry_delay=exc.delay)
-        except Reject as exc:
-            return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
         except TimeoutError as exc:
             if scope is not None and scope.expired():
                 if thread is not None:
                     await self._outlive(job, thread)
                 return _timed_out(task, timeout, exc)
-            return failed(exc, task.options.is_retryable(exc))
+            return raised(exc, task)
         except (Exception, SystemExit) as exc:  # a sync task calling sys.exit() must not end the worker
-            return failed(exc, task.options.is_retryable(exc))
+            return raised(exc, task)
         finally:
             running_job.reset(token)
         return _SUCCEEDED if value is None else Outcome(OutcomeKind.SUCCEEDED, value=value)
@@ -275,12 +269,8 @@ class Executor:
         call = process_call(task, job.context(), job.delivery.body, content_type)
         try:
             value = await self.processes.run(call, timeout, self.app.serializer)
-        except Retry as exc:
-            return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
-        except Snooze as exc:
-            return Outcome(OutcomeKind.SNOOZED, exc.reason, error=exc, retry_delay=exc.delay)
-        except Reject as exc:
-            return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
+        except TaskControl as exc:  # Retry, Snooze, Reject: raised again here by the pool
+            return raised(exc, task)
         except TimeoutError as exc:  # the pool's clock: a task's own TimeoutError is a TaskProcessError
             return _timed_out(task, timeout, exc)
         except ResultError as exc:
@@ -329,6 +319,20 @@ def _timed_out(task: Task[Any, Any], timeout: float | None, cause: BaseException
     error = JobTimeout(f"timed out after {timeout}s")
     error.__cause__ = cause
     return Outcome(OutcomeKind.TIMED_OUT, str(error), error=error, retryable=task.options.is_retryable(error))
+
+
+def raised(exc: BaseException, task: Task[Any, Any] | None) -> Outcome:
+    """The outcome of what a job's run raised (the task, or middleware around it): ``Retry``,
+    ``Snooze`` and ``Reject`` say so themselves; anything else is a failure, retried or not
+    as ``task``'s ``retry_on``/``dont_retry_on`` say (retried for an unknown task)."""
+    if isinstance(exc, TaskControl):
+        if isinstance(exc, Retry):
+            return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
+        if isinstance(exc, Snooze):
+            return Outcome(OutcomeKind.SNOOZED, exc.reason, error=exc, retry_delay=exc.delay)
+        if isinstance(exc, Reject):
+            return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
+    return failed(exc, task.options.is_retryable(exc) if task is not None else True)
 
 
 def failed(exc: BaseException, retryable: bool) -> Outcome:

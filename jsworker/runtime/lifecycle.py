@@ -8,7 +8,8 @@ settled): a notice alone never makes it drop or stop a job. It then answers what
 dropped it unstarted, stopped it running, or had already finished it.
 
 A job whose task keeps no results and that succeeds on its first attempt passes none of the
-write paths: the worker's loop checks that before calling :meth:`JobBook.conclude`.
+write paths: the worker's loop checks that before it hands a job to
+:meth:`.settler.Settler.conclude` or :meth:`JobBook.keep_result`.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ class Limiter:
     :meth:`try_acquire` lets a message that arrives while a slot is free start at once, from
     the code that received it, without waking the pull loop; it never overtakes a waiter.
 
-    Hand-written because it is taken and given back once per job: 0.15 us per acquire and
-    release against 5.6 us for ``anyio.CapacityLimiter`` and 5.0 us for ``anyio.Semaphore``,
-    which yield to the event loop even when a slot is free (bench/hotpath.py).
+    Hand-written because it is taken and given back once per job: ``anyio.CapacityLimiter``
+    and ``anyio.Semaphore`` yield to the event loop even when a slot is free, and cost many
+    times as much (bench/README.md, "Hot-path choices").
     """
 
     def __init__(self, limit: int) -> None:

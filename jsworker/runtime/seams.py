@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JsworkerError, Reject, Retry, Snooze, StartupError
+from ..errors import JsworkerError, StartupError
 from ..job import running_job
 from ..middleware import MiddlewareChain, Settled, SettledState
 from ..observability.logging import get_logger
-from .execution import Executor, JobRun, failed
+from .execution import Executor, JobRun, raised
 from .flows import FinalStep
 from .schedules import CANCELLED_AS_FIRED
 from .settlement import Decision, Outcome, OutcomeKind, Verb
@@ -191,7 +191,7 @@ def wrapped_call(executor: Executor, middleware: MiddlewareChain) -> Callable[[J
         except (Exception, SystemExit) as exc:
             if ran is not None and exc is ran.error:
                 return ran
-            return _raised(job, exc)
+            return raised(exc, job.task)
         finally:
             running_job.reset(token)
         if ran is not None and ran.kind is OutcomeKind.SUCCEEDED and value is ran.value:
@@ -199,18 +199,6 @@ def wrapped_call(executor: Executor, middleware: MiddlewareChain) -> Callable[[J
         return Outcome(OutcomeKind.SUCCEEDED, value=value)
 
     return call
-
-
-def _raised(job: JobRun, exc: BaseException) -> Outcome:
-    """The outcome of what a middleware raised, classified as the task's own would be."""
-    if isinstance(exc, Retry):
-        return Outcome(OutcomeKind.RETRY, exc.reason, error=exc, retry_delay=exc.delay)
-    if isinstance(exc, Snooze):
-        return Outcome(OutcomeKind.SNOOZED, exc.reason, error=exc, retry_delay=exc.delay)
-    if isinstance(exc, Reject):
-        return Outcome(OutcomeKind.REJECTED, exc.reason, error=exc)
-    task = job.task
-    return failed(exc, task.options.is_retryable(exc) if task is not None else True)
 
 
 def settled_of(outcome: Outcome, decision: Decision, duration: float) -> Settled | None:

@@ -42,7 +42,8 @@ class OutcomeKind(enum.Enum):
 
 
 # Not frozen: a task's return value makes an Outcome per job, and a frozen dataclass's
-# __init__ (object.__setattr__ per field) costs 0.5 us more. Nothing changes one once made.
+# __init__ (object.__setattr__ per field) costs more (bench/README.md, "Hot-path choices").
+# Nothing changes one once made.
 @dataclass(slots=True)
 class Outcome:
     """An outcome with what is known about it."""

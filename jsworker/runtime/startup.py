@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client import Counter
 
 from .._version import __version__
-from ..errors import ProvisioningNeeded, TopologyError
+from ..errors import ConfigurationError, ProvisioningNeeded, TopologyError
 from ..events.emit import EventEmitter
 from ..flow.fair import FairMover
 from ..flow.partitions import Partitions
@@ -32,7 +32,7 @@ from .flows import flow_call, flow_final, flow_gate
 from .handbacks import HandBacks
 from .lifecycle import JobBook, held_back
 from .observe import emit_job_end, emit_job_start, warn_replicas_differ
-from .schedules import FiredJobs
+from .schedules import FiredJobs, install_schedules
 from .seams import RunSeams, settled_step, wrapped_call
 from .settings import WorkerSettings
 from .settlement import Decision, Outcome, OutcomeKind
@@ -280,3 +280,28 @@ async def recheck(handbacks: HandBacks, book: JobBook, job: JobRun) -> None:
     not; the check then leaves them out."""
     await handbacks.read(job)
     await book.read_failures(job)
+
+
+def served_queues(app: App, settings: WorkerSettings) -> list[str]:
+    """The queues a worker serves: the settings' choice, or every queue of the app."""
+    queues = list(settings.queues or app.queues)
+    if not queues:
+        raise ConfigurationError(f"app {app.name} has no tasks, so no queue to work on")
+    unknown = sorted(set(queues) - set(app.queues))
+    if unknown:
+        # A queue no task uses would only leave a durable consumer behind on the server.
+        raise ConfigurationError(
+            f"no task of app {app.name} uses queue(s) {', '.join(unknown)}; "
+            f"its queues: {', '.join(app.queues)}"
+        )
+    return queues
+
+
+async def prepare(app: App, conn: Connection, worker: _Running, queues: list[str], schedules: bool) -> None:
+    """Make the server ready for ``worker``: the streams and consumers of ``queues``, and the
+    app's declared schedules when ``schedules``."""
+    await app.connections.bind(conn)
+    announce(app, conn, worker, queues)
+    await provision(app, conn, queues)
+    if schedules:
+        await install_schedules(app, conn)

@@ -3,9 +3,8 @@
 Each job's function runs in the job's context (so ``current_job()`` works in the thread), and
 results come back to the event loop in batches: a thread that finishes while a hand-back is
 already scheduled only appends to it. Under load that turns one loop wake-up per job into
-one per batch, which is most of what a thread hand-off costs for short sync tasks: 5.5 us
-per call against 68 us for ``anyio.to_thread.run_sync`` with the same number of threads
-(bench/hotpath.py).
+one per batch, which is most of what a thread hand-off costs for short sync tasks (against
+``anyio.to_thread.run_sync``: bench/README.md, "Hot-path choices").
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import ConfigurationError, JsworkerError
-from ..jetstream.connection import Connection
+from ..errors import JsworkerError
+from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
@@ -34,7 +34,6 @@ from .lifecycle import JobBook
 from .limiter import Limiter
 from .observe import EngineObserver, JobReporter
 from .registry import WorkerAnnouncer
-from .schedules import install_schedules
 from .seams import run_shutdown, run_startup
 from .settings import WorkerSettings
 from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
@@ -90,98 +89,25 @@ class Worker:
         return len(self._jobs)
 
     async def run(self) -> None:
-        """Work until :meth:`stop`; raises ConnectError when the servers cannot be reached."""
-        app, settings = self.app, self.settings
-        self.queues = list(settings.queues or app.queues)
-        if not self.queues:
-            raise ConfigurationError(f"app {app.name} has no tasks, so no queue to work on")
-        unknown = sorted(set(self.queues) - set(app.queues))
-        if unknown:
-            # A queue no task uses would only leave a durable consumer behind on the server.
-            raise ConfigurationError(
-                f"no task of app {app.name} uses queue(s) {', '.join(unknown)}; "
-                f"its queues: {', '.join(app.queues)}"
-            )
+        """Work until :meth:`stop`; raises ConnectError when the servers cannot be reached.
+
+        Its phases: choose the queues, connect, prepare the server, run the app's start
+        hooks, assemble what each job goes through (:meth:`_assemble`), serve
+        (:meth:`_serve`: pull loops and services until stopped), wind down."""
+        app = self.app
+        self.queues = startup.served_queues(app, self.settings)
         # The worker publishes acks to reply subjects from the server and otherwise only
         # subjects built from validated names, so the client need not check each one.
         options = dataclasses.replace(app.connect_options("worker"), check_subjects=False)
-        self.conn = conn = records_conn = await Connection.open(options)
+        self.conn = conn = self._records_conn = await Connection.open(options)
         hooked = False
         try:
-            await app.connections.bind(conn)
-            startup.announce(app, conn, self, self.queues)
-            await startup.provision(app, conn, self.queues)
-            if settings.schedules:
-                await install_schedules(app, conn)
+            await startup.prepare(app, conn, self, self.queues, self.settings.schedules)
             # Before the first job, as jobs may need what they open (app.state).
             await run_startup(app)
             hooked = True
-            self._limiter = Limiter(settings.concurrency)
-            # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
-            self._create_task = asyncio.get_running_loop().create_task
-            self._executor = Executor(app, settings.threads, settings.task_processes)
-            self._report = JobReporter(app.metrics, self.counts)
-            records_conn = await startup.records_connection(app, conn, options, self.queues)
-            self._book = JobBook(app, conn, self._jobs, records_conn, self._buffered)
-            await self._book.start()
-            self._handbacks = HandBacks(app, conn)
-            limits = startup.rate_limiters(app, conn)
-            self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
-            self._seams = startup.build_seams(app, conn, self._executor, self._book, limits, self.queues)
-            self._admit = self._seams.admission(
-                self._executor,
-                functools.partial(startup.recheck, self._handbacks, self._book),
-                EarlierDeliveries(conn, app.namespace, self._holding, self._book.finished).left,
-            )
-            self._call = self._seams.runner()
-            # End steps come after the ack, which a kept result's record holds back.
-            self._book.track_acks = bool(self._seams.ends)
-            answers = await answer_questions(app, conn)
-            self._settler = Settler(app, conn, self._book, self._handbacks, self._seams.finals)
-            self._registry = WorkerAnnouncer(app, conn, self)
-            await self._registry.start()
-            # The pull loops and the worker's own services run in one task group; each job
-            # runs in a task of its own, outside it (see _spawn).
-            async with anyio.create_task_group() as services:
-                for queue in self.queues:
-                    services.start_soon(
-                        self._supervised, self._queue_loop, queue, name=f"jsworker-queue-{queue}"
-                    )
-                jobs, consumers = self._jobs.keys, self._consumers.values
-                interval = min(app.queue_ack_wait(q) for q in self.queues) / 3
-                for service, *args in (
-                    (heartbeats, interval, jobs, consumers),
-                    (watch_event_loop, app, settings.blocked_loop_warning, self.counts, jobs),
-                    (server_stats, app, conn, self.queues, settings.stats_interval),
-                    (leftover_schedules, app, conn),
-                    (missing_schedules, app, conn, settings.schedules),
-                ):
-                    name = f"jsworker-{service.__name__.replace('_', '-')}"
-                    services.start_soon(self._supervised, service, *args, name=name)
-                for run in (self._registry.run, *self._seams.services):
-                    services.start_soon(self._supervised, run, name=f"jsworker-{run.__name__}")
-                log.info(
-                    "worker.started",
-                    app=app.name,
-                    worker_id=self._registry.id,
-                    queues=self.queues,
-                    concurrency=settings.concurrency,
-                    prefetch=settings.prefetch,
-                    server=".".join(map(str, conn.server_version)),
-                    loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
-                )
-                self.started.set()
-                await self._stop.wait()
-                # Heartbeats go on while running jobs get their grace period.
-                await self._finish_jobs()
-                # A cancel this worker carries out for a producer ends before it goes.
-                await answers.close()
-                # Finished jobs whose records the server has not answered yet get the grace
-                # period too; past it they are redelivered later, like unfinished ones.
-                with anyio.move_on_after(self._grace):
-                    await self._book.drain()
-                await self._book.close()
-                services.cancel_scope.cancel()
+            await self._assemble(conn, options)
+            await self._serve(conn)
             await self._registry.remove()
             for consumer in list(self._consumers.values()):
                 await consumer.close()
@@ -191,14 +117,86 @@ class Worker:
             if hooked:
                 # After the last job settled; on a crash too, so that pools get closed.
                 await run_shutdown(app)
-            if records_conn is not conn:
-                await records_conn.close()
+            if self._records_conn is not conn:
+                await self._records_conn.close()
             await conn.close()
         if self._crash is not None:
             raise self._crash
         log.info("worker.stopped", **dict(self.counts))
 
-    # -- pulling --------------------------------------------------------------------------
+    async def _assemble(self, conn: Connection, options: ConnectOptions) -> None:
+        """Make what each job goes through: the slots, the executor, the job book, the
+        checks and steps of the features that are on (see :mod:`.seams`), the settler."""
+        app, settings = self.app, self.settings
+        self._limiter = Limiter(settings.concurrency)
+        # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
+        self._create_task = asyncio.get_running_loop().create_task
+        self._executor = Executor(app, settings.threads, settings.task_processes)
+        self._report = JobReporter(app.metrics, self.counts)
+        self._records_conn = await startup.records_connection(app, conn, options, self.queues)
+        self._book = JobBook(app, conn, self._jobs, self._records_conn, self._buffered)
+        await self._book.start()
+        self._handbacks = HandBacks(app, conn)
+        limits = startup.rate_limiters(app, conn)
+        self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
+        self._seams = startup.build_seams(app, conn, self._executor, self._book, limits, self.queues)
+        self._admit = self._seams.admission(
+            self._executor,
+            functools.partial(startup.recheck, self._handbacks, self._book),
+            EarlierDeliveries(conn, app.namespace, self._holding, self._book.finished).left,
+        )
+        self._call = self._seams.runner()
+        # End steps come after the ack, which a kept result's record holds back.
+        self._book.track_acks = bool(self._seams.ends)
+        self._settler = Settler(app, conn, self._book, self._handbacks, self._seams.finals)
+        self._registry = WorkerAnnouncer(app, conn, self)
+        await self._registry.start()
+
+    async def _serve(self, conn: Connection) -> None:
+        """Run the pull loops and the worker's services until :meth:`stop`, then finish the
+        jobs and stop them."""
+        app, settings = self.app, self.settings
+        answers = await answer_questions(app, conn)
+        # The pull loops and the worker's own services run in one task group; each job
+        # runs in a task of its own, outside it (see _spawn).
+        async with anyio.create_task_group() as services:
+            for queue in self.queues:
+                services.start_soon(self._supervised, self._queue_loop, queue, name=f"jsworker-queue-{queue}")
+            jobs, consumers = self._jobs.keys, self._consumers.values
+            interval = min(app.queue_ack_wait(q) for q in self.queues) / 3
+            for service, *args in (
+                (heartbeats, interval, jobs, consumers),
+                (watch_event_loop, app, settings.blocked_loop_warning, self.counts, jobs),
+                (server_stats, app, conn, self.queues, settings.stats_interval),
+                (leftover_schedules, app, conn),
+                (missing_schedules, app, conn, settings.schedules),
+            ):
+                name = f"jsworker-{service.__name__.replace('_', '-')}"
+                services.start_soon(self._supervised, service, *args, name=name)
+            for run in (self._registry.run, *self._seams.services):
+                services.start_soon(self._supervised, run, name=f"jsworker-{run.__name__}")
+            log.info(
+                "worker.started",
+                app=app.name,
+                worker_id=self._registry.id,
+                queues=self.queues,
+                concurrency=settings.concurrency,
+                prefetch=settings.prefetch,
+                server=".".join(map(str, conn.server_version)),
+                loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
+            )
+            self.started.set()
+            await self._stop.wait()
+            # Heartbeats go on while running jobs get their grace period.
+            await self._finish_jobs()
+            # A cancel this worker carries out for a producer ends before it goes.
+            await answers.close()
+            # Finished jobs whose records the server has not answered yet get the grace
+            # period too; past it they are redelivered later, like unfinished ones.
+            with anyio.move_on_after(self._grace):
+                await self._book.drain()
+            await self._book.close()
+            services.cancel_scope.cancel()
 
     async def _queue_loop(self, queue: str) -> None:
         assert self.conn is not None
@@ -248,8 +246,8 @@ class Worker:
     def _start_at_once(self, queue: str, limited: RateLimiter | None, delivery: Delivery) -> bool:
         # A job that arrives while a slot is free (and, under a rate limit, a start counted
         # already) starts right away; the pull loop below handles those that had to wait in
-        # the buffer. Worth its second route: 8.7 -> 8.1 us of the worker's own CPU per no-op
-        # job (bench/README.md); both routes settle alike (tests/integration/test_start_paths.py).
+        # the buffer. Worth its second route (bench/README.md, "Hot-path choices"); both
+        # routes settle alike (tests/integration/test_start_paths.py).
         if self._stop.is_set() or not self._limiter.try_acquire():
             return False
         if limited is not None and not limited.in_hand():
@@ -282,10 +280,10 @@ class Worker:
     # -- running --------------------------------------------------------------------------
 
     def _spawn(self, job: JobRun) -> None:
-        # A task of the loop's own, not of an anyio task group: starting one costs 4.0 us
-        # against 18.3 us for start_soon (bench/hotpath.py), on a no-op job of about 14 us.
-        # The worker keeps the structure itself: _jobs holds every task until it has settled,
-        # and _finish_jobs waits for, cancels and hands back what is left.
+        # A task of the loop's own, not of an anyio task group, which costs several times as
+        # much per job (bench/README.md, "Hot-path choices"). The worker keeps the structure
+        # itself: _jobs holds every task until it has settled, and _finish_jobs waits for,
+        # cancels and hands back what is left.
         self._jobs[job] = self._create_task(self._run_job(job))
         if self._budget is not None:
             self._budget -= 1
@@ -333,9 +331,9 @@ class Worker:
             if outcome.kind is OutcomeKind.SUCCEEDED and (kept or job.attempt == 1):
                 decision = ACK
                 if not kept:
-                    # The common case, without the policy lookup and decide(): part of 8.1 ->
-                    # 7.2 us per no-op job (bench/README.md); decide() says the same
-                    # (test_settlement). A first success with no result to keep has no record.
+                    # The common case, without the policy lookup and decide() (bench/README.md,
+                    # "Hot-path choices"); decide() says the same (test_settlement). A first
+                    # success with no result to keep has no record.
                     await job.delivery.ack()
                 # For a cancel that deleted the message just before the ack reached the server.
                 self._book.finished.append(job.delivery.stream_seq)
