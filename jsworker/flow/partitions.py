@@ -74,27 +74,39 @@ class Partitions:
 
     async def lease(self, task: str, key: str, size: int) -> Lease:
         """Wait for one of the ``size`` leases of ``key``'s partition of ``task``, and hold it."""
-        base = f"jsw.{self.namespace.app}.lease.{task}.{partition_token(key)}."
         pause, waited = _FIRST_LOOK, False
         while True:
-            # From a random slot: workers waiting together do not all try slot 0 first.
-            start = random.randrange(size)
-            for i in range(size):
-                try:
-                    lease = await take_lease(self._stream, f"{base}{(start + i) % size}")
-                except JsworkerError as exc:
-                    # The leases' stream not answering (electing its leader): the job waits
-                    # for a lease as for a busy partition, and the task's attempt is not spent.
-                    log.warning("partition.lease_unreadable", task=task, error=str(exc))
-                    break
-                if lease is not None:
-                    self._leases.add(lease)
-                    return lease
+            lease = await self.try_lease(task, key, size)
+            if lease is not None:
+                return lease
             if not waited:
                 waited = True
                 self._held(task)
             await asyncio.sleep(pause * (0.5 + random.random()))
             pause = min(_LONGEST_LOOK, pause * 2)
+
+    async def try_lease(self, task: str, key: str, size: int) -> Lease | None:
+        """One of the ``size`` leases of ``key``'s partition of ``task`` if one is free now
+        (then held), else None."""
+        base = f"jsw.{self.namespace.app}.lease.{task}.{partition_token(key)}."
+        # From a random slot: workers waiting together do not all try slot 0 first.
+        start = random.randrange(size)
+        for i in range(size):
+            try:
+                lease = await take_lease(self._stream, f"{base}{(start + i) % size}")
+            except JsworkerError as exc:
+                # The leases' stream not answering (electing its leader): the job waits for
+                # a lease as for a busy partition, and the task's attempt is not spent.
+                log.warning("partition.lease_unreadable", task=task, error=str(exc))
+                return None
+            if lease is not None:
+                self._leases.add(lease)
+                return lease
+        return None
+
+    def held(self, task: str) -> None:
+        """Count one job of ``task`` that found its partition full (a metric)."""
+        self._held(task)
 
     async def release(self, lease: Lease) -> None:
         """Give ``lease`` back (see :func:`release_lease`)."""

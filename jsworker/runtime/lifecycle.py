@@ -23,7 +23,7 @@ import socket
 import time
 import traceback
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EnqueueError, JsworkerError, StalledError
@@ -89,7 +89,7 @@ class JobBook:
         #: Stream sequences of jobs settled for good (acknowledged or ended), newest last.
         self.finished: deque[int] = deque(maxlen=_REMEMBERED_FINISHED)
         #: Jobs in a slot that wait for a limit (a rate, a partition's lease), with the reason
-        #: a status gives: such a job is queued, not running (see :func:`held_back`).
+        #: a status gives: such a job is queued, not running (see :mod:`.limited`).
         self.held_back: dict[JobRun, str] = {}
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self._running = running
@@ -393,12 +393,3 @@ def _error(outcome: Outcome) -> JobError | None:
         "".join(traceback.format_exception(exc))[-_MAX_TRACEBACK:] if exc.__traceback__ is not None else None
     )
     return JobError(type(exc).__qualname__, (str(exc) or outcome.reason)[:_MAX_TEXT], text)
-
-
-async def held_back(book: JobBook, job: JobRun, reason: str, limit: Awaitable[None]) -> None:
-    """Wait for ``limit`` with ``job`` counted as held back for ``reason`` meanwhile."""
-    book.held_back[job] = reason
-    try:
-        await limit
-    finally:
-        del book.held_back[job]

@@ -17,6 +17,7 @@ from ..observability.jobmetrics import TaskMetrics
 from ..observability.logging import get_logger
 from ..observability.metrics import UNKNOWN, Metrics
 from .execution import JobRun
+from .limited import HELD_BACK
 from .settlement import STOPPED_WHILE_RUNNING, Decision, Outcome, OutcomeKind, Verb
 
 log = get_logger("jsworker.worker")
@@ -80,8 +81,7 @@ class JobReporter:
         elif kind is OutcomeKind.TIMED_OUT:
             m.timed_out += 1
         if kind is OutcomeKind.SNOOZED:
-            m.snoozed += 1
-            self.log.info("job.snoozed", reason=outcome.reason, delay=decision.delay, **job.log_fields())
+            self._snoozed(m, job, outcome, decision)
             return
         if decision.verb is Verb.NAK:
             if kind is not OutcomeKind.CANCELLED:
@@ -98,6 +98,17 @@ class JobReporter:
                 duration=duration,
                 **job.log_fields(),
             )
+
+    def _snoozed(self, m: TaskMetrics, job: JobRun, outcome: Outcome, decision: Decision) -> None:
+        """Count a job snoozed by its task, or given back by a limit (which the limit's own
+        metric counts, and which is logged at debug: it comes back as often as it is held)."""
+        if outcome.error is None and outcome.reason.startswith(HELD_BACK):
+            if self._debug:
+                fields = job.log_fields()
+                self.log.debug("job.given_back", reason=outcome.reason, delay=decision.delay, **fields)
+            return
+        m.snoozed += 1
+        self.log.info("job.snoozed", reason=outcome.reason, delay=decision.delay, **job.log_fields())
 
     def _never_again(self, m: TaskMetrics, job: JobRun, outcome: Outcome, duration: float) -> None:
         """Count an expired or cancelled job: never run again, and no failure (the cancel

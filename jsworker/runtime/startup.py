@@ -8,10 +8,8 @@ import asyncio
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
-
-from prometheus_client import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from .._version import __version__
 from ..errors import ConfigurationError, ProvisioningNeeded, TopologyError
@@ -23,23 +21,21 @@ from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import EventHook, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
-from ..rates import partition_of
 from ..scheduling.declare import DELAYED_SINCE
 from ..scheduling.relay import relays
 from ..workflows.advance import Continuations
 from .execution import Executor, JobRun
 from .flows import flow_call, flow_final, flow_gate
 from .handbacks import HandBacks
-from .lifecycle import JobBook, held_back
+from .lifecycle import JobBook
+from .limited import Holding, partition_gate, partition_limited, release_lease, task_rate_gate
 from .observe import emit_job_end, emit_job_start, warn_replicas_differ
 from .schedules import FiredJobs, install_schedules
 from .seams import RunSeams, settled_step, wrapped_call
 from .settings import WorkerSettings
-from .settlement import Decision, Outcome, OutcomeKind
 
 if TYPE_CHECKING:
     from ..app import App
-    from ..task import Task
 
 
 class _Running(Protocol):
@@ -142,16 +138,17 @@ def build_seams(
     if app.middleware.settles:
         seams.ends.append(settled_step(app.middleware))
     tasks = {name[2:]: limiter for name, limiter in limits.items() if name.startswith("t-")}
+    holding = Holding(book)
     if tasks:
-        seams.gates.append(functools.partial(_task_rate, book, tasks))
+        seams.gates.append(functools.partial(task_rate_gate, holding, tasks))
     # A partition key alone (a fair queue's turns) limits nothing here.
-    partitioned = [t.name for t in app.tasks.values() if _partition_limited(t)]
+    partitioned = [t.name for t in app.tasks.values() if partition_limited(t)]
     if partitioned:
         for name in partitioned:
             app.metrics.partition_held.labels(name)  # its series starts at 0
         parts = Partitions(conn, app.namespace, lambda task: app.metrics.partition_held.labels(task).inc())
-        seams.gates.append(functools.partial(_partition_gate, book, parts, app.metrics.rate_held))
-        seams.ends.append(functools.partial(_release_lease, parts))
+        seams.gates.append(functools.partial(partition_gate, holding, parts, app.metrics.rate_held))
+        seams.ends.append(functools.partial(release_lease, parts))
         seams.services.append(parts.renew_forever)
     if conn.server_version >= DELAYED_SINCE:
         # Delayed jobs into schedules, fired jobs into their queues: whichever worker is free.
@@ -189,15 +186,6 @@ def rate_limiters(app: App, conn: Connection) -> dict[str, RateLimiter]:
     }
 
 
-def _task_rate(book: JobBook, limits: dict[str, RateLimiter], job: JobRun) -> Awaitable[None] | None:
-    """The gate of tasks with a rate limit: a job of one waits for its turn (in its slot),
-    held back meanwhile."""
-    limiter = limits.get(job.task_name) if job.task is not None else None
-    if limiter is None:
-        return None
-    return held_back(book, job, f"held back by the rate limit of task {job.task_name}", limiter.acquire())
-
-
 def queue_consumer(
     app: App,
     conn: Connection,
@@ -231,47 +219,6 @@ def queue_consumer(
         handler=handler,
         limit=limit,
     )
-
-
-def _partition_gate(
-    book: JobBook, parts: Partitions, rate_held: Counter, job: JobRun
-) -> Outcome | Awaitable[None] | None:
-    """The gate of tasks with per-partition limits: the job's partition, then its turn under
-    the partition's rate and one of its leases (awaited in the job's slot, held back)."""
-    task = job.task
-    if task is None or task.partition_key is None or not _partition_limited(task):
-        return None
-    try:
-        key = partition_of(task.partition_key, task.signature, job.args, job.kwargs)
-    except ValueError as exc:
-        return Outcome(OutcomeKind.BAD_INPUT, str(exc), error=exc)
-    why = f"held back by the partition limits of task {task.name}"
-    return held_back(book, job, why, _partition_turn(parts, rate_held, job, task.name, key))
-
-
-def _partition_limited(task: Task[Any, Any]) -> bool:
-    """Whether ``task`` has a limit per partition (concurrency or rate)."""
-    return task.partition_key is not None and (
-        task.max_running_per_partition is not None or task.rate_limit_per_partition is not None
-    )
-
-
-async def _partition_turn(parts: Partitions, rate_held: Counter, job: JobRun, task: str, key: str) -> None:
-    assert job.task is not None
-    rate, size = job.task.rate_limit_per_partition, job.task.max_running_per_partition
-    if rate is not None:
-        await parts.rate(task, key, rate, rate_held.labels(f"p-{task}").inc).acquire()
-    if size is not None:
-        job.lease = await parts.lease(task, key, size)
-
-
-async def _release_lease(
-    parts: Partitions, job: JobRun, outcome: Outcome, decision: Decision, duration: float
-) -> None:
-    """Give back the partition lease of a job that settled."""
-    if job.lease is not None:
-        lease, job.lease = job.lease, None
-        await parts.release(lease)
 
 
 async def recheck(handbacks: HandBacks, book: JobBook, job: JobRun) -> None:

@@ -1,0 +1,135 @@
+"""Jobs a limit holds back do not hold the worker: with a task's rate limit or a partition's
+concurrency offered far more than it allows, a worker keeps a few of those jobs in its slots
+and gives the others back to the server, so its other queue drains as if they were not there,
+while the limit still starts its jobs at its pace (and never faster)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jsworker import App
+from jsworker.rates import parse_rate
+from jsworker.testing import Execution, NatsServer, parse_execution
+
+from ..support import stream_messages, wait_until
+from .workers import APPS, start_worker, stop
+
+sys.path.insert(0, str(APPS))
+import held_app
+
+
+@pytest.fixture
+def app(nats_server: NatsServer) -> Iterator[App]:
+    held_app.app.configure_connection([nats_server.url])
+    yield held_app.app
+    held_app.app.close()
+
+
+def runs(record: Path, task: str, event: str = "start") -> list[Execution]:
+    """The recorded ``event`` lines of ``task``, in the order they were written."""
+    lines = record.read_text().splitlines() if record.exists() else []
+    found = (parse_execution(line) for line in lines)
+    return [r for r in found if r is not None and r.task == task and r.event == event]
+
+
+def most_in_any_second(times: list[float]) -> int:
+    """The most starts any one-second stretch holds (it may begin anywhere)."""
+    ordered, most, first = sorted(times), 0, 0
+    for last, t in enumerate(ordered):
+        while t - ordered[first] >= 1.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+@pytest.mark.slow
+def test_a_rate_limited_task_offered_more_leaves_the_other_queue_its_slots(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """200 jobs of a task limited to 5/s wait, then 1,000 quick jobs of another queue come;
+    one worker at -c 10. The quick queue drains while fewer than 100 limited jobs have
+    started (20 s of the limit; when each waited in a slot, 10 of them held every slot). The
+    limited task then starts at its pace: 5/s within 10 %, never more than its count plus its
+    burst in any second; every limited job runs once."""
+    record, log = tmp_path / "record", tmp_path / "log"
+    rate = parse_rate(held_app.RATE)
+    limited = held_app.rated.delay_many([(i,) for i in range(200)])
+    worker = start_worker(nats_server.url, record, log, "-c", "10", module="held_app")
+    try:
+        wait_until(lambda: runs(record, "rated"), timeout=30, message="the limited task's first start")
+        held_app.quick.delay_many([(i,) for i in range(1000)])
+        wait_until(
+            lambda: len(runs(record, "quick", "done")),
+            until=lambda done: done == 1000,
+            timeout=60,
+            message="the quick queue drained",
+        )
+        started_meanwhile = len(runs(record, "rated"))
+        wait_until(
+            lambda: len(runs(record, "rated")),
+            until=lambda n: n >= 60,
+            timeout=60,
+            message="60 limited starts",
+        )
+    finally:
+        assert stop(worker) == 0
+    assert started_meanwhile < 100, started_meanwhile
+    # Given back again and again, spending no attempt: none taken for one that kills workers.
+    assert stream_messages(nats_server.url, app.namespace.dlq_stream) == 0
+    times = [r.at for r in runs(record, "rated")]
+    assert most_in_any_second(times) <= rate.count + 2 * rate.burst, times
+    # The pace from the 10th start to the last: each job waited for its turn, kept in a slot
+    # or given back, and the limit's windows still found one ready.
+    paced = sorted(times)[9:]
+    pace = (len(paced) - 1) / (paced[-1] - paced[0])
+    per_second = rate.count / rate.period
+    assert 0.9 * per_second <= pace <= 1.1 * per_second, pace
+    ids = [r.job_id for r in runs(record, "rated")]
+    assert len(ids) == len(set(ids)) and set(ids) <= {job.id for job in limited}
+
+
+@pytest.mark.slow
+def test_a_busy_partition_leaves_the_other_queue_its_slots(
+    app: App, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """100 jobs of one account (one running at a time, 50 ms each), then 1,000 quick jobs of
+    another queue; one worker at -c 10. The quick queue drains while fewer than 50 of the
+    account's jobs have started, no two of them ever overlap, and all 100 run once."""
+    record, log = tmp_path / "record", tmp_path / "log"
+    held_app.parted.delay_many([("acct", i) for i in range(100)])
+    worker = start_worker(nats_server.url, record, log, "-c", "10", module="held_app")
+    try:
+        wait_until(lambda: runs(record, "parted"), timeout=30, message="the account's first start")
+        held_app.quick.delay_many([(i,) for i in range(1000)])
+        wait_until(
+            lambda: len(runs(record, "quick", "done")),
+            until=lambda done: done == 1000,
+            timeout=60,
+            message="the quick queue drained",
+        )
+        started_meanwhile = len(runs(record, "parted"))
+        wait_until(
+            lambda: len(runs(record, "parted", "done")),
+            until=lambda done: done == 100,
+            timeout=90,
+            message="every job of the account",
+        )
+        wait_until(
+            lambda: stream_messages(nats_server.url, app.namespace.stream),
+            until=lambda left: left == 0,
+            timeout=30,
+            message="every job acknowledged",
+        )
+    finally:
+        assert stop(worker) == 0
+    assert started_meanwhile < 50, started_meanwhile
+    assert stream_messages(nats_server.url, app.namespace.dlq_stream) == 0
+    begun = {(r.job_id, r.attempt): r.at for r in runs(record, "parted")}
+    spans = sorted((begun[r.job_id, r.attempt], r.at) for r in runs(record, "parted", "done"))
+    assert not [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    assert len(spans) == len({r.job_id for r in runs(record, "parted", "done")}) == 100
