@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -374,3 +374,15 @@ async def made_schedule(nc: Client, namespace: Namespace, queue: str, due: int, 
     found = await wait_until_async(stored, timeout=10, message=f"the schedule of {job_id}")
     assert found is not None
     return found
+
+
+def most_in_any_second(times: Iterable[float]) -> int:
+    """The most of ``times`` (starts, in seconds) any one-second stretch holds (it may begin
+    anywhere): what a rate limit bounds."""
+    ordered = sorted(times)
+    most, first = 0, 0
+    for last, t in enumerate(ordered):
+        while t - ordered[first] >= 1.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most

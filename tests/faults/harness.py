@@ -10,14 +10,16 @@ plain nats-py, so nothing here depends on the package code under test.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -396,3 +398,61 @@ def app_module(name: str) -> Iterator[ModuleType]:
     finally:
         module.app.close()
         module.app.servers, module.app.options = saved
+
+
+class SteadyProducer:
+    """Enqueues a batch of jobs from a thread of its own whenever fewer than ``low`` wait in
+    the job stream, from :meth:`start` until :meth:`stop` (``at_least`` batches first, at most
+    ``at_most``): work keeps running and arriving through whatever the test does meanwhile,
+    however long a loaded machine takes for it. ``send(batch)`` enqueues batch number
+    ``batch`` and returns its jobs."""
+
+    def __init__(
+        self,
+        url: str,
+        send: Callable[[int], Iterable[Any]],
+        low: int,
+        *,
+        at_least: int = 0,
+        at_most: int = 200,
+    ) -> None:
+        self.url, self._send, self._low = url, send, low
+        self._at_least, self._at_most = at_least, at_most
+        #: Ids of every job enqueued so far (read under :attr:`lock`).
+        self.enqueued: set[str] = set()
+        self.lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._failure: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def start(self) -> SteadyProducer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> set[str]:
+        """Stop after the batch under way; every job enqueued. Raises what the thread met."""
+        self._stopping.set()
+        self._thread.join(60)
+        if self._failure:
+            raise self._failure[0]
+        return self.enqueued
+
+    def _may_send(self, may_stop: bool) -> bool:
+        """Whether the next batch is due: few jobs wait, or the producer may stop now."""
+        return (may_stop and self._stopping.is_set()) or stream_messages(self.url, STREAM) < self._low
+
+    def _run(self) -> None:
+        try:
+            for batch in range(self._at_most):
+                if batch >= self._at_least and self._stopping.is_set():
+                    return
+                jobs = self._send(batch)
+                with self.lock:
+                    self.enqueued.update(j.id for j in jobs)
+                wait_until(
+                    functools.partial(self._may_send, batch + 1 >= self._at_least),
+                    timeout=60,
+                    message="the workers to work the backlog down",
+                )
+        except BaseException as exc:  # raised again by stop(), in the test's thread
+            self._failure.append(exc)

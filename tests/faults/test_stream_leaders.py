@@ -21,7 +21,7 @@ from jsworker.rates import parse_rate
 from jsworker.testing import NatsCluster
 from jsworker.workflows import chord, group
 
-from ..support import UNSETTLED, wait_until
+from ..support import UNSETTLED, most_in_any_second, wait_until
 from .harness import (
     Records,
     Workers,
@@ -199,17 +199,6 @@ def due_lines(workers: Workers) -> list[tuple[str, float, float]]:
         if len(parts) == 4 and parts[0] == "due":
             out.append((parts[1], float(parts[2]), float(parts[3])))
     return out
-
-
-def most_in_any_second(times: list[float]) -> int:
-    """The most starts any one-second stretch holds (it may begin anywhere)."""
-    ordered = sorted(times)
-    most, first = 0, 0
-    for last, t in enumerate(ordered):
-        while t - ordered[first] >= 1.0:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def overlapping(records: Records, accounts: dict[str, Any]) -> list[str]:

@@ -4,7 +4,6 @@ every worker that runs it."""
 from __future__ import annotations
 
 import random
-import threading
 import time
 from types import ModuleType
 
@@ -13,8 +12,16 @@ import pytest
 from jsworker import Job
 from jsworker.testing import NatsServer
 
-from ..support import stream_messages, wait_until
-from .harness import STREAM, Records, Workers, dead_letters, longest_gap, summarize, wait_stream_empty
+from ..support import wait_until
+from .harness import (
+    Records,
+    SteadyProducer,
+    Workers,
+    dead_letters,
+    longest_gap,
+    summarize,
+    wait_stream_empty,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -52,30 +59,14 @@ def test_sigkill_worker_mid_run_loses_nothing(
     # the other one done with every job, and never be seen running its share. And enqueued
     # until the kill: two workers can run 8,000 of these jobs within a second, and a test
     # process the machine lets run only now and then could miss that second.
-    enqueued: set[str] = set()
-    lock = threading.Lock()
-    killed = threading.Event()
-    failure: list[BaseException] = []
-
-    def produce() -> None:
-        try:
-            for batch in range(40):
-                if killed.is_set():
-                    return
-                args = [(batch * 2000 + i, rng.uniform(*job_ms)) for i in range(2000)]
-                jobs = fault_app.work.delay_many(args)
-                with lock:
-                    enqueued.update(j.id for j in jobs)
-                wait_until(
-                    lambda: killed.is_set() or stream_messages(url, STREAM) < 1000,
-                    timeout=60,
-                    message="the workers to work the backlog down",
-                )
-        except BaseException as exc:  # reported by the main thread
-            failure.append(exc)
-
-    producer = threading.Thread(target=produce, name="producer", daemon=True)
-    producer.start()
+    producer = SteadyProducer(
+        url,
+        lambda batch: fault_app.work.delay_many(
+            [(batch * 2000 + i, rng.uniform(*job_ms)) for i in range(2000)]
+        ),
+        low=1000,
+        at_most=40,
+    ).start()
 
     def a_running() -> int:
         started = {r.job_id for r in records.of("start") if r.pid == a.pid}
@@ -102,9 +93,7 @@ def test_sigkill_worker_mid_run_loses_nothing(
         killed_at = time.monotonic()
         a.kill()
     finally:
-        killed.set()
-        producer.join(60)
-    assert not failure, failure
+        enqueued = producer.stop()
     # Jobs A had started and not finished when it died: they must be run again by B.
     a_started = {r.job_id for r in records.of("start") if r.pid == a.pid}
     a_done = {r.job_id for r in records.of("done") if r.pid == a.pid}
@@ -151,34 +140,16 @@ def test_sigterm_rolling_restart_under_load(
     a.wait_started()
     b.wait_started()
 
-    enqueued: set[str] = set()
-    lock = threading.Lock()
-    failure: list[BaseException] = []
-
-    restarted = threading.Event()
-
-    def produce() -> None:
-        # A steady flow (250 jobs whenever fewer than 250 wait) so both restarts happen with work
-        # running and more arriving, not after the backlog is gone: it lasts until both restarts
-        # are done, however long a loaded machine takes to start a worker.
-        try:
-            for batch in range(200):
-                if batch >= 20 and restarted.is_set():
-                    break
-                jobs = fault_app.work.delay_many([(batch * 250 + i, 10.0) for i in range(250)])
-                with lock:
-                    enqueued.update(j.id for j in jobs)
-                wait_until(
-                    lambda: stream_messages(url, STREAM),
-                    until=lambda waiting: waiting < 250,
-                    timeout=60,
-                    message="the workers to work the backlog down",
-                )
-        except BaseException as exc:  # reported by the main thread
-            failure.append(exc)
-
-    producer = threading.Thread(target=produce, name="producer", daemon=True)
-    producer.start()
+    # A steady flow (250 jobs whenever fewer than 250 wait) so both restarts happen with work
+    # running and more arriving, not after the backlog is gone: it lasts until both restarts
+    # are done, however long a loaded machine takes to start a worker.
+    producer = SteadyProducer(
+        url,
+        lambda batch: fault_app.work.delay_many([(batch * 250 + i, 10.0) for i in range(250)]),
+        low=250,
+        at_least=20,
+    ).start()
+    enqueued, lock = producer.enqueued, producer.lock
     outstanding_at_sigterm: list[int] = []
     in_flight_at_sigterm: list[int] = []
     exits: list[int] = []
@@ -206,9 +177,7 @@ def test_sigterm_rolling_restart_under_load(
             new = workers.start(url, f"{name}2", "-c", "5", "-Q", "default")
             new.wait_started()
     finally:
-        restarted.set()
-        producer.join(60)
-    assert not failure, failure
+        enqueued = producer.stop()
     assert len(enqueued) >= 5000
 
     wait_until(lambda: records.done_ids() >= enqueued, timeout=90, message="every job to complete")

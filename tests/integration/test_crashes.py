@@ -7,10 +7,11 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 import pytest
 
-from jsworker import App, current_job
+from jsworker import App, Task, current_job
 from jsworker.runtime.settings import WorkerSettings
 from jsworker.runtime.worker import Worker
 from jsworker.testing import NatsServer
@@ -84,14 +85,11 @@ def _dead(url: str, app: App) -> Callable[[], Awaitable[int]]:
     return partial(stream_messages_async, url, app.namespace.dlq_stream)
 
 
-async def test_a_delivery_a_live_worker_holds_an_earlier_one_of_is_left_to_it(
-    nats_server: NatsServer,
-) -> None:
-    """max_crashes=0: a second delivery would be judged a job that kills its workers. Worker A
-    holds the job's first delivery (running, waiting) and stops pulling; the server, its timer
-    run out with no heartbeat in time, delivers the job again to worker B. B asks and leaves
-    it: A's run is the job's only one, it succeeds, and nothing is dead-lettered."""
-    app = App("heldjobs", nats_server.url, ack_wait=30)
+async def _waiting_task(name: str, url: str) -> tuple[App, Task[[], Any], asyncio.Event, list[int]]:
+    """An app (ack_wait 30 s: heartbeats every 10 s) whose one task, with max_crashes=0 (a
+    second delivery would be judged one that kills its workers), records its delivery count
+    and waits for the event; provisioned. Returns the app, the task, the event and the counts."""
+    app = App(name, url, ack_wait=30)
     release = asyncio.Event()
     runs: list[int] = []
 
@@ -101,6 +99,17 @@ async def test_a_delivery_a_live_worker_holds_an_earlier_one_of_is_left_to_it(
         await release.wait()
 
     await app.provision()
+    return app, waits, release, runs
+
+
+async def test_a_delivery_a_live_worker_holds_an_earlier_one_of_is_left_to_it(
+    nats_server: NatsServer,
+) -> None:
+    """max_crashes=0: a second delivery would be judged a job that kills its workers. Worker A
+    holds the job's first delivery (running, waiting) and stops pulling; the server, its timer
+    run out with no heartbeat in time, delivers the job again to worker B. B asks and leaves
+    it: A's run is the job's only one, it succeeds, and nothing is dead-lettered."""
+    app, waits, release, runs = await _waiting_task("heldjobs", nats_server.url)
     # A takes one job and retires: it stops pulling and finishes that job (grace), so every
     # later delivery goes to B.
     a = Worker(app, WorkerSettings(concurrency=1, grace=60), job_budget=1)
@@ -139,16 +148,7 @@ async def test_a_delivery_buffered_while_an_earlier_one_ran_is_left_once_that_on
     again and again into the same worker's buffer (its timer shortened: no heartbeat in time).
     The first delivery succeeds and is acknowledged; the buffered ones then find its message
     gone and are left: one run, nothing dead-lettered."""
-    app = App("bufjobs", nats_server.url, ack_wait=30)
-    release = asyncio.Event()
-    runs: list[int] = []
-
-    @app.task(max_crashes=0)
-    async def waits() -> None:
-        runs.append(current_job().attempt)
-        await release.wait()
-
-    await app.provision()
+    app, waits, release, runs = await _waiting_task("bufjobs", nats_server.url)
     worker = Worker(app, WorkerSettings(concurrency=1, grace=1))
     run = asyncio.create_task(worker.run())
     try:

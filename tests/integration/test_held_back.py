@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from jsworker import App
 from jsworker.rates import parse_rate
 from jsworker.testing import Execution, NatsServer, parse_execution
 
-from ..support import stream_messages, wait_until
+from ..support import most_in_any_second, stream_messages, wait_until
 from .workers import APPS, start_worker, stop
 
 sys.path.insert(0, str(APPS))
@@ -37,14 +37,25 @@ def runs(record: Path, task: str, event: str = "start") -> list[Execution]:
     return [r for r in found if r is not None and r.task == task and r.event == event]
 
 
-def most_in_any_second(times: list[float]) -> int:
-    """The most starts any one-second stretch holds (it may begin anywhere)."""
-    ordered, most, first = sorted(times), 0, 0
-    for last, t in enumerate(ordered):
-        while t - ordered[first] >= 1.0:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
+def quick_ones_beside(url: str, record: Path, limited: str, then: Callable[[], object]) -> int:
+    """With ``limited``'s jobs enqueued: one worker at -c 10 takes them, then 1,000 quick jobs
+    of another queue come; once those all ran, ``then()`` is waited for. Returns how many of
+    ``limited``'s jobs had started when the last quick one ran."""
+    worker = start_worker(url, record, record.with_suffix(".log"), "-c", "10", module="held_app")
+    try:
+        wait_until(lambda: runs(record, limited), timeout=30, message="the limited task's first start")
+        held_app.quick.delay_many([(i,) for i in range(1000)])
+        wait_until(
+            lambda: len(runs(record, "quick", "done")),
+            until=lambda done: done == 1000,
+            timeout=60,
+            message="the quick queue drained",
+        )
+        started_meanwhile = len(runs(record, limited))
+        wait_until(then, timeout=90, message="the limited jobs' part")
+    finally:
+        assert stop(worker) == 0
+    return started_meanwhile
 
 
 @pytest.mark.slow
@@ -56,28 +67,12 @@ def test_a_rate_limited_task_offered_more_leaves_the_other_queue_its_slots(
     started (20 s of the limit; when each waited in a slot, 10 of them held every slot). The
     limited task then starts at its pace: 5/s within 10 %, never more than its count plus its
     burst in any second; every limited job runs once."""
-    record, log = tmp_path / "record", tmp_path / "log"
+    record = tmp_path / "record"
     rate = parse_rate(held_app.RATE)
     limited = held_app.rated.delay_many([(i,) for i in range(200)])
-    worker = start_worker(nats_server.url, record, log, "-c", "10", module="held_app")
-    try:
-        wait_until(lambda: runs(record, "rated"), timeout=30, message="the limited task's first start")
-        held_app.quick.delay_many([(i,) for i in range(1000)])
-        wait_until(
-            lambda: len(runs(record, "quick", "done")),
-            until=lambda done: done == 1000,
-            timeout=60,
-            message="the quick queue drained",
-        )
-        started_meanwhile = len(runs(record, "rated"))
-        wait_until(
-            lambda: len(runs(record, "rated")),
-            until=lambda n: n >= 60,
-            timeout=60,
-            message="60 limited starts",
-        )
-    finally:
-        assert stop(worker) == 0
+    started_meanwhile = quick_ones_beside(
+        nats_server.url, record, "rated", lambda: len(runs(record, "rated")) >= 60
+    )
     assert started_meanwhile < 100, started_meanwhile
     # Given back again and again, spending no attempt: none taken for one that kills workers.
     assert stream_messages(nats_server.url, app.namespace.dlq_stream) == 0
@@ -100,33 +95,14 @@ def test_a_busy_partition_leaves_the_other_queue_its_slots(
     """100 jobs of one account (one running at a time, 50 ms each), then 1,000 quick jobs of
     another queue; one worker at -c 10. The quick queue drains while fewer than 50 of the
     account's jobs have started, no two of them ever overlap, and all 100 run once."""
-    record, log = tmp_path / "record", tmp_path / "log"
+    record = tmp_path / "record"
     held_app.parted.delay_many([("acct", i) for i in range(100)])
-    worker = start_worker(nats_server.url, record, log, "-c", "10", module="held_app")
-    try:
-        wait_until(lambda: runs(record, "parted"), timeout=30, message="the account's first start")
-        held_app.quick.delay_many([(i,) for i in range(1000)])
-        wait_until(
-            lambda: len(runs(record, "quick", "done")),
-            until=lambda done: done == 1000,
-            timeout=60,
-            message="the quick queue drained",
-        )
-        started_meanwhile = len(runs(record, "parted"))
-        wait_until(
-            lambda: len(runs(record, "parted", "done")),
-            until=lambda done: done == 100,
-            timeout=90,
-            message="every job of the account",
-        )
-        wait_until(
-            lambda: stream_messages(nats_server.url, app.namespace.stream),
-            until=lambda left: left == 0,
-            timeout=30,
-            message="every job acknowledged",
-        )
-    finally:
-        assert stop(worker) == 0
+
+    def all_done_and_acknowledged() -> bool:
+        done = len(runs(record, "parted", "done")) == 100
+        return done and stream_messages(nats_server.url, app.namespace.stream) == 0
+
+    started_meanwhile = quick_ones_beside(nats_server.url, record, "parted", all_done_and_acknowledged)
     assert started_meanwhile < 50, started_meanwhile
     assert stream_messages(nats_server.url, app.namespace.dlq_stream) == 0
     begun = {(r.job_id, r.attempt): r.at for r in runs(record, "parted")}

@@ -14,7 +14,7 @@ from jsworker import App, ConfigurationError
 from jsworker.rates import parse_rate
 from jsworker.testing import NatsServer, parse_execution
 
-from ..support import wait_until
+from ..support import most_in_any_second, wait_until
 from .workers import APPS, start_worker, stop
 
 sys.path.insert(0, str(APPS))
@@ -33,16 +33,6 @@ def starts(record: Path, task: str) -> list[float]:
     lines = record.read_text().splitlines() if record.exists() else []
     found = [parse_execution(line) for line in lines]
     return sorted(float(r.at) for r in found if r is not None and r.task == task and r.event == "wall")
-
-
-def most_in_any_second(times: list[float]) -> int:
-    """The most starts any one-second stretch holds (it may begin anywhere)."""
-    most, first = 0, 0
-    for last, t in enumerate(times):
-        while t - times[first] >= 1.0:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 @pytest.mark.parametrize(("task", "rate"), [("emails", "20/s"), ("reports", "10/s")])

@@ -24,7 +24,7 @@ from jsworker.rates import parse_rate
 from jsworker.testing import NatsCluster
 from jsworker.workflows import chain, chord, group
 
-from ..support import wait_until_async
+from ..support import most_in_any_second, wait_until_async
 from .workers import in_process_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -33,17 +33,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 def r3_app(name: str, cluster: NatsCluster, **options: Any) -> App:
     """An app whose streams are created with three replicas, given every node."""
     return App(name, cluster.urls, replicas=3, **options)
-
-
-def most_in_any_second(times: list[float]) -> int:
-    """The most starts any one-second stretch holds (it may begin anywhere)."""
-    ordered = sorted(times)
-    most, first = 0, 0
-    for last, t in enumerate(ordered):
-        while t - ordered[first] >= 1.0:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 async def test_a_fair_queue_moves_and_runs_every_job_once(nats_cluster_module: NatsCluster) -> None:
