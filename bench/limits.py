@@ -1,6 +1,6 @@
 """Flow-control limits next to the same jobs without them, in one run on one server.
 
-    .venv/bin/python bench/limits.py [--jobs 4000] [--partitions 10000]
+    .venv/bin/python bench/limits.py [--jobs 4000] [--partitions 10000] [--task-rate 20]
 
 * **Rate limit accuracy.** The rate one in-process worker (``-c 100``) runs no-op jobs at,
   unthrottled, then the same jobs on a queue with ``rate_limit`` at 90 % of that rate: the
@@ -10,6 +10,11 @@
   of each, and the nats-server's resident memory before and after.
 * **Fair queue.** ``--jobs`` jobs over 100 partitions on a ``fair=True`` queue (each moved
   from the intake by the worker's mover), against the same jobs on a plain queue: jobs/s.
+* **A task's rate limit offered more than it allows, beside another queue.** 10 s worth of
+  jobs of a task limited to ``--task-rate`` per second, then ``--jobs`` no-op jobs of another
+  queue, on the one worker: the no-op queue's jobs/s against its rate alone, the limited
+  task's achieved rate as a ratio to its limit, and how often each limited job was given back
+  to the server before it started (what keeping the other queue's slots costs).
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def make_app(url: str, name: str, rate: str | None = None, fair: bool = False) -
     return app
 
 
-async def main(jobs: int, partitions: int) -> None:
+async def main(jobs: int, partitions: int, task_rate: int) -> None:
     configure_logging("warning")  # a log line per job would be most of what is measured
     with NatsServer() as server:
         free = make_app(server.url, "benchfree")
@@ -126,11 +131,57 @@ async def main(jobs: int, partitions: int) -> None:
         print(
             f"| {jobs} jobs, fair queue, 100 partitions | {turns:.0f} jobs/s ({turns / unthrottled:.2f}x) |"
         )
+        await beside_a_limited_task(server.url, jobs, task_rate, unthrottled)
+
+
+async def beside_a_limited_task(url: str, jobs: int, per_second: int, alone: float) -> None:
+    """The no-op queue's rate while a rate-limited task's backlog waits, and the limit's."""
+    app = App("benchbeside", url)
+    ran: dict[str, list[float]] = {"capped": [], "noop": []}
+    done, began, paced = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    limited = 10 * per_second
+
+    @app.task(rate_limit=f"{per_second}/s")
+    async def capped(i: int) -> None:
+        ran["capped"].append(time.perf_counter())
+        began.set()
+        if len(ran["capped"]) >= limited // 2:  # half the backlog: the pace, past its first burst
+            paced.set()
+
+    @app.task(queue="other")
+    async def noop(i: int) -> None:
+        ran["noop"].append(time.perf_counter())
+        if len(ran["noop"]) >= jobs:
+            done.set()
+
+    await capped.adelay_many([(i,) for i in range(limited)])
+    await app.aclose()
+    worker = Worker(app, WorkerSettings(concurrency=100, grace=1))
+    running = asyncio.create_task(worker.run())
+    await worker.started.wait()
+    await began.wait()  # the limited backlog is in hand before the other queue fills
+    await noop.adelay_many([(i,) for i in range(jobs)])
+    await done.wait()
+    await paced.wait()
+    worker.stop()
+    await running
+    await app.aclose()
+    times = ran["noop"]
+    beside = (len(times) - 1) / (times[-1] - times[0])
+    starts = ran["capped"][per_second:]  # from the second period on
+    pace = (len(starts) - 1) / (starts[-1] - starts[0])
+    back = worker.counts["snoozed"] / max(1, len(ran["capped"]))
+    print(
+        f"| {jobs} no-op jobs beside {limited} jobs of a {per_second}/s task | {beside:.0f} jobs/s "
+        f"({beside / alone:.2f}x of alone); the task {pace / per_second:.3f}x its limit, "
+        f"{back:.1f} give-backs per started job |"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=4000)
     parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--task-rate", type=int, default=20)
     options = parser.parse_args()
-    asyncio.run(main(options.jobs, options.partitions))
+    asyncio.run(main(options.jobs, options.partitions, options.task_rate))
