@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ _KEPT_RATES = 10_000
 # A lease's message says whether it is held or was given back; both expire.
 _STATE = "Jsw-Lease"
 _FREE = "free"
-_HELD = {MSG_TTL: str(LEASE_TTL)}
+# Who wrote a holding: a token of each take, so that a holder whose renewal was stored with no
+# answer (a slow or electing server) knows its own message when the next renewal finds it.
+_HOLDER = "Jsw-Holder"
 _GIVEN_BACK = {MSG_TTL: str(LEASE_TTL), _STATE: _FREE}
 # A job waiting for a lease looks again after this long, doubling up to a second.
 _FIRST_LOOK, _LONGEST_LOOK = 0.02, 1.0
@@ -54,11 +57,19 @@ _FIRST_LOOK, _LONGEST_LOOK = 0.02, 1.0
 
 @dataclass(slots=True, eq=False)
 class Lease:
-    """One held lease: its subject and the sequence of the message that holds it (compared
-    and hashed by identity: each is one holding)."""
+    """One held lease: its subject, the sequence of the message that holds it, the headers
+    each of its messages carries and its stream (compared and hashed by identity: each is one
+    holding)."""
 
     subject: str
     seq: int
+    held: dict[str, str]
+    stream: str
+
+
+def _holding() -> dict[str, str]:
+    """The headers of a new holding's messages: its time to live and its own token."""
+    return {MSG_TTL: str(LEASE_TTL), _HOLDER: secrets.token_hex(8)}
 
 
 class Partitions:
@@ -138,11 +149,11 @@ class Partitions:
 async def take_lease(stream: LimitsStream, subject: str) -> Lease | None:
     """The lease on ``subject`` (in the leases ``stream``) if it is free (never used, expired,
     given back, or standing on a message that is no holding), else None."""
-    expect = 0
+    expect, held = 0, _holding()
     for _ in range(2):
         try:
-            stored = await write(stream.conn, subject, b"", _HELD, expect_last=expect)
-            return Lease(subject, stored.seq)
+            stored = await write(stream.conn, subject, b"", held, expect_last=expect)
+            return Lease(subject, stored.seq, held, stream.stream)
         except SubjectMoved:
             pass
         # Used before: free when its last message says it was given back.
@@ -162,23 +173,51 @@ async def renew_lease(conn: Connection, lease: Lease) -> bool:
     the server could not be reached, and was taken). A renewal that fails otherwise is logged
     and True: the lease may still be held, the next renewal tells."""
     try:
-        stored = await write(conn, lease.subject, b"", _HELD, expect_last=lease.seq)
-        lease.seq = stored.seq
-    except SubjectMoved:
-        log.warning("partition.lease_lost", lease=lease.subject)
-        return False
+        if await _write_over(conn, lease, lease.held):
+            return True
     except JsworkerError as exc:
         log.warning("partition.renew_failed", lease=lease.subject, error=str(exc))
-    return True
+        return True
+    log.warning("partition.lease_lost", lease=lease.subject)
+    return False
+
+
+async def _write_over(conn: Connection, lease: Lease, headers: dict[str, str]) -> bool:
+    """Write a message with ``headers`` over ``lease``'s own (compare-and-set); False when the
+    last message is another's. A renewal of this lease stored without an answer (a slow or
+    electing server) is its own: found by its token, written over in turn."""
+    for _ in range(2):
+        try:
+            stored = await write(conn, lease.subject, b"", headers, expect_last=lease.seq)
+            lease.seq = stored.seq
+            return True
+        except SubjectMoved:
+            last = await _last_holding(conn, lease)
+            if last is None:
+                return False
+            lease.seq = last
+    return False
+
+
+async def _last_holding(conn: Connection, lease: Lease) -> int | None:
+    """The sequence of the last message on ``lease``'s subject when it is a holding of this
+    lease (a renewal of its own stored without an answer), else None. One that cannot be read
+    counts as none: the lease is given up, as before the read."""
+    try:
+        found = await LimitsStream(conn, lease.stream).last_direct(lease.subject)
+    except JsworkerError:
+        return None
+    if found is None or found.seq == lease.seq or found.headers.get(_HOLDER) != lease.held[_HOLDER]:
+        return None
+    return found.seq
 
 
 async def release_lease(conn: Connection, lease: Lease) -> None:
     """Give ``lease`` back: a message saying it is free, written only over this lease's own (a
     publish, not a request to the JetStream API, which answers one at a time)."""
     try:
-        await write(conn, lease.subject, b"", _GIVEN_BACK, expect_last=lease.seq)
-    except SubjectMoved:
-        pass  # expired and taken by another holder already: not ours to free
+        # False: expired and taken by another holder already, not ours to free.
+        await _write_over(conn, lease, _GIVEN_BACK)
     except JsworkerError as exc:
         # It expires on its own within LEASE_TTL.
         log.warning("partition.release_failed", lease=lease.subject, error=str(exc))

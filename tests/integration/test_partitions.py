@@ -16,7 +16,9 @@ import pytest
 
 from jsworker import App, JobState
 from jsworker.admin import Admin
-from jsworker.flow.partitions import LEASE_TTL
+from jsworker.flow.partitions import LEASE_TTL, release_lease, renew_lease, take_lease
+from jsworker.jetstream.limits_stream import LimitsStream
+from jsworker.jetstream.stored import write
 from jsworker.layout import LEASES_MAX_AGE
 from jsworker.rates import partition_token
 from jsworker.testing import NatsServer
@@ -154,8 +156,6 @@ def test_a_broken_partition_key_dead_letters_the_job(
 @pytest.mark.anyio
 @pytest.mark.slow
 async def test_ten_thousand_partitions_all_run_and_leave_no_lease(nats_server: NatsServer) -> None:
-    from jsworker.jetstream.limits_stream import LimitsStream
-
     from .workers import in_process_worker
 
     app = App("manyparts", nats_server.url)
@@ -235,3 +235,33 @@ async def test_a_job_waits_for_its_lease_while_the_leases_stream_is_down(nats_se
             await wait_until_async(lambda: attempts, timeout=20, message="the job to run")
     assert attempts == [1]
     assert not [e for e in logged if e["event"] == "job.internal_error"]
+
+
+@pytest.mark.anyio
+async def test_a_renewal_stored_without_an_answer_keeps_the_lease(nats_server: NatsServer) -> None:
+    """A renewal the server stored but never answered (a slow or electing server) leaves the
+    holder's idea of its lease's message behind. The next renewal finds the holding of its own
+    there and goes on holding the lease instead of taking it for lost (no other holder can take
+    it meanwhile), and the release frees it."""
+    app = App("renewals", nats_server.url)
+
+    @app.task(partition_key=lambda tenant, **_: tenant, max_running_per_partition=1)
+    async def touch(tenant: str) -> None: ...
+
+    await app.provision()
+    conn = await app.connections.connection()
+    leases = LimitsStream(conn, app.namespace.leases_stream)
+    subject = f"jsw.{app.namespace.app}.lease.touch.{partition_token('t1')}.0"
+    try:
+        lease = await take_lease(leases, subject)
+        assert lease is not None
+        # The renewal the holder sent, stored; its answer never came, so lease.seq stays.
+        await write(conn, subject, b"", lease.held, expect_last=lease.seq)
+        assert await renew_lease(conn, lease)
+        last = await leases.last(subject)
+        assert last is not None and last.seq == lease.seq
+        assert await take_lease(leases, subject) is None  # held: nobody else takes it
+        await release_lease(conn, lease)
+        assert await take_lease(leases, subject) is not None  # given back: free again
+    finally:
+        await app.aclose()
