@@ -23,7 +23,7 @@ import socket
 import time
 import traceback
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EnqueueError, JsworkerError, StalledError
@@ -65,6 +65,9 @@ _RESULT_PATIENCE = 120.0
 # is), as in a dead letter: a huge exception message must not make its record unstorable.
 _MAX_TEXT = 1000
 _MAX_TRACEBACK = 8000
+
+
+_EXPIRED = Outcome(OutcomeKind.EXPIRED, "not started before it expired")
 
 
 class JobBook:
@@ -205,14 +208,14 @@ class JobBook:
         job.failures = failures
         return failures
 
-    def gate(self, job: JobRun) -> Outcome | None:
+    def gate(self, job: JobRun) -> Outcome | Awaitable[Outcome] | None:
         """The worker's gate (see :mod:`.seams`): a look at the cancels this worker heard of
         and at the job's expiry, for jobs that may have either."""
         if self.cancelled or EXPIRES_AT in job.delivery.headers:
             return self.admit(job)
         return None
 
-    def admit(self, job: JobRun) -> Outcome | None:
+    def admit(self, job: JobRun) -> Outcome | Awaitable[Outcome] | None:
         """Why ``job`` must not start (expired, or cancelled while it waited in this worker's
         buffer), or None."""
         if self.cancelled and (job.job_id, job.delivery.stream_seq) in self.cancelled:
@@ -220,8 +223,23 @@ class JobBook:
             return Outcome(OutcomeKind.ABORTED, "cancelled before it started")
         expires = job.delivery.headers.get(EXPIRES_AT)
         if expires is not None and expires.isdigit() and time.time() * 1000 > int(expires):
-            return Outcome(OutcomeKind.EXPIRED, "not started before it expired")
+            if job.attempt > 1 and self._records:
+                return self._expired_again(job)
+            return _EXPIRED
         return None
+
+    async def _expired_again(self, job: JobRun) -> Outcome:
+        """An expired job delivered again: its expiry was counted already when its record
+        says so (the acknowledgement that followed was lost), and is not counted twice."""
+        try:
+            found = await self._reader.read(job.job_id)
+        except JsworkerError as exc:
+            log.warning("job.record_unread", error=str(exc), **job.log_fields())
+            return _EXPIRED
+        record = found[1] if found is not None else None
+        if record is not None and record.seq == job.delivery.stream_seq and record.state is JobState.EXPIRED:
+            return Outcome(OutcomeKind.SKIPPED, "expired already: counted at an earlier delivery")
+        return _EXPIRED
 
     def keep_result(self, job: JobRun, outcome: Outcome, started: float) -> Outcome:
         """Write the record of ``job``'s success with its return value, and ack the job once

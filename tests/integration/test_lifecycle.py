@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from jsworker import (
     Retry,
     current_job,
 )
-from jsworker.lifecycle.state import JobState
+from jsworker.lifecycle.bucket import record_message
+from jsworker.lifecycle.state import JobRecord, JobState
 from jsworker.runtime import lifecycle as runtime_lifecycle
 from jsworker.status import queue_status
 from jsworker.testing import NatsServer
@@ -517,3 +519,42 @@ async def test_a_kept_result_is_written_until_stored_while_its_bucket_is_down(
             assert await job.aresult(timeout=30) == 42
     assert runs == [21]
     assert not [e for e in logged if e["event"] in ("job.record_failed", "job.result_unkept")]
+
+
+async def test_an_expired_job_delivered_again_is_counted_once(nats_server: NatsServer) -> None:
+    """A worker that recorded a job's expiry and then lost the acknowledgement that followed
+    (its server killed in between) leaves the job to be delivered again. The next delivery
+    finds the expiry in the job's record: it ends the job without counting, logging or
+    telling of its expiry a second time."""
+    app = App("expiring", nats_server.url, ack_wait=1)
+
+    @app.task(expires=0.2)
+    async def late() -> None: ...
+
+    await app.provision()
+    expired_after = time.time() + 0.2
+    job = await late.adelay()
+    await wait_until_async(lambda: time.time() > expired_after, timeout=5, message="the expiry to pass")
+    async with connected(nats_server.url) as nc:
+        # The first delivery, as the worker that recorded its expiry left it: unacknowledged.
+        js = nc.jetstream()
+        sub = await js.pull_subscribe_bind("default", app.namespace.stream)
+        (taken,) = await sub.fetch(1, timeout=10)
+        seq = taken.metadata.sequence.stream
+        record = JobRecord(
+            JobState.EXPIRED, "default", "late", seq=seq, reason="not started before it expired"
+        )
+        stored = record_message(app.namespace, job.id, record, 3600)
+        await js.publish(stored.subject, stored.body, headers=dict(stored.headers))
+    await app.aclose()
+    async with in_process_worker(app) as worker:
+        await wait_until_async(
+            partial(stream_messages_async, nats_server.url, app.namespace.stream),
+            until=lambda left: left == 0,
+            timeout=20,
+            message="the job acknowledged",
+        )
+    assert (worker.counts["skipped"], worker.counts["expired"]) == (1, 0), worker.counts
+    assert app.metrics.expired.labels("default", "late")._value.get() == 0
+    assert (await app.astatus(job.id)).state is JobState.EXPIRED
+    await app.aclose()
