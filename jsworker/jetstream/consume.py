@@ -63,6 +63,7 @@ class EngineEvent(enum.Enum):
     RECONNECT = "reconnect"  # the connection came back: re-pulled
     STATUS = "status"  # any other status message (detail has code and description)
     NO_RESPONDERS = "no_responders"  # 503: no consumer leader; backing off
+    DROPPED = "dropped"  # buffered messages forgotten: the server may hand them out again
     ERROR = "error"  # the loop stopped, or the watchdog hit an unexpected error
 
 
@@ -100,6 +101,7 @@ class PullConsumer:
         handler: Callable[[Delivery], bool] | None = None,
         limit: int | None = None,
         grow_to: int | None = None,
+        forget_after: float | None = None,
     ) -> None:
         if max_messages < 1:
             raise ValueError("max_messages must be >= 1")
@@ -112,6 +114,10 @@ class PullConsumer:
         if not 0 < self.idle_heartbeat <= expires / 2:
             raise ValueError("idle_heartbeat must be > 0 and <= expires / 2")
         self.threshold = threshold if threshold is not None else (max_messages + 1) // 2
+        # Seconds without a heartbeat for the buffer (beat()) after which what it holds may
+        # have been handed out again by the server: forgotten then (None: never).
+        self._forget_after = forget_after
+        self._beat_at = time.monotonic()
         #: What this loop may hold now (requested and not handed out): ``max_messages``, or
         #: up to ``grow_to`` while the caller takes messages fast.
         self.bound = max_messages
@@ -133,6 +139,7 @@ class PullConsumer:
         self._sub: Any = None
         self._watchdog: asyncio.Task[None] | None = None
         self._unhook: Callable[[], None] | None = None
+        self._unhook_lost: Callable[[], None] | None = None
         self._unlisten: Callable[[], None] | None = None
         self._buffer: deque[Delivery] = deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -155,6 +162,7 @@ class PullConsumer:
         self._inbox = nc.new_inbox()
         self._sub = await nc.subscribe_direct(self._inbox, self._on_msg)
         self._unhook = self.conn.on_reconnect(self._on_reconnect)
+        self._unhook_lost = self.conn.on_disconnect(self._on_disconnect)
         self._unlisten = nc.denials.listen(self._on_denied)
         self._pulling = True
         self._pace_since = time.monotonic()
@@ -214,7 +222,7 @@ class PullConsumer:
             return
         self._closed = True
         self._pulling = False
-        for unhook in (self._unhook, self._unlisten):
+        for unhook in (self._unhook, self._unhook_lost, self._unlisten):
             if unhook is not None:
                 with contextlib.suppress(ValueError):
                     unhook()
@@ -274,6 +282,8 @@ class PullConsumer:
 
     async def take(self) -> Delivery | None:
         """Hand out the oldest buffered message (None if there is none) and top up."""
+        if self._forget_after is not None and time.monotonic() - self._beat_at > self._forget_after:
+            self._forget_unbeaten()
         if not self._buffer:
             return None
         delivery = self._buffer.popleft()
@@ -283,6 +293,32 @@ class PullConsumer:
     def buffered(self) -> tuple[Delivery, ...]:
         """Messages received and not yet handed out (their ack timers are running)."""
         return tuple(self._buffer)
+
+    def beat(self) -> None:
+        """Say that the buffered messages were just told to the server as in progress; when
+        the last time was too long ago (the process paused), they are forgotten instead."""
+        if self._forget_after is not None and time.monotonic() - self._beat_at > self._forget_after:
+            self._forget_unbeaten()
+        self._beat_at = time.monotonic()
+
+    def _forget_unbeaten(self) -> None:
+        paused = time.monotonic() - self._beat_at
+        self._beat_at = time.monotonic()
+        self.forget_buffered(f"no heartbeat for {paused:.1f}s")
+
+    def forget_buffered(self, why: str) -> int:
+        """Forget the messages received and not yet handed out, without a word to the server
+        (``why`` is reported): their ack timers may have run out unseen (the connection lost,
+        the process paused), so the server may have handed them to another worker already.
+        Given back (``nak``), one the server had handed out again would be delivered a third
+        time; forgotten, each comes back once its timer runs out, unless it was already.
+        Returns how many were forgotten."""
+        forgotten = len(self._buffer)
+        if forgotten:
+            self._buffer.clear()
+            self._pending = max(0, self._pending - forgotten)
+            self._count(EngineEvent.DROPPED, f"{forgotten} buffered: {why}")
+        return forgotten
 
     @property
     def pending(self) -> int:
@@ -408,6 +444,11 @@ class PullConsumer:
             # Leadership change, exceeded max waiting, pin mismatch: requests are void.
             self._void_requests()
         await self._refill()
+
+    async def _on_disconnect(self) -> None:
+        # Not started while the server cannot be told (their acks would be lost with it), nor
+        # after: by then the server may have handed them to another worker.
+        self.forget_buffered("the connection was lost")
 
     async def _on_reconnect(self) -> None:
         if not self._pulling:

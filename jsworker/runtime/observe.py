@@ -201,6 +201,8 @@ class EngineObserver:
             self._restarts.inc()
         if event is EngineEvent.RECONNECT:
             log.info("pull.reconnected", queue=self.queue)
+        elif event is EngineEvent.DROPPED:
+            log.info("pull.buffer_forgotten", queue=self.queue, detail=detail)
         else:
             log.warning(f"pull.{event.value}", queue=self.queue, detail=detail)
 

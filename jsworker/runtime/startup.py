@@ -218,6 +218,8 @@ def queue_consumer(
         on_event=on_event,
         handler=handler,
         limit=limit,
+        # Well within the queue's ack_wait, and more than twice the heartbeats' interval.
+        forget_after=0.8 * app.queue_ack_wait(queue),
     )
 
 

@@ -39,8 +39,10 @@ SCHEDULES_INTERVAL = 60.0
 async def heartbeats(
     interval: float, jobs: Callable[[], Iterable[JobRun]], consumers: Callable[[], Iterable[PullConsumer]]
 ) -> None:
-    """Every ``interval`` seconds, tell the server that each running and buffered job is
-    still being worked on (``in_progress``)."""
+    """Every ``interval`` seconds (a third of the shortest ``ack_wait``), tell the server that
+    each running and buffered job is still being worked on (``in_progress``). A consumer whose
+    buffer went too long without (the process paused) forgets it instead: see
+    :meth:`PullConsumer.beat`."""
     while True:
         await asyncio.sleep(interval)
         # Buffered messages count too: their ack timers started when they were delivered.
@@ -49,6 +51,7 @@ async def heartbeats(
         for consumer in list(consumers()):
             for delivery in consumer.buffered():
                 await delivery.in_progress()
+            consumer.beat()
 
 
 async def watch_event_loop(

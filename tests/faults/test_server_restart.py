@@ -66,6 +66,58 @@ def test_server_sigkill_restart_while_busy(
     assert summary["dead_lettered"] == 0
 
 
+@pytest.mark.timeout(150)
+def test_server_sigkill_leaves_buffered_jobs_unrun_until_the_server_hands_them_out_again(
+    nats_server: NatsServer, fault_app: ModuleType, workers: Workers, records: Records
+) -> None:
+    """2,000 jobs of 100 ms, two workers with 5 slots and 200 jobs pulled ahead each: most of
+    what they hold waits in their buffers. The server is SIGKILLed; once both workers know it
+    and the jobs they were running are done, it restarts. No job starts while the server is
+    away (its acknowledgement would be lost, and the server would hand the job out again), and
+    only jobs started before the workers knew of the kill run twice: the buffered ones are
+    forgotten, and run once, when the server hands them out again."""
+    url = nats_server.url
+    fault_app.app.servers = [url]
+    enqueued = {j.id for j in fault_app.work.delay_many([(i, 100.0) for i in range(2000)])}
+    a = workers.start(url, "a", "-c", "5", "--max-messages", "200", "-Q", "default")
+    b = workers.start(url, "b", "-c", "5", "--max-messages", "200", "-Q", "default")
+    a.wait_started()
+    b.wait_started()
+    wait_until(lambda: len(records.done_ids()) >= 100, timeout=60, message="100 completions")
+
+    nats_server.kill()
+    a.wait_logged("worker.disconnected")
+    b.wait_logged("worker.disconnected")
+    noticed_at = time.monotonic()
+    # Started before both workers knew: a run whose acknowledgement may be lost.
+    started_before = {r.job_id for r in records.of("start")}
+    wait_until(
+        lambda: records.done_ids() >= started_before, timeout=30, message="the jobs running at the kill"
+    )
+    nats_server.restart()
+    back_at = time.monotonic()
+
+    wait_until(lambda: records.done_ids() >= enqueued, timeout=120, message="every job to complete")
+    wait_stream_empty(url, 30)
+    started_away = [r.job_id for r in records.of("start") if noticed_at <= r.at < back_at]
+    ran_twice = {job_id for job_id, n in records.counts("start").items() if n > 1}
+    summary = summarize(
+        "server_sigkill_buffered",
+        enqueued,
+        records,
+        dead_letters(url),
+        started_before_notice=len(started_before),
+        started_while_away=len(started_away),
+        ran_twice=len(ran_twice),
+        ran_twice_buffered=len(ran_twice - started_before),
+    )
+    assert a.alive() and b.alive(), (a.tail(), b.tail())
+    assert summary["lost"] == 0
+    assert summary["dead_lettered"] == 0
+    assert not started_away, f"{len(started_away)} jobs started while the server was away"
+    assert ran_twice <= started_before, sorted(ran_twice - started_before)[:10]
+
+
 @pytest.mark.timeout(120)
 def test_server_sigkill_restart_while_idle(
     nats_server: NatsServer, fault_app: ModuleType, workers: Workers, records: Records

@@ -262,3 +262,53 @@ def test_job_that_kills_its_worker_is_dead_lettered(
         assert "max_crashes" in headers["Jsw-Dlq-Reason"]
     assert exit_codes == [1] * (max_crashes + 1) + [-9] * (max_crashes + 1)
     assert worker.terminate() == 0
+
+
+@pytest.mark.timeout(150)
+def test_a_paused_worker_forgets_the_jobs_it_buffered(
+    nats_server: NatsServer, fault_app: ModuleType, workers: Workers, records: Records
+) -> None:
+    """2,000 jobs of 100 ms, two workers with 5 slots and 200 jobs pulled ahead each. Worker A
+    is frozen (SIGSTOP) until the server, hearing nothing from it past ack_wait (2 s), hands
+    its jobs to B; then it goes on (SIGCONT). It forgets what it had buffered rather than run
+    jobs B has now: only the jobs A was running when it froze run twice."""
+    url = nats_server.url
+    fault_app.app.servers = [url]
+    enqueued = {j.id for j in fault_app.work.delay_many([(i, 100.0) for i in range(2000)])}
+    a = workers.start(url, "a", "-c", "5", "--max-messages", "200", "-Q", "default")
+    b = workers.start(url, "b", "-c", "5", "--max-messages", "200", "-Q", "default")
+    a.wait_started()
+    b.wait_started()
+    wait_until(
+        lambda: {r.pid for r in records.of("done")} >= {a.pid, b.pid},
+        timeout=60,
+        message="both workers running jobs",
+    )
+    a.freeze()
+    try:
+        # Started by A and not done: running when it froze, their runs may end after it.
+        running = {r.job_id for r in records.of("start") if r.pid == a.pid} - records.done_ids()
+        wait_until(
+            lambda: any(r.pid == b.pid and r.attempt > 1 for r in records.of("start")),
+            timeout=60,
+            message="the server to hand A's jobs to B",
+        )
+    finally:
+        a.freeze(False)
+    wait_until(lambda: records.done_ids() >= enqueued, timeout=120, message="every job to complete")
+    wait_stream_empty(url, 30)
+    ran_twice = {job_id for job_id, n in records.counts("start").items() if n > 1}
+    summary = summarize(
+        "paused_worker",
+        enqueued,
+        records,
+        dead_letters(url),
+        running_at_pause=len(running),
+        ran_twice=len(ran_twice),
+        ran_twice_buffered=len(ran_twice - running),
+    )
+    assert a.alive() and b.alive(), (a.tail(), b.tail())
+    assert summary["lost"] == 0
+    assert summary["dead_lettered"] == 0
+    assert ran_twice <= running, sorted(ran_twice - running)[:10]
+    a.wait_logged("pull.buffer_forgotten")
