@@ -181,10 +181,11 @@ def progress_said(holder: dict[str, Any]) -> tuple[float | None, str | None]:
 
 
 def holder_said(answers: list[bytes]) -> dict[str, Any]:
-    """The first answer to a ``held`` question that reads as a holder's, else nothing."""
+    """The first answer to a ``held`` question that reads as a holder's, else nothing (an
+    answer from a worker that settled the job, its acknowledgement lost, holds nothing)."""
     for raw in answers:
         with contextlib.suppress(ValueError):
             doc = json.loads(raw)
-            if isinstance(doc, dict):
+            if isinstance(doc, dict) and not doc.get("settled"):
                 return doc
     return {}

@@ -8,11 +8,13 @@ while every delivery is alive in some worker. Counted as runs that ended with no
 those deliveries would make a job that never harmed a worker look like one that kills them
 (``max_crashes``), and it would be dead-lettered while its earlier deliveries go on to run.
 
-So a delivery about to be judged poison looks for one of two signs that its earlier
-deliveries were alive. The server's: its message is gone, settled by an earlier delivery (one
-that waited in a worker's buffer while another ran it). The workers': asked the ``held``
-question a status asks (answered from their memory), one says it holds an earlier delivery of
-the message. Either way this delivery is left: not run, not acknowledged, not given back. The
+So a delivery about to be judged poison looks for signs that its earlier deliveries were
+alive. The server's: its message is gone, settled by an earlier delivery (one that waited in a
+worker's buffer while another ran it). The workers', asked the ``held`` question a status asks
+(answered from their memory): one says it settled the job for good, its acknowledgement lost
+(the delivery is then acknowledged: the job is done), or one says it holds an earlier
+delivery of the message. A delivery that an earlier one holds is left: not run, not
+acknowledged, not given back. The
 holder's heartbeats and acknowledgement settle the message, as the server keeps one timer per
 message whichever delivery reports; if the holder dies, the server delivers the message again
 and that delivery is judged afresh. Leaving never removes a job: a wrong answer can only
@@ -35,6 +37,7 @@ from ..jetstream.service import gather
 from ..naming import Namespace
 from ..observability.logging import get_logger
 from .execution import JobRun
+from .lifecycle import SETTLED
 from .settlement import Outcome, OutcomeKind
 
 log = get_logger("jsworker.worker")
@@ -50,16 +53,20 @@ def earliest_held(seq: int, deliveries: Iterable[Delivery]) -> int | None:
     return min((d.attempt for d in deliveries if d.stream_seq == seq), default=None)
 
 
-def attempts_said(answers: Iterable[bytes]) -> list[int]:
-    """The delivery counts that workers' answers to a ``held`` question name."""
-    said = []
+def attempts_said(answers: Iterable[bytes]) -> tuple[list[int], bool]:
+    """The delivery counts that workers' answers to a ``held`` question name, and whether one
+    says it settled the job for good (its acknowledgement lost)."""
+    said, settled = [], False
     for raw in answers:
         with contextlib.suppress(ValueError):
             doc = json.loads(raw)
-            attempt = doc.get("attempt") if isinstance(doc, dict) else None
+            if not isinstance(doc, dict):
+                continue
+            settled = settled or doc.get(SETTLED) is True
+            attempt = doc.get("attempt")
             if isinstance(attempt, int) and not isinstance(attempt, bool):
                 said.append(attempt)
-    return said
+    return said, settled
 
 
 class EarlierDeliveries:
@@ -96,9 +103,14 @@ class EarlierDeliveries:
         if earlier is None:
             subject = self._namespace.held_subject(job.job_id)
             answers = await gather(self._conn, subject, str(seq).encode(), wait=_WAIT, linger=_LINGER)
+            attempts, settled = attempts_said(answers)
+            if settled:
+                # Run to its end by a live worker whose acknowledgement the server lost (a
+                # leader's election): done, so acknowledged now, never run again.
+                return Outcome(OutcomeKind.SKIPPED, f"delivery {attempt} not run: a live worker settled it")
             # Only an earlier delivery: of two workers holding one message, the one with the
             # later delivery steps aside, never both.
-            earlier = min((a for a in attempts_said(answers) if a < attempt), default=None)
+            earlier = min((a for a in attempts if a < attempt), default=None)
         if earlier is None:
             return None
         return _left(attempt, f"a live worker holds delivery {earlier} of its message")

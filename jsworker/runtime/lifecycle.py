@@ -67,6 +67,8 @@ _MAX_TEXT = 1000
 _MAX_TRACEBACK = 8000
 
 
+#: The key of an answer to a ``held`` question from a worker that settled the job for good.
+SETTLED = "settled"
 _EXPIRED = Outcome(OutcomeKind.EXPIRED, "not started before it expired")
 
 
@@ -165,6 +167,9 @@ class JobBook:
         for delivery in self._buffered():
             if str(delivery.stream_seq) == seq:
                 return self._holder(None, delivery.attempt)
+        if seq.isdigit() and int(seq) in self.finished:
+            # Settled here for good, and asked of all the same: its acknowledgement was lost.
+            return json.dumps({"worker": self.worker, SETTLED: True}).encode()
         return None
 
     def _holder(

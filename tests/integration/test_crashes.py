@@ -12,11 +12,15 @@ from typing import Any
 import pytest
 
 from jsworker import App, Task, current_job
+from jsworker.jetstream.service import gather
+from jsworker.lifecycle.lookup import holder_said
+from jsworker.runtime.holders import attempts_said
 from jsworker.runtime.settings import WorkerSettings
 from jsworker.runtime.worker import Worker
 from jsworker.testing import NatsServer
 
 from ..support import connected, consumer_state_async, stream_messages_async, wait_until_async
+from .workers import in_process_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -172,3 +176,27 @@ async def test_a_delivery_buffered_while_an_earlier_one_ran_is_left_once_that_on
     assert runs == [1]
     assert await _dead(nats_server.url, app)() == 0
     assert worker.counts["poison"] == 0, worker.counts
+
+
+async def test_a_worker_that_settled_a_job_says_so_when_asked_who_holds_it(nats_server: NatsServer) -> None:
+    """A delivery counted as poison asks the app's workers who holds the job; one that ran it
+    to its end (its acknowledgement lost, as at a leader's election) says it settled it, and
+    the delivery is then acknowledged instead of dead-lettered. A status lookup, which asks
+    the same, takes such an answer for no holder."""
+    app, waits, release, runs = await _waiting_task("settledjobs", nats_server.url)
+    release.set()
+    job = await waits.adelay()
+    async with in_process_worker(app):
+        await wait_until_async(
+            partial(stream_messages_async, nats_server.url, app.namespace.stream),
+            until=lambda left: runs == [1] and left == 0,
+            timeout=20,
+            message="the job run and acknowledged",
+        )
+        conn = await app.connections.connection()
+        held = app.namespace.held_subject(job.id)
+        answers = await gather(conn, held, str(job.seq).encode(), wait=2.0, linger=0.2)
+    attempts, settled = attempts_said(answers)
+    assert settled and attempts == [], answers
+    assert holder_said(answers) == {}
+    await app.aclose()
