@@ -36,11 +36,13 @@ T = TypeVar("T")
 
 #: How the reason of a job held back by a limit begins (waiting in its slot or given back).
 HELD_BACK = "held back by "
-#: The longest a job given back waits before the server delivers it again (seconds).
+#: The longest a job a rate limit gave back waits before the server delivers it again
+#: (seconds): the rate says how long a backlog takes.
 LONGEST_GIVE_BACK = 30.0
-# A job of a partition's concurrency limit given back first waits this long (doubled with each
-# delivery, up to LONGEST_GIVE_BACK): how long the partition stays busy is the task's to say.
-_PARTITION_GIVE_BACK = 1.0
+# A job of a partition's concurrency limit given back first waits this long, doubled with each
+# delivery up to _PARTITION_LONGEST: how long the partition stays busy is the task's to say,
+# and a partition that frees up must not wait long for its next job.
+_PARTITION_GIVE_BACK, _PARTITION_LONGEST = 0.5, 5.0
 
 
 def keep(rate: Rate | None) -> int:
@@ -50,11 +52,11 @@ def keep(rate: Rate | None) -> int:
     return 1 if rate is None else 2 * rate.burst
 
 
-def give_back_delay(job: JobRun, first: float) -> float:
+def give_back_delay(job: JobRun, first: float, longest: float = LONGEST_GIVE_BACK) -> float:
     """Seconds ``job`` waits for its next delivery once given back: ``first`` for its first
     delivery, doubled with each later one (a job given back again and again is seldom the
-    next to start), up to :data:`LONGEST_GIVE_BACK`, spread by half either way."""
-    base = min(LONGEST_GIVE_BACK, first * 2.0 ** min(job.attempt - 1, 16))
+    next to start), up to ``longest``, spread by half either way."""
+    base = min(longest, first * 2.0 ** min(job.attempt - 1, 16))
     return base * (0.5 + random.random())
 
 
@@ -189,7 +191,7 @@ async def _partition_turn(
 
             def delay() -> float:
                 parts.held(task.name)
-                return give_back_delay(job, _PARTITION_GIVE_BACK)
+                return give_back_delay(job, _PARTITION_GIVE_BACK, _PARTITION_LONGEST)
 
             lease = await holding.wait_or_give_back(
                 job,

@@ -125,11 +125,17 @@ def test_another_worker_moves_the_jobs_once_the_movers_worker_is_killed(
     second = start_worker(nats_server.url, record, log, module="fair_app")
     try:
         jobs = fair_app.send.delay_many([(account,) for account in ("a", "b") for _ in range(5)])
+        ids = {job.id for job in jobs}
         # The dead worker's lease expires; the standing-by one takes it at its next look.
-        wait_until(lambda: len(starts(record)) == 11, timeout=LEASE_TTL * 2 + 10, message="the other 10")
+        wait_until(
+            lambda: {job_id for job_id, _ in starts(record)} >= ids,
+            timeout=LEASE_TTL * 2 + 10,
+            message="the other 10",
+        )
     finally:
         assert stop(second) == 0
-    assert {job_id for job_id, _ in starts(record)[1:]} == {job.id for job in jobs}
+    # Each moved and run once; the first job may run again, its ack lost with the killed worker.
+    assert sorted(job_id for job_id, _ in starts(record) if job_id in ids) == sorted(ids)
 
 
 @pytest.mark.slow
