@@ -456,3 +456,27 @@ class SteadyProducer:
                 )
         except BaseException as exc:  # raised again by stop(), in the test's thread
             self._failure.append(exc)
+
+
+def check_reruns(
+    name: str,
+    url: str,
+    enqueued: set[str],
+    records: Records,
+    may_rerun: set[str],
+    workers: Sequence[Any],
+    **figures: Any,
+) -> dict[str, Any]:
+    """Report a run (:func:`summarize`, with the jobs that ran twice) and check it: every
+    worker alive, nothing lost or dead-lettered, and only ``may_rerun`` (the jobs whose run
+    was under way at the fault) run more than once."""
+    ran_twice = {job_id for job_id, n in records.counts("start").items() if n > 1}
+    summary = summarize(
+        name, enqueued, records, dead_letters(url), **figures,
+        ran_twice=len(ran_twice), ran_twice_others=len(ran_twice - may_rerun),
+    )  # fmt: skip
+    assert all(w.alive() for w in workers), [w.tail() for w in workers]
+    assert summary["lost"] == 0
+    assert summary["dead_lettered"] == 0
+    assert ran_twice <= may_rerun, sorted(ran_twice - may_rerun)[:10]
+    return summary

@@ -17,6 +17,7 @@ from .harness import (
     Records,
     SteadyProducer,
     Workers,
+    check_reruns,
     dead_letters,
     longest_gap,
     summarize,
@@ -297,18 +298,5 @@ def test_a_paused_worker_forgets_the_jobs_it_buffered(
         a.freeze(False)
     wait_until(lambda: records.done_ids() >= enqueued, timeout=120, message="every job to complete")
     wait_stream_empty(url, 30)
-    ran_twice = {job_id for job_id, n in records.counts("start").items() if n > 1}
-    summary = summarize(
-        "paused_worker",
-        enqueued,
-        records,
-        dead_letters(url),
-        running_at_pause=len(running),
-        ran_twice=len(ran_twice),
-        ran_twice_buffered=len(ran_twice - running),
-    )
-    assert a.alive() and b.alive(), (a.tail(), b.tail())
-    assert summary["lost"] == 0
-    assert summary["dead_lettered"] == 0
-    assert ran_twice <= running, sorted(ran_twice - running)[:10]
+    check_reruns("paused_worker", url, enqueued, records, running, (a, b), running_at_pause=len(running))
     a.wait_logged("pull.buffer_forgotten")
