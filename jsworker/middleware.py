@@ -12,7 +12,6 @@ that overrides a hook, pays nothing for it on the hot path.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,10 +19,7 @@ from typing import Any, Literal
 
 from .errors import ConfigurationError
 from .job import JobContext
-from .observability.logging import get_logger
 from .wire import check_headers
-
-log = get_logger("jsworker.middleware")
 
 #: What an enqueue sends: a job to run now, a delayed job, or a periodic schedule (once, when
 #: it is declared: the headers added then ride with every tick it fires).
@@ -96,12 +92,15 @@ class Middleware:
         What it raises is logged; the job is neither lost nor run again for it."""
 
 
-def _overrides(middleware: Middleware, hook: str) -> bool:
+def overrides(middleware: Middleware, hook: str) -> bool:
+    """Whether ``middleware`` has its own ``hook`` (one it does not override is never called)."""
     return getattr(type(middleware), hook) is not getattr(Middleware, hook)
 
 
 class MiddlewareChain(Sequence[Middleware]):
-    """An app's middleware in order, with the hooks each one overrides gathered up front."""
+    """An app's middleware in order, with the ``on_enqueue`` hooks gathered up front (in the
+    worker, each middleware is a stage of the job pipeline: see
+    :mod:`jsworker.runtime.interceptors.middleware`)."""
 
     def __init__(self, middleware: Sequence[Middleware] = ()) -> None:
         items = tuple(middleware)
@@ -109,9 +108,7 @@ class MiddlewareChain(Sequence[Middleware]):
             if not isinstance(m, Middleware):
                 raise ConfigurationError(f"middleware must be Middleware instances, not {type(m).__name__}")
         self._items = items
-        self._enqueue = [m.on_enqueue for m in items if _overrides(m, "on_enqueue")]
-        self._around = [m.around_run for m in items if _overrides(m, "around_run")]
-        self._settled = [m.on_settled for m in items if _overrides(m, "on_settled")]
+        self._enqueue = [m.on_enqueue for m in items if overrides(m, "on_enqueue")]
 
     def __getitem__(self, index: Any) -> Any:
         return self._items[index]
@@ -126,16 +123,6 @@ class MiddlewareChain(Sequence[Middleware]):
     def stamps(self) -> bool:
         """True when a middleware has an ``on_enqueue`` hook."""
         return bool(self._enqueue)
-
-    @property
-    def wraps(self) -> bool:
-        """True when a middleware has an ``around_run`` hook."""
-        return bool(self._around)
-
-    @property
-    def settles(self) -> bool:
-        """True when a middleware has an ``on_settled`` hook."""
-        return bool(self._settled)
 
     def stamp(
         self,
@@ -161,21 +148,3 @@ class MiddlewareChain(Sequence[Middleware]):
             return check_headers(job.headers)
         except ValueError as exc:
             raise ConfigurationError(f"task {task}: a middleware set bad headers: {exc}") from None
-
-    async def run(self, job: JobContext, call: Callable[[], Awaitable[Any]]) -> Any:
-        """``call`` wrapped in every ``around_run``, the first middleware outermost."""
-        for around in reversed(self._around):
-            call = functools.partial(around, job, call)
-        return await call()
-
-    async def settled(self, job: JobContext, settled: Settled) -> None:
-        """Run every ``on_settled``; one that raises is logged and the others still run."""
-        for hook in self._settled:
-            try:
-                await hook(job, settled)
-            except Exception as exc:
-                # Settled already: the job cannot fail for it any more.
-                log.error(
-                    "middleware.on_settled_failed",
-                    job_id=job.id, task=job.task, state=settled.state, error=repr(exc), exc_info=exc,
-                )  # fmt: skip

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import JobTimeout, Reject, Retry, SerializationError, Snooze, TaskControl
 from ..job import JobContext, running_job
 from ..observability.logging import get_logger
+from ..observability.metrics import UNKNOWN
 from ..scheduling.firing import Firing, firing
 from ..serializers import decode_call
 from ..wire import ENQUEUED_AT, FIRED_BY, JOB_ID, MSG_ID, QUEUE, SCHEDULE, TASK
+from .outcomes import Outcome, OutcomeKind, crashed_too_often
 from .processes import (
     ProcessExited,
     ProcessRunner,
@@ -23,7 +25,6 @@ from .processes import (
     check_findable,
     process_call,
 )
-from .settlement import Outcome, OutcomeKind, crashed_too_often
 from .threads import ThreadRunner
 
 log = get_logger("jsworker.worker")
@@ -77,6 +78,12 @@ class JobRun:
     def attempt(self) -> int:
         """Delivery count from the server (1 on the first delivery)."""
         return self.delivery.attempt
+
+    @property
+    def task_label(self) -> str:
+        """Its task's name where a metric's label or a subject's token names it: ``unknown``
+        for an undeclared task, whose name (perhaps hostile) must not become either."""
+        return self.task_name if self.task is not None else UNKNOWN
 
     @property
     def due_at(self) -> float | None:

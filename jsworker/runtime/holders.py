@@ -37,8 +37,8 @@ from ..jetstream.service import gather
 from ..naming import Namespace
 from ..observability.logging import get_logger
 from .execution import JobRun
-from .lifecycle import SETTLED
-from .settlement import Outcome, OutcomeKind
+from .jobbook import SETTLED
+from .outcomes import Outcome, OutcomeKind
 
 log = get_logger("jsworker.worker")
 

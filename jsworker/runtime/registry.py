@@ -30,7 +30,7 @@ from ..jetstream.topology import ensure_stream
 from ..observability.logging import get_logger
 from ..workers import REFRESH_INTERVAL, REGISTRY_SINCE, REMOVED, WorkerEntry, workers_bucket_spec
 from .observe import warn_replicas_differ
-from .settlement import OutcomeKind
+from .outcomes import OutcomeKind
 
 if TYPE_CHECKING:
     from ..app import App

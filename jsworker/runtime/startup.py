@@ -1,37 +1,32 @@
 """What a worker sets up before it takes its first job: its metrics and connection events,
-the app's streams and consumers, the connection job records go on, and the seams of a run
-(see :mod:`.seams`) filled by the features that are on."""
+the app's streams and consumers and periodic schedules, the connection job records go on,
+its pull loops, and the services of the features that are on (the features' part in each job
+is :mod:`.interceptors`)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .._version import __version__
-from ..errors import ConfigurationError, ProvisioningNeeded, TopologyError
-from ..events.emit import EventEmitter
+from ..errors import ConfigurationError, JsworkerError, ProvisioningNeeded, ServerVersionError, TopologyError
 from ..flow.fair import FairMover
-from ..flow.partitions import Partitions
 from ..flow.rates import RateLimiter
 from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import EventHook, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
-from ..scheduling.declare import DELAYED_SINCE
+from ..scheduling.declare import DELAYED_SINCE, PERIODIC_SINCE
+from ..scheduling.periodic import SchedulesRefused, sync_schedules
 from ..scheduling.relay import relays
-from ..workflows.advance import Continuations
-from .execution import Executor, JobRun
-from .flows import flow_call, flow_final, flow_gate
+from .execution import JobRun
 from .handbacks import HandBacks
-from .lifecycle import JobBook
-from .limited import Holding, partition_gate, partition_limited, release_lease, task_rate_gate
-from .observe import emit_job_end, emit_job_start, warn_replicas_differ
-from .schedules import FiredJobs, install_schedules
-from .seams import RunSeams, settled_step, wrapped_call
+from .jobbook import JobBook
+from .observe import warn_replicas_differ
+from .pipeline import Service
 from .settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -118,50 +113,17 @@ async def records_connection(
     return await Connection.open(purpose)
 
 
-def build_seams(
-    app: App,
-    conn: Connection,
-    executor: Executor,
-    book: JobBook,
-    limits: dict[str, RateLimiter],
-    queues: list[str],
-) -> RunSeams:
-    """Each feature that is on adds its steps to a run (see :mod:`.seams`); ``limits`` are the
-    app's rate limiters (:func:`rate_limiters`), of which the tasks' are gates; ``queues``
-    those the worker serves, of which the fair ones get a mover (standing by)."""
-    seams = RunSeams(wrapped_call(executor, app.middleware))
-    seams.gates += [FiredJobs(app, conn).gate, book.gate]
-    if app.options.events:
-        events = EventEmitter(conn, app.namespace, app.metrics)
-        seams.starts.append(functools.partial(emit_job_start, events))
-        seams.ends.append(functools.partial(emit_job_end, events))
-    if app.middleware.settles:
-        seams.ends.append(settled_step(app.middleware))
-    tasks = {name[2:]: limiter for name, limiter in limits.items() if name.startswith("t-")}
-    holding = Holding(book)
-    if tasks:
-        seams.gates.append(functools.partial(task_rate_gate, holding, tasks))
-    # A partition key alone (a fair queue's turns) limits nothing here.
-    partitioned = [t.name for t in app.tasks.values() if partition_limited(t)]
-    if partitioned:
-        for name in partitioned:
-            app.metrics.partition_held.labels(name)  # its series starts at 0
-        parts = Partitions(conn, app.namespace, lambda task: app.metrics.partition_held.labels(task).inc())
-        seams.gates.append(functools.partial(partition_gate, holding, parts, app.metrics.rate_held))
-        seams.ends.append(functools.partial(release_lease, parts))
-        seams.services.append(parts.renew_forever)
+def services(app: App, conn: Connection, queues: list[str]) -> list[Service]:
+    """What the features run beside the pull loops that is no job's (a job's are its
+    interceptors'): the relays of delayed and fired jobs, and a mover for each fair queue of
+    ``queues`` (standing by while another worker's moves)."""
+    found: list[Service] = []
     if conn.server_version >= DELAYED_SINCE:
         # Delayed jobs into schedules, fired jobs into their queues: whichever worker is free.
-        seams.services += relays(app, conn)
+        found += relays(app, conn)
     for queue in sorted(app.fair_queues.intersection(queues)):
-        seams.services.append(FairMover(conn, app.namespace, queue, _fair_report(app, queue)).run)
-    if app.options.workflows:
-        forgeries = app.metrics.workflow_forgeries
-        flows = Continuations(app, conn, lambda what: forgeries.labels(what).inc())
-        seams.gates.append(flow_gate(flows))
-        seams.call = flow_call(seams.call, flows)
-        seams.finals.append(flow_final(flows))
-    return seams
+        found.append(FairMover(conn, app.namespace, queue, _fair_report(app, queue)).run)
+    return found
 
 
 def _fair_report(app: App, queue: str) -> Callable[[int, int], None]:
@@ -254,3 +216,39 @@ async def prepare(app: App, conn: Connection, worker: _Running, queues: list[str
     await provision(app, conn, queues)
     if schedules:
         await install_schedules(app, conn)
+
+
+async def install_schedules(app: App, conn: Connection) -> None:
+    """Reconcile the app's declared periodic schedules with the server, logging what changed.
+
+    Never fails the worker: jobs keep running on a server too old for schedules or when the
+    user may not write them; the error is logged. Each schedule is installed on its own: one
+    the server refuses is logged (``schedule.refused``, with its name and the reason) and the
+    others are installed all the same. Schedules on the server that this code does not
+    declare are left alone (during a rolling deploy they are the other version's) and named
+    in a warning; ``jsworker schedules sync --prune`` removes them.
+    """
+    try:
+        if app.schedules:
+            conn.require_version("periodic schedules", PERIODIC_SINCE)
+        report = await sync_schedules(app, conn)
+    except ServerVersionError as exc:
+        log.error("schedules.unsupported", error=str(exc), schedules=sorted(app.schedules))
+        return
+    except SchedulesRefused as exc:
+        report = exc.report
+        for name, reason in report.refused.items():
+            # The name and the server's words only: a schedule's arguments may be private.
+            log.error("schedule.refused", schedule=name, reason=reason)
+    except JsworkerError as exc:
+        log.error("schedules.install_failed", error=str(exc))
+        return
+    if report.created or report.updated:
+        log.info("schedules.installed", created=report.created, updated=report.updated)
+    if report.stale:
+        log.warning(
+            "schedules.stale",
+            schedules=report.stale,
+            message="on the server but not declared by this code; left as they are "
+            "(remove with: jsworker schedules sync MODULE --prune)",
+        )

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -25,19 +25,19 @@ from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
 from ..observability.logging import get_logger
-from . import startup
+from . import interceptors, startup
 from .answers import answer_questions
 from .execution import Executor, JobRun, identify
 from .handbacks import HandBacks
 from .holders import EarlierDeliveries
-from .lifecycle import JobBook
+from .jobbook import JobBook
 from .limiter import Limiter
-from .observe import EngineObserver, JobReporter
+from .observe import EngineObserver
+from .outcomes import Outcome, OutcomeKind, Settlement
+from .pipeline import Interceptor, Pipeline, run_shutdown, run_startup
 from .registry import WorkerAnnouncer
-from .seams import run_shutdown, run_startup
 from .settings import WorkerSettings
-from .settlement import ACK, STOPPED_WHILE_RUNNING, Outcome, OutcomeKind
-from .settler import Settler
+from .settle import Settle
 from .upkeep import heartbeats, leftover_schedules, missing_schedules, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
@@ -51,9 +51,17 @@ class Worker:
     """Runs an app's jobs from the given queues until stopped."""
 
     def __init__(
-        self, app: App, settings: WorkerSettings | None = None, *, job_budget: int | None = None
+        self,
+        app: App,
+        settings: WorkerSettings | None = None,
+        *,
+        job_budget: int | None = None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
+        """``interceptors``: per-job concerns of this worker's own, after the features' and
+        before the app's middleware (see :mod:`.pipeline`)."""
         self.app = app
+        self._extra = tuple(interceptors)
         self.settings = settings or WorkerSettings()
         #: Set once the worker has taken up its queues.
         self.started = asyncio.Event()
@@ -126,29 +134,32 @@ class Worker:
 
     async def _assemble(self, conn: Connection, options: ConnectOptions) -> None:
         """Make what each job goes through: the slots, the executor, the job book, the
-        checks and steps of the features that are on (see :mod:`.seams`), the settler."""
+        pipeline of the features that are on (see :mod:`.pipeline`) and its settle stage."""
         app, settings = self.app, self.settings
         self._limiter = Limiter(settings.concurrency)
         # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
         self._create_task = asyncio.get_running_loop().create_task
         self._executor = Executor(app, settings.threads, settings.task_processes)
-        self._report = JobReporter(app.metrics, self.counts)
         self._records_conn = await startup.records_connection(app, conn, options, self.queues)
-        self._book = JobBook(app, conn, self._jobs, self._records_conn, self._buffered)
-        await self._book.start()
+        self._book = book = JobBook(app, conn, self._jobs, self._records_conn, self._buffered)
+        await book.start()
         self._handbacks = HandBacks(app, conn)
         limits = startup.rate_limiters(app, conn)
         self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
-        self._seams = startup.build_seams(app, conn, self._executor, self._book, limits, self.queues)
-        self._admit = self._seams.admission(
-            self._executor,
-            functools.partial(startup.recheck, self._handbacks, self._book),
-            EarlierDeliveries(conn, app.namespace, self._holding, self._book.finished).left,
+        self.pipeline = pipeline = Pipeline(
+            interceptors.assemble(app, conn, book, limits, self.counts, self._extra),
+            self._executor.call,
+            self._executor.check,
+            functools.partial(startup.recheck, self._handbacks, book),
+            EarlierDeliveries(conn, app.namespace, self._holding, book.finished).left,
         )
-        self._call = self._seams.runner()
-        # End steps come after the ack, which a kept result's record holds back.
-        self._book.track_acks = bool(self._seams.ends)
-        self._settler = Settler(app, conn, self._book, self._handbacks, self._seams.finals)
+        # The four stages of a job (see _run_job), looked up once.
+        self._admit, self._run, self._after = pipeline.admit, pipeline.run, pipeline.after
+        self._settle = Settle(app, conn, book, self._handbacks, pipeline.finals)
+        # Hooks after a settlement that must come after the ack, which a kept result's record
+        # holds back, need to know when it was sent.
+        book.track_acks = pipeline.waits_for_acks
+        self._services = [*pipeline.services, *startup.services(app, conn, self.queues)]
         self._registry = WorkerAnnouncer(app, conn, self)
         await self._registry.start()
 
@@ -173,7 +184,7 @@ class Worker:
             ):
                 name = f"jsworker-{service.__name__.replace('_', '-')}"
                 services.start_soon(self._supervised, service, *args, name=name)
-            for run in (self._registry.run, *self._seams.services):
+            for run in (self._registry.run, *self._services):
                 services.start_soon(self._supervised, run, name=f"jsworker-{run.__name__}")
             log.info(
                 "worker.started",
@@ -300,49 +311,27 @@ class Worker:
         self.stop()
 
     async def _run_job(self, job: JobRun) -> None:
-        # One coroutine per job, its clean-up included (no done callback): each layer and each
-        # event-loop turn shows in a short job's cost.
-        ends = self._seams.ends
+        # The four stages of the pipeline (see .pipeline), in one coroutine per job, its
+        # clean-up included (no done callback): each layer and each event-loop turn shows in a
+        # short job's cost.
         try:
-            started = job.started = time.monotonic()
-            self._report.started(job)
+            job.started = time.monotonic()
             try:
                 # Awaited only when a check needs the server: most jobs pass without a round trip.
-                admitted = self._admit(job)
-                if admitted is not None and not isinstance(admitted, Outcome):
-                    admitted = await admitted
-                if admitted is None:
-                    outcome = await self._call(job)
-                else:
-                    outcome = admitted
+                outcome = self._admit(job)
+                if outcome is not None and not isinstance(outcome, Outcome):
+                    outcome = await outcome
+                if outcome is None:
+                    outcome = await self._run(job)
             except asyncio.CancelledError:
                 if not (self._cancelling or job.cancel_requested):
                     raise
                 outcome = _interrupted()
-            if job.cancel_requested and outcome.kind is not OutcomeKind.ABORTED:
-                # Whatever the run came to (a sync task may even have returned), it was cancelled.
-                outcome = Outcome(OutcomeKind.ABORTED, STOPPED_WHILE_RUNNING)
-            task = job.task
-            kept = outcome.kind is OutcomeKind.SUCCEEDED and task is not None and task.options.store_result
-            if kept:
-                # The record, then the ack once it is stored, outside this run; a value that
-                # cannot be kept makes the run a failure.
-                outcome = self._book.keep_result(job, outcome, started)
-            if outcome.kind is OutcomeKind.SUCCEEDED and (kept or job.attempt == 1):
-                decision = ACK
-                if not kept:
-                    # The common case, without the policy lookup and decide() (bench/README.md,
-                    # "Hot-path choices"); decide() says the same (test_settlement). A first
-                    # success with no result to keep has no record.
-                    await job.delivery.ack()
-                # For a cancel that deleted the message just before the ack reached the server.
-                self._book.finished.append(job.delivery.stream_seq)
-            else:
-                outcome, decision = await self._settler.conclude(job, outcome, started)
-            duration = time.monotonic() - started
-            self._report.finished(job, outcome, decision, duration)
-            if ends:
-                await self._seams.after(job, outcome, decision, duration)
+            settled = self._settle(job, outcome)
+            settlement = settled if isinstance(settled, Settlement) else await settled
+            after = self._after(job, settlement)
+            if after is not None:
+                await after
         except asyncio.CancelledError:
             raise
         except Exception as exc:

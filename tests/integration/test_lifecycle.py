@@ -27,7 +27,7 @@ from jsworker import (
 )
 from jsworker.lifecycle.bucket import record_message
 from jsworker.lifecycle.state import JobRecord, JobState
-from jsworker.runtime import lifecycle as runtime_lifecycle
+from jsworker.runtime import jobbook as runtime_lifecycle
 from jsworker.status import queue_status
 from jsworker.testing import NatsServer
 

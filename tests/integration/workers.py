@@ -124,8 +124,12 @@ def counts(path: Path, event: str = "done") -> Counter[str]:
 @asynccontextmanager
 async def in_process_worker(app: App, **settings: Any) -> AsyncIterator[Worker]:
     """A :class:`Worker` of ``app`` on this event loop for the block, pulling before it starts;
-    stopped (grace 1 s) and the app's connection closed afterwards."""
-    worker = Worker(app, WorkerSettings(**{"concurrency": 10, "grace": 1, **settings}))
+    stopped (grace 1 s) and the app's connection closed afterwards. ``interceptors`` among
+    ``settings`` go to the worker."""
+    interceptors = settings.pop("interceptors", ())
+    worker = Worker(
+        app, WorkerSettings(**{"concurrency": 10, "grace": 1, **settings}), interceptors=interceptors
+    )
     task = asyncio.create_task(worker.run())
     try:
 

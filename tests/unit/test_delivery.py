@@ -6,7 +6,7 @@ import pytest
 
 from jsworker.errors import Retry
 from jsworker.jetstream.delivery import Delivery, _parse_reply
-from jsworker.runtime.settlement import Outcome, OutcomeKind, RetryPolicy, decide
+from jsworker.runtime.outcomes import Outcome, OutcomeKind, RetryPolicy, decide
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,7 @@ from jsworker.errors import JsworkerError, SerializationError
 from jsworker.job import JobContext
 from jsworker.observability.logging import add_job_context
 from jsworker.runtime.execution import Executor, JobRun, identify
-from jsworker.runtime.settlement import OutcomeKind
+from jsworker.runtime.outcomes import OutcomeKind
 
 from ..support import wait_until_async
 

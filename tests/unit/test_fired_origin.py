@@ -10,7 +10,7 @@ import pytest
 from jsworker import App
 from jsworker.jetstream.delivery import Delivery
 from jsworker.runtime.execution import identify
-from jsworker.runtime.schedules import FiredJobs
+from jsworker.runtime.interceptors.fired import FiredJobs
 from jsworker.wire import FIRED_BY, FIRED_NEXT, JOB_ID, SCHEDULE_NAME, SCHEDULE_SPEC, SCHEDULED_FOR, TASK
 
 APP = App("origin")

@@ -13,9 +13,10 @@ from jsworker import App, ConfigurationError, Reject, current_job
 from jsworker.jetstream.delivery import Delivery
 from jsworker.job import JobContext
 from jsworker.middleware import Middleware, MiddlewareChain, OutgoingJob, Settled
-from jsworker.runtime.execution import Executor, JobRun
-from jsworker.runtime.seams import wrapped_call
-from jsworker.runtime.settlement import Outcome, OutcomeKind
+from jsworker.runtime.execution import JobRun
+from jsworker.runtime.interceptors.middleware import AppMiddleware
+from jsworker.runtime.outcomes import ACK, Outcome, OutcomeKind, Settlement
+from jsworker.runtime.pipeline import Pipeline
 from jsworker.testing import job_context
 
 pytestmark = pytest.mark.anyio
@@ -36,23 +37,42 @@ class Named(Middleware):
         return value
 
 
+def pipeline(middleware: list[Middleware], outcome: Outcome | None = None) -> Pipeline:
+    """The job pipeline with ``middleware`` alone, around a call that ends in ``outcome``."""
+
+    async def call(job: JobRun) -> Outcome:
+        assert outcome is not None
+        return outcome
+
+    async def nothing(job: JobRun) -> None:
+        return None
+
+    return Pipeline([AppMiddleware(m) for m in middleware], call, lambda job: None, nothing, nothing)
+
+
 async def test_the_first_middleware_is_outermost() -> None:
     trail: list[str] = []
-    chain = MiddlewareChain([Named("a", trail), Named("b", trail), Middleware()])
 
-    async def task() -> int:
-        trail.append("task")
-        return 7
+    class Task(Middleware):
+        # The innermost: stands in for the task, as the pipeline's call is fixed.
+        async def around_run(self, job: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+            trail.append("task")
+            return 7
 
-    with job_context() as ctx:
-        assert await chain.run(ctx, task) == 7
+    run = pipeline([Named("a", trail), Named("b", trail), Middleware(), Task()]).run
+    assert (await run(_job())).value == 7
     assert trail == ["enter a", "enter b", "task", "leave b", "leave a"]
 
 
 def test_only_overridden_hooks_are_called() -> None:
     chain = MiddlewareChain([Middleware(), Middleware()])
     assert len(chain) == 2
-    assert not (chain.stamps or chain.wraps or chain.settles)
+    assert not chain.stamps
+    # Neither is a stage of the pipeline: the run is the call itself, and nothing waits for acks.
+    plain = pipeline(list(chain), Outcome(OutcomeKind.SUCCEEDED))
+    assert plain.run is not None and not plain.waits_for_acks and not plain.finals
+    assert [AppMiddleware(m).hooks() for m in chain] == [frozenset(), frozenset()]
+    assert AppMiddleware(Failing([])).hooks() == {"after_settled"}
     with pytest.raises(ConfigurationError, match="Middleware instances"):
         MiddlewareChain([object()])  # type: ignore[list-item]
 
@@ -117,9 +137,11 @@ class Failing(Middleware):
 
 async def test_a_failing_on_settled_is_logged_and_the_next_still_runs() -> None:
     seen: list[str] = []
-    chain = MiddlewareChain([Failing(seen), Failing(seen)])
-    with job_context() as ctx:
-        await chain.settled(ctx, Settled("succeeded"))
+    after = pipeline([Failing(seen), Failing(seen)]).after(
+        _job(), Settlement(Outcome(OutcomeKind.SUCCEEDED), ACK)
+    )
+    assert after is not None
+    await after
     assert seen == ["succeeded", "succeeded"]
 
 
@@ -172,16 +194,6 @@ class Raising(Middleware):
         return self.value if self.value is not None else got
 
 
-class _Runs:
-    """Stands in for the executor: the outcome its call classified."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-
-    async def call(self, job: JobRun) -> Outcome:
-        return self.outcome
-
-
 def _job() -> JobRun:
     delivery = SimpleNamespace(attempt=1, headers={}, stream_seq=1, stored_at=None)
     return JobRun(cast(Delivery, delivery), "j1", "t", "default")
@@ -189,18 +201,14 @@ def _job() -> JobRun:
 
 async def test_what_around_run_raises_or_returns_is_the_jobs() -> None:
     ok = Outcome(OutcomeKind.SUCCEEDED, value=1)
-    call = wrapped_call(cast(Executor, _Runs(ok)), MiddlewareChain([Raising(Reject("policy"))]))
-    assert (await call(_job())).kind is OutcomeKind.REJECTED
-    call = wrapped_call(cast(Executor, _Runs(ok)), MiddlewareChain([Raising(Boom("x"))]))
-    raised = await call(_job())
+    assert (await pipeline([Raising(Reject("policy"))], ok).run(_job())).kind is OutcomeKind.REJECTED
+    raised = await pipeline([Raising(Boom("x"))], ok).run(_job())
     assert raised.kind is OutcomeKind.FAILED and isinstance(raised.error, Boom)
-    call = wrapped_call(cast(Executor, _Runs(ok)), MiddlewareChain([Raising(value=2)]))
-    assert (await call(_job())).value == 2
-    # The task's own failure keeps its classification when a middleware lets it through...
+    assert (await pipeline([Raising(value=2)], ok).run(_job())).value == 2
+    # The task's own failure keeps its classification when middleware lets it through, however
+    # many layers it crosses...
     timed_out = Outcome(OutcomeKind.TIMED_OUT, "slow", error=TimeoutError("slow"), retryable=False)
-    call = wrapped_call(cast(Executor, _Runs(timed_out)), MiddlewareChain([Raising()]))
-    assert await call(_job()) is timed_out
+    assert await pipeline([Raising(), Raising()], timed_out).run(_job()) is timed_out
     # ...and a middleware that handles it makes the run a success.
     failed_run = Outcome(OutcomeKind.FAILED, "bad", error=ValueError("bad"))
-    call = wrapped_call(cast(Executor, _Runs(failed_run)), MiddlewareChain([Raising()]))
-    assert (await call(_job())).value == "recovered"
+    assert (await pipeline([Raising()], failed_run).run(_job())).value == "recovered"

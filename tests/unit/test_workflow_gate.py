@@ -1,4 +1,5 @@
-"""The worker's check of a workflow step before it runs (:func:`jsworker.runtime.flows.flow_gate`):
+"""The worker's check of a workflow step before it runs
+(:meth:`jsworker.runtime.interceptors.workflows.Workflows.admit`):
 a server that does not answer (the job stream electing its leader) is no failure of the task."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from typing import Any, cast
 import pytest
 
 from jsworker.errors import LimitsStreamError
-from jsworker.runtime import flows as runtime_flows
 from jsworker.runtime.execution import JobRun
-from jsworker.runtime.settlement import OutcomeKind
+from jsworker.runtime.interceptors import workflows as runtime_flows
+from jsworker.runtime.outcomes import OutcomeKind
 from jsworker.workflows.advance import Continuations
 from jsworker.workflows.definition import FLOW
 
@@ -40,7 +41,7 @@ def job() -> JobRun:
 
 
 async def gate(flows: Flows) -> Any:
-    checked = runtime_flows.flow_gate(cast(Continuations, flows))(job())
+    checked = runtime_flows.Workflows(cast(Continuations, flows)).admit(job())
     assert checked is not None
     return await checked
 

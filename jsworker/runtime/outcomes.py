@@ -1,4 +1,6 @@
-"""From what happened to a job to what the server is told: a pure function.
+"""What happened to a job (:class:`Outcome`), what the server is told of it (:class:`Decision`,
+from :func:`decide`, a pure function: the table below) and both with the delivery's time in
+the worker (:class:`Settlement`, what the stages after a run see).
 
 | outcome                                         | verb                                  |
 |-------------------------------------------------|---------------------------------------|
@@ -54,6 +56,8 @@ class Outcome:
     retry_delay: float | None = None
     retryable: bool = True  # False for exceptions the task lists in dont_retry_on (or not in retry_on)
     value: object = None  # what the task returned (kept for its result)
+    #: A limit gave the job back (a ``snoozed`` outcome its task did not ask for).
+    held: bool = False
 
 
 class Verb(enum.Enum):
@@ -83,6 +87,18 @@ class RetryPolicy:
     backoff_max: float
 
 
+# Not frozen, as Outcome: one is made per job (bench/README.md, "Hot-path choices").
+@dataclass(slots=True)
+class Settlement:
+    """How one delivery ended: its outcome, what the server was told, and the seconds the
+    worker held it (from its take-up to the server being told; 0.0 before that). Nothing
+    changes one once made."""
+
+    outcome: Outcome
+    decision: Decision
+    duration: float = 0.0
+
+
 #: The decision for every job that succeeded.
 ACK = Decision(Verb.ACK)
 #: The decision for a delivery left to the live worker that holds an earlier one.
@@ -93,6 +109,8 @@ _RETRYABLE = (OutcomeKind.FAILED, OutcomeKind.RETRY, OutcomeKind.TIMED_OUT)
 STOPPED_WHILE_RUNNING = "cancelled while it ran"
 _NEVER_AGAIN = (OutcomeKind.SKIPPED, OutcomeKind.ABORTED, OutcomeKind.EXPIRED)
 _FINAL = (OutcomeKind.REJECTED, OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
+#: Outcomes of jobs dead-lettered by their checks, before any run.
+NOT_STARTED = (OutcomeKind.BAD_INPUT, OutcomeKind.POISON)
 
 
 def backoff_delay(attempt: int, base: float, cap: float, rand: Callable[[], float] = random.random) -> float:

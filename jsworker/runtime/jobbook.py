@@ -1,5 +1,5 @@
-"""The worker's part in a job's lifecycle, as hooks around a run: expiry and cancels before
-it starts, cancels while it runs, and its record (result or state) once it is settled.
+"""The worker's book of its jobs: cancels it hears of (before a job starts, and while it
+runs), who holds a job, the jobs it settled, and each job's record (result or state).
 
 A cancel reaches the worker holding the job as a question on ``jsw.<app>.halt.<job id>``
 carrying the message's stream sequence (see :mod:`jsworker.lifecycle.cancel`). The worker
@@ -7,9 +7,10 @@ acts on it only once the server confirms the message is gone (deleted by a cance
 settled): a notice alone never makes it drop or stop a job. It then answers what it did:
 dropped it unstarted, stopped it running, or had already finished it.
 
-A job whose task keeps no results and that succeeds on its first attempt passes none of the
-write paths: the worker's loop checks that before it hands a job to
-:meth:`.settler.Settler.conclude` or :meth:`JobBook.keep_result`.
+A job whose task keeps no results and that succeeds on its first attempt has no record:
+the settle stage (:mod:`.settle`) writes none for it. A cancel heard of while the job waited
+in the buffer, and the job's expiry, are checked before it starts by
+:mod:`.interceptors.cancels`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import socket
 import time
 import traceback
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EnqueueError, JsworkerError, StalledError
@@ -37,10 +38,9 @@ from ..lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, Records, record_mes
 from ..lifecycle.cancel import DROPPED, FINISHED, STOPPED
 from ..lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
 from ..observability.logging import get_logger
-from ..wire import EXPIRES_AT
 from .answers import serve_app
 from .execution import JobRun
-from .settlement import Decision, Outcome, OutcomeKind, Verb, is_failure
+from .outcomes import Decision, Outcome, OutcomeKind, Verb, is_failure
 
 if TYPE_CHECKING:
     from ..app import App
@@ -69,7 +69,6 @@ _MAX_TRACEBACK = 8000
 
 #: The key of an answer to a ``held`` question from a worker that settled the job for good.
 SETTLED = "settled"
-_EXPIRED = Outcome(OutcomeKind.EXPIRED, "not started before it expired")
 
 
 class JobBook:
@@ -106,8 +105,9 @@ class JobBook:
         self._successes = SuccessRecords(self.worker, app.serializer.content_type)
         self._record_prefix = app.namespace.record_subject("")  # + job id: its record's subject
         self._ttl_headers: dict[float, dict[str, str]] = {}
-        # An older server has no jobs bucket: jobs run as before, without records.
-        self._records = conn.server_version >= RECORDS_SINCE
+        #: Whether jobs have records (an older server has no jobs bucket: jobs run as before,
+        #: without records).
+        self.records = conn.server_version >= RECORDS_SINCE
         #: Whether a kept result's job gets a future resolved at its ack (``JobRun.acked``),
         #: for steps that must come after it.
         self.track_acks = False
@@ -121,7 +121,7 @@ class JobBook:
         ns = self.app.namespace
         self._halts = await serve_app(self.app, self.conn, ns.halt_subject(), self._on_halt, "halt")
         self._helds = await serve_app(self.app, self.conn, ns.held_subject(), self._on_held, "held")
-        if self._records:
+        if self.records:
             await self._writer.start()
 
     async def _on_halt(self, subject: str, body: bytes) -> bytes | None:
@@ -197,14 +197,13 @@ class JobBook:
         failures = max(0, job.attempt - 1 - job.handed_back)
         if job.attempt == 1:
             failures = 0
-        elif self._records:
+        elif self.records:
             try:
-                found = await self._reader.read(job.job_id)
+                record = await self.record_of(job)
             except JsworkerError as exc:
                 log.warning("job.record_unread", error=str(exc), **job.log_fields())
             else:
-                record = found[1] if found is not None else None
-                if record is None or record.seq != job.delivery.stream_seq:
+                if record is None:
                     failures = 0
                 else:
                     # A record from before failures were counted has its attempt number.
@@ -213,38 +212,12 @@ class JobBook:
         job.failures = failures
         return failures
 
-    def gate(self, job: JobRun) -> Outcome | Awaitable[Outcome] | None:
-        """The worker's gate (see :mod:`.seams`): a look at the cancels this worker heard of
-        and at the job's expiry, for jobs that may have either."""
-        if self.cancelled or EXPIRES_AT in job.delivery.headers:
-            return self.admit(job)
-        return None
-
-    def admit(self, job: JobRun) -> Outcome | Awaitable[Outcome] | None:
-        """Why ``job`` must not start (expired, or cancelled while it waited in this worker's
-        buffer), or None."""
-        if self.cancelled and (job.job_id, job.delivery.stream_seq) in self.cancelled:
-            job.cancel_requested = True
-            return Outcome(OutcomeKind.ABORTED, "cancelled before it started")
-        expires = job.delivery.headers.get(EXPIRES_AT)
-        if expires is not None and expires.isdigit() and time.time() * 1000 > int(expires):
-            if job.attempt > 1 and self._records:
-                return self._expired_again(job)
-            return _EXPIRED
-        return None
-
-    async def _expired_again(self, job: JobRun) -> Outcome:
-        """An expired job delivered again: its expiry was counted already when its record
-        says so (the acknowledgement that followed was lost), and is not counted twice."""
-        try:
-            found = await self._reader.read(job.job_id)
-        except JsworkerError as exc:
-            log.warning("job.record_unread", error=str(exc), **job.log_fields())
-            return _EXPIRED
+    async def record_of(self, job: JobRun) -> JobRecord | None:
+        """The record of this delivery's message: None when the job's record names another
+        (or there is none). Raises :class:`JsworkerError` when it cannot be read."""
+        found = await self._reader.read(job.job_id)
         record = found[1] if found is not None else None
-        if record is not None and record.seq == job.delivery.stream_seq and record.state is JobState.EXPIRED:
-            return Outcome(OutcomeKind.SKIPPED, "expired already: counted at an earlier delivery")
-        return _EXPIRED
+        return record if record is not None and record.seq == job.delivery.stream_seq else None
 
     def keep_result(self, job: JobRun, outcome: Outcome, started: float) -> Outcome:
         """Write the record of ``job``'s success with its return value, and ack the job once
@@ -263,7 +236,7 @@ class JobBook:
             )
         if self.track_acks:
             job.acked = asyncio.get_running_loop().create_future()
-        if not self._records:
+        if not self.records:
             _stored(job, None)
             return outcome
         task = job.task
@@ -346,7 +319,7 @@ class JobBook:
         a value (after retries), a failure, a retry, an expiry; nothing for a shutdown's
         hand-back or a cancel (the cancel wrote its own)."""
         kind = outcome.kind
-        if not self._records or kind in (OutcomeKind.CANCELLED, OutcomeKind.SKIPPED, OutcomeKind.ABORTED):
+        if not self.records or kind in (OutcomeKind.CANCELLED, OutcomeKind.SKIPPED, OutcomeKind.ABORTED):
             return
         task = job.task
         options = task.options if task is not None else self.app.defaults

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jsworker.runtime.settlement import (
+from jsworker.runtime.outcomes import (
     ACK,
     Outcome,
     OutcomeKind,

@@ -1,5 +1,5 @@
-"""The worker's part in scheduling: install the app's periodic schedules at start, and claim
-each fired job before it runs."""
+"""Fired jobs (delayed jobs and ticks) in the worker: one runs only as the firing a worker
+moved into its queue, once, and not after its tick expired."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ from collections.abc import Awaitable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..errors import JsworkerError, ServerVersionError
-from ..jetstream.limits_stream import LimitsStream
-from ..observability.logging import get_logger
-from ..observability.metrics import UNKNOWN
-from ..scheduling.claims import claim_holder
-from ..scheduling.declare import NEXT_TICK, PERIODIC_SINCE, tick_limit
-from ..scheduling.periodic import SchedulesRefused, sync_schedules
-from ..wire import FIRED_BY, FIRED_CLAIM, FIRED_NEXT, SCHEDULE, SCHEDULE_NAME, TICK_EXPIRES
-from .settlement import Outcome, OutcomeKind
+from ...errors import JsworkerError
+from ...jetstream.limits_stream import LimitsStream
+from ...observability.logging import get_logger
+from ...observability.metrics import UNKNOWN
+from ...scheduling.claims import claim_holder
+from ...scheduling.declare import NEXT_TICK, tick_limit
+from ...wire import FIRED_BY, FIRED_CLAIM, FIRED_NEXT, SCHEDULE, SCHEDULE_NAME, TICK_EXPIRES
+from ..execution import JobRun
+from ..outcomes import Outcome, OutcomeKind
+from ..pipeline import Interceptor
 
 if TYPE_CHECKING:
-    from ..app import App
-    from ..jetstream.connection import Connection
-    from .execution import JobRun
+    from ...app import App
+    from ...jetstream.connection import Connection
 
 log = get_logger("jsworker.worker")
 
@@ -30,47 +30,7 @@ log = get_logger("jsworker.worker")
 _EARLY = 30.0
 
 
-async def install_schedules(app: App, conn: Connection) -> None:
-    """Reconcile the app's declared periodic schedules with the server, logging what changed.
-
-    Never fails the worker: jobs keep running on a server too old for schedules or when the
-    user may not write them; the error is logged. Each schedule is installed on its own: one
-    the server refuses is logged (``schedule.refused``, with its name and the reason) and the
-    others are installed all the same. Schedules on the server that this code does not
-    declare are left alone (during a rolling deploy they are the other version's) and named
-    in a warning; ``jsworker schedules sync --prune`` removes them.
-    """
-    try:
-        if app.schedules:
-            conn.require_version("periodic schedules", PERIODIC_SINCE)
-        report = await sync_schedules(app, conn)
-    except ServerVersionError as exc:
-        log.error("schedules.unsupported", error=str(exc), schedules=sorted(app.schedules))
-        return
-    except SchedulesRefused as exc:
-        report = exc.report
-        for name, reason in report.refused.items():
-            # The name and the server's words only: a schedule's arguments may be private.
-            log.error("schedule.refused", schedule=name, reason=reason)
-    except JsworkerError as exc:
-        log.error("schedules.install_failed", error=str(exc))
-        return
-    if report.created or report.updated:
-        log.info("schedules.installed", created=report.created, updated=report.updated)
-    if report.stale:
-        log.warning(
-            "schedules.stale",
-            schedules=report.stale,
-            message="on the server but not declared by this code; left as they are "
-            "(remove with: jsworker schedules sync MODULE --prune)",
-        )
-
-
-#: The reason of a fired job skipped because a cancel removed its schedule as it fired.
-CANCELLED_AS_FIRED = "cancelled as it fired"
-
-
-class FiredJobs:
+class FiredJobs(Interceptor):
     """Lets a fired job run only as the firing a worker moved into its queue (see
     :mod:`jsworker.scheduling.relay`): the claim that worker wrote must still name it.
 
@@ -78,15 +38,17 @@ class FiredJobs:
     jobs pay nothing for it, fired ones one read.
     """
 
+    name = "fired-jobs"
+
     def __init__(self, app: App, conn: Connection) -> None:
         self.app = app
         self.conn = conn
 
-    def gate(self, job: JobRun) -> Awaitable[Outcome | None] | None:
-        """The worker's gate (see :mod:`.seams`): nothing for a job no schedule fired."""
-        return None if job.fired is None else self.admit(job)
+    def admit(self, job: JobRun) -> Awaitable[Outcome | None] | None:
+        """Nothing for a job no schedule fired; else its check (:meth:`check`)."""
+        return None if job.fired is None else self.check(job)
 
-    async def admit(self, job: JobRun) -> Outcome | None:
+    async def check(self, job: JobRun) -> Outcome | None:
         """None when ``job`` may run; an outcome that ends it when no schedule of the app's
         fired it or its claim does not name it, that skips it when it is a unique task's tick
         while its key is held or a tick that expired."""

@@ -1,7 +1,8 @@
 """Workflows in the worker (``App(workflows=True)``): a job claiming to be a workflow's step
-is checked before it runs, and dead-lettered when the workflow did not store it there (see
-:mod:`jsworker.workflows.trust`); a step's continuation runs before the server is told the
-step ended (see :mod:`jsworker.workflows.advance`)."""
+is checked before it runs (``admit``), and dead-lettered when the workflow did not store it
+there (see :mod:`jsworker.workflows.trust`); a step's continuation runs before the server is
+told the step ended (``around_run``), and a workflow whose step ended for good is ended
+before the job's final verb (``before_final``; see :mod:`jsworker.workflows.advance`)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,16 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from ..errors import JsworkerError
-from ..observability.logging import get_logger
-from ..workflows.advance import Continuations
-from ..workflows.definition import FLOW
-from ..workflows.trust import ForgedStep
-from .execution import JobRun
-from .settlement import Decision, Outcome, OutcomeKind, Verb
+from ...errors import JsworkerError
+from ...observability.logging import get_logger
+from ...workflows.advance import Continuations
+from ...workflows.definition import FLOW
+from ...workflows.trust import ForgedStep
+from ..execution import JobRun
+from ..outcomes import Outcome, OutcomeKind, Settlement, Verb
+from ..pipeline import CallNext, Interceptor
 
 log = get_logger("jsworker.workflows")
-
-#: A step before the server is told of a final outcome (not a success's, not a retry's):
-#: returns False when it could not be done (the job is then tried again later).
-FinalStep = Callable[[JobRun, Outcome, Decision], Awaitable[bool]]
 
 T = TypeVar("T")
 
@@ -36,14 +34,49 @@ _FINAL_STATES = {
 }
 
 
-def flow_gate(flows: Continuations) -> Callable[[JobRun], Awaitable[Outcome | None] | None]:
-    """The gate that dead-letters a job claiming a workflow step it is not (a bad input: it
-    never runs, and never advances the workflow)."""
+class Workflows(Interceptor):
+    """A workflow step is the step it claims to be, and its workflow goes on once it ends."""
 
-    def gate(job: JobRun) -> Awaitable[Outcome | None] | None:
-        return _checked(flows, job) if FLOW in job.delivery.headers else None
+    name = "workflows"
 
-    return gate
+    def __init__(self, flows: Continuations) -> None:
+        self._flows = flows
+
+    def admit(self, job: JobRun) -> Awaitable[Outcome | None] | None:
+        """Dead-letters a job claiming a workflow step it is not (a bad input: it never runs,
+        and never advances the workflow)."""
+        return _checked(self._flows, job) if FLOW in job.delivery.headers else None
+
+    async def around_run(self, job: JobRun, call_next: CallNext) -> Outcome:
+        """The run, then, for a workflow's step that succeeded, what comes next."""
+        outcome = await call_next()
+        headers = job.delivery.headers
+        if outcome.kind is OutcomeKind.SUCCEEDED and FLOW in headers:
+            return await _continued(self._flows, headers, outcome)
+        return outcome
+
+    async def before_final(self, job: JobRun, settlement: Settlement) -> bool:
+        """Ends the workflow whose step failed for good, was cancelled or expired."""
+        headers = job.delivery.headers
+        if FLOW not in headers:
+            return True
+        outcome, decision = settlement.outcome, settlement.decision
+        state = "failed" if decision.verb is Verb.DEAD_LETTER else _FINAL_STATES.get(outcome.kind)
+        if state is None or isinstance(outcome.error, ForgedStep):
+            return True
+        flows = self._flows
+        try:
+            # Checked again: its own checks, a cancel or an expiry may have ended it before
+            # admit looked (a rare path: the ends that are no success).
+            if await _forged(flows, job) is not None:
+                return True
+            await flows.ended(
+                dict(headers), False, None, state, decision.reason or outcome.reason, outcome.error
+            )
+        except JsworkerError as exc:
+            log.error("workflow.end_not_recorded", error=str(exc), **job.log_fields())
+            return False
+        return True
 
 
 async def _checked(flows: Continuations, job: JobRun) -> Outcome | None:
@@ -86,21 +119,6 @@ def _forged(flows: Continuations, job: JobRun) -> Awaitable[str | None]:
     return flows.forged(d.headers, job.job_id, d.stream_seq, job.fired is not None)
 
 
-def flow_call(
-    call: Callable[[JobRun], Awaitable[Outcome]], flows: Continuations
-) -> Callable[[JobRun], Awaitable[Outcome]]:
-    """``call``, then, for a workflow's step that succeeded, what comes next."""
-
-    async def run(job: JobRun) -> Outcome:
-        outcome = await call(job)
-        headers = job.delivery.headers
-        if outcome.kind is OutcomeKind.SUCCEEDED and FLOW in headers:
-            return await _continued(flows, headers, outcome)
-        return outcome
-
-    return run
-
-
 async def _continued(flows: Continuations, headers: Mapping[str, str], outcome: Outcome) -> Outcome:
     """``outcome`` once what follows the step is stored (see :func:`_patiently`)."""
     try:
@@ -109,29 +127,3 @@ async def _continued(flows: Continuations, headers: Mapping[str, str], outcome: 
         # Not recorded: the step runs again later, and its next step is enqueued then.
         return _not_now(f"could not enqueue what follows it: {exc}", exc)
     return outcome
-
-
-def flow_final(flows: Continuations) -> FinalStep:
-    """The step that ends a workflow whose step failed for good, was cancelled or expired."""
-
-    async def step(job: JobRun, outcome: Outcome, decision: Decision) -> bool:
-        headers = job.delivery.headers
-        if FLOW not in headers:
-            return True
-        state = "failed" if decision.verb is Verb.DEAD_LETTER else _FINAL_STATES.get(outcome.kind)
-        if state is None or isinstance(outcome.error, ForgedStep):
-            return True
-        try:
-            # Checked again: its own checks, a cancel or an expiry may have ended it before the
-            # gate looked (a rare path: the ends that are no success).
-            if await _forged(flows, job) is not None:
-                return True
-            await flows.ended(
-                dict(headers), False, None, state, decision.reason or outcome.reason, outcome.error
-            )
-        except JsworkerError as exc:
-            log.error("workflow.end_not_recorded", error=str(exc), **job.log_fields())
-            return False
-        return True
-
-    return step
