@@ -16,7 +16,7 @@ import click
 
 from ..admin import Admin
 from ..app import App
-from ..errors import ConnectError, TopologyError
+from ..errors import ConnectError, StreamRequestError, TopologyError
 from ..status import QueueStatus, format_age
 from .connection import connection_options, load_connected_app
 from .errors import command_errors
@@ -38,6 +38,8 @@ _COLUMNS = (
     "WORKERS",
 )
 _CLEAR = "\x1b[H\x1b[2J"
+# Seconds a single look waits for an answer while the server has none (no stream leader yet).
+_ELECTION = 15.0
 
 
 class _Stopped(Exception):
@@ -92,12 +94,25 @@ async def _show(app: App, emit: Callable[[App, list[QueueStatus]], None], every:
             # Connected before the first refresh: a server that cannot be reached at all is
             # an error even with --watch, which only rides out trouble once it has worked.
             await _unless_stopped(stop, admin.connection())
+            # A single look rides out a stream electing its leader (a few seconds), as
+            # watching rides out any trouble.
+            patience, said = time.monotonic() + _ELECTION, False
             while True:
                 try:
                     queues = await _unless_stopped(stop, admin.queues())
-                except (ConnectError, TopologyError) as exc:
+                except (ConnectError, TopologyError, StreamRequestError) as exc:
+                    # The servers answer, but not yet for this (a stream electing its leader).
+                    electing = not isinstance(exc, ConnectError) and exc.transient
+                    if every is None:
+                        if not electing or time.monotonic() >= patience:
+                            raise
+                        if not said:
+                            said = True
+                            click.echo(f"waiting up to {_ELECTION:g}s: {exc}", err=True)
+                        await asyncio.sleep(0.5)
+                        continue
                     # Watching is for riding through trouble: say what failed and try again.
-                    if every is None or (isinstance(exc, TopologyError) and not exc.transient):
+                    if not (electing or isinstance(exc, ConnectError)):
                         raise
                     click.echo(f"warning: {exc}", err=True)
                 else:

@@ -77,6 +77,11 @@ async def _request(conn: Connection, subject: str, payload: dict[str, Any] | Non
                 # 503: no leader (an election, a restart); asking again later may work.
                 transient=failure.transient,
             ) from exc
+        if conn.is_connected and failure.transient:
+            # Connected, and no answer in time: a stream without a leader (its nodes down, an
+            # election) is silent, not unreachable.
+            silent = f"JetStream did not answer {subject}: {failure.text}"
+            raise TopologyError(silent, transient=True) from exc
         raise ConnectError(f"JetStream request {subject} failed: {failure.text}") from exc
 
 

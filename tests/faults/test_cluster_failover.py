@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 import time
 from collections import Counter
 from datetime import datetime
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -26,6 +30,7 @@ from .harness import (
     summarize,
     wait_stream_empty,
     worker_connections,
+    worker_env,
 )
 
 pytestmark = pytest.mark.faults
@@ -173,3 +178,41 @@ def _first_pull_event(worker: WorkerProc, since: float) -> list[object] | None:
         if at >= since:
             return [name, round(at - since, 3)]
     return None
+
+
+@pytest.mark.timeout(120)
+def test_status_waits_out_a_stream_without_a_leader(nats_cluster: NatsCluster, tmp_path: Path) -> None:
+    """``jsworker status`` (one look) while the job stream has no leader (two of its three
+    nodes down): it says it waits, and answers once the nodes are back, instead of failing."""
+    urls = nats_cluster.urls
+    env = {**worker_env(urls, tmp_path / "record.log"), **R3}
+    command = [sys.executable, "-m", "jsworker"]
+    made = subprocess.run(
+        [*command, "provision", "fault_app"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert made.returncode == 0, made.stderr
+    for i in (1, 2):
+        nats_cluster.node(i).kill()
+    with open(tmp_path / "status.err", "w+") as err:
+        status = subprocess.Popen(
+            [*command, "status", "fault_app", "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+        try:
+            wait_until(
+                lambda: "waiting up to" in (tmp_path / "status.err").read_text(),
+                timeout=60,
+                message="status to say it waits",
+            )
+            assert status.poll() is None
+            for i in (1, 2):
+                nats_cluster.node(i).restart()
+            out, _ = status.communicate(timeout=60)
+        finally:
+            if status.poll() is None:
+                status.kill()
+    assert status.returncode == 0, (tmp_path / "status.err").read_text()
+    assert "default" in {json.loads(line)["queue"] for line in out.splitlines()}
