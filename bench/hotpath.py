@@ -4,7 +4,7 @@
 
 Prints microseconds per operation (best of 5 rounds) for: starting a job's task, taking and
 giving back a concurrency slot, handing a sync call to a thread, and a per-job timeout scope.
-The figures quoted in the docstrings of jsworker/runtime/ come from this script.
+The figures quoted in the docstrings of jsworker/_runtime/ come from this script.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.to_thread
 
-from jsworker.runtime.limiter import Limiter
-from jsworker.runtime.threads import ThreadRunner
+from jsworker._runtime.limiter import Limiter
+from jsworker._runtime.threads import ThreadRunner
 
 N = 20_000
 ROUNDS = 5

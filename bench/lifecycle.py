@@ -53,8 +53,8 @@ from lib.procs import BENCH_DIR, Child, bench_env, start_worker
 from lib.stats import Measurement, percentile
 
 from jsworker import App
-from jsworker.server import NatsServer
-from jsworker.wire import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID, TASK
+from jsworker._server import NatsServer
+from jsworker._wire.headers import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID, TASK
 
 app = App("benchlife")
 

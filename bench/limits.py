@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lib.procs import rss_mb
 
 from jsworker import App
-from jsworker.observability.logging import configure_logging
-from jsworker.runtime.settings import WorkerSettings
-from jsworker.runtime.worker import Worker
-from jsworker.server import NatsServer
+from jsworker._observability.logging import configure_logging
+from jsworker._runtime.settings import WorkerSettings
+from jsworker._runtime.worker import Worker
+from jsworker._server import NatsServer
 
 counted = 0
 all_ran = asyncio.Event()

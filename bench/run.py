@@ -36,7 +36,7 @@ from lib.report import json_lines, table
 from lib.stats import Measurement, summarize
 from lib.targets import compare
 
-from jsworker.server import NatsServer
+from jsworker._server import NatsServer
 
 FAMILIES = {
     "enqueue": enqueue.run,

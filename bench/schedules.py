@@ -48,7 +48,7 @@ from lib.procs import Child, rss_mb, start_worker
 from lib.stats import Measurement, percentile
 
 from jsworker import App, current_job
-from jsworker.server import NatsServer
+from jsworker._server import NatsServer
 
 app = App("benchsched")
 QUEUE = "sched"

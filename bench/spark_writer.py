@@ -24,7 +24,7 @@ import nats
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 from jsworker import App, Task
-from jsworker.server import NatsServer
+from jsworker._server import NatsServer
 
 TARGET = 0.8
 

@@ -32,8 +32,8 @@ from typing import Any
 import nats
 
 from jsworker import App
-from jsworker.deadletters.format import dead_letter_message
-from jsworker.server import NatsServer
+from jsworker._deadletters.format import dead_letter_message
+from jsworker._server import NatsServer
 
 APP = "benchui"
 WINDOW = 1000

@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jsworker import App
-from jsworker.runtime.settings import WorkerSettings
-from jsworker.runtime.worker import Worker
-from jsworker.server import NatsServer
+from jsworker._runtime.settings import WorkerSettings
+from jsworker._runtime.worker import Worker
+from jsworker._server import NatsServer
 from jsworker.workflows import chain, chord
 
 ended = 0

@@ -3,19 +3,23 @@
 Declare work with :meth:`App.task`, enqueue with ``task.delay(...)`` (sync) or
 ``await task.adelay(...)`` (async), run it with ``jsworker run module``.
 
-Every exception jsworker raises is importable from here (all defined in :mod:`jsworker.errors`,
+Every exception jsworker raises is importable from here (all defined in :mod:`jsworker._errors`,
 under :class:`JsworkerError`), as is :func:`live_workers`, the live worker processes of an app
 as ``jsworker workers`` shows them.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ._version import __version__
-from .app import App
-from .errors import (
+from . import _moved
+from ._app import App
+from ._core.lazy import lazy_getattr
+from ._core.middleware import Middleware, OutgoingJob, Settled
+from ._core.serializers import JSONSerializer, Serializer
+from ._enqueue.receipt import Job, JobContext, current_job
+from ._enqueue.task import Task
+from ._errors import (
     ApiError,
     BadRowError,
     ConfigurationError,
@@ -62,36 +66,29 @@ from .errors import (
     WorkflowFailed,
     WriteRefused,
 )
-from .job import Job, JobContext, current_job
-from .lifecycle.state import JobError, JobState, JobStatus
-from .middleware import Middleware, OutgoingJob, Settled
-from .scheduling.admin import Schedules
-from .serializers import JSONSerializer, Serializer
-from .task import Task
-from .workers import WorkerEntry, live_workers
+from ._lifecycle.state import JobError, JobState, JobStatus
+from ._observability.logging import add_job_context
+from ._registry.entries import WorkerEntry, live_workers
+from ._scheduling.admin import Schedules
+from ._version import __version__
+
+# `import jsworker.errors` (a module of an earlier release) names where its names went.
+_moved.install()
 
 if TYPE_CHECKING:
+    from ._cli.loader import AppNotFound
     from .admin import Admin
-    from .cli.loader import AppNotFound
 
 # Names whose modules `import jsworker` does not load otherwise (the admin API reads dead
 # letters; one exception is still defined in the command line's module): imported when
 # first asked for.
 _LAZY = {
     "Admin": ".admin",
-    "AppNotFound": ".cli.loader",
+    "AppNotFound": "._cli.loader",
 }
 
 if not TYPE_CHECKING:  # the checker sees the imports above instead
-
-    def __getattr__(name: str) -> Any:
-        """The names of :data:`_LAZY`, imported on first use (PEP 562)."""
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, __name__), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:
@@ -162,6 +159,7 @@ __all__ = [
     "WorkflowFailed",
     "WriteRefused",
     "__version__",
+    "add_job_context",
     "current_job",
     "live_workers",
 ]

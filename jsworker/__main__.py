@@ -1,6 +1,6 @@
 """``python -m jsworker`` is the ``jsworker`` command."""
 
-from .cli import main
+from ._cli import main
 
 if __name__ == "__main__":
     main()

@@ -32,7 +32,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import RawStreamMsg
 
-from jsworker.naming import Namespace
+from jsworker._wire.names import Namespace
 
 T = TypeVar("T")
 

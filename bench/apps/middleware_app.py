@@ -3,7 +3,7 @@
 Two no-op tasks, one keeping its results, each recording the CPU time of its process
 (``records.record_cpu``), and the middleware ``$BENCH_MIDDLEWARE`` names:
 
-* ``none`` (or unset): no middleware, and nothing of ``jsworker.middleware`` imported, so this
+* ``none`` (or unset): no middleware, and nothing of ``jsworker._core.middleware`` imported, so this
   module also runs on a jsworker from before middleware existed (the family's ``before`` tree);
 * ``all_hooks``: one middleware overriding all three hooks, each doing nothing but count;
 * ``around_run``: one overriding only ``around_run``, counting;
@@ -46,7 +46,7 @@ def _middleware(variant: str) -> list[Any]:
     """The middleware of ``variant`` (imported only when there is some)."""
     if variant == "none":
         return []
-    from jsworker.middleware import Middleware
+    from jsworker._core.middleware import Middleware
 
     class AllHooks(Middleware):
         def on_enqueue(self, job: Any) -> None:

@@ -17,8 +17,8 @@ from apps import bench_app
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from jsworker._core.layout import consumer_spec
 from jsworker.admin import Admin
-from jsworker.layout import consumer_spec
 
 STREAM = bench_app.app.namespace.stream
 RAW_QUEUE = bench_app.RAW_QUEUE

@@ -24,10 +24,8 @@ sys.path.insert(0, str(HERE))
 import tasks  # noqa: E402
 
 from jsworker import App, Job  # noqa: E402
-from jsworker.events import EVENT_KINDS  # noqa: E402
-from jsworker.events.reader import read_event_rows  # noqa: E402
-from jsworker.events.rows import COLUMNS  # noqa: E402
-from jsworker.server import NatsServer  # noqa: E402
+from jsworker.events import COLUMNS, EVENT_KINDS, read_event_rows  # noqa: E402
+from jsworker.testing import NatsServer  # noqa: E402
 
 
 async def queues_empty(app: App) -> bool:

@@ -30,8 +30,8 @@ sys.path.insert(0, str(HERE))
 
 import tasks  # noqa: E402
 
-from jsworker.events.export import export_events  # noqa: E402
-from jsworker.server import NatsServer  # noqa: E402
+from jsworker.events import export_events  # noqa: E402
+from jsworker.testing import NatsServer  # noqa: E402
 
 
 def spark_session() -> Any:

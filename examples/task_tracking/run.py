@@ -22,7 +22,7 @@ os.environ.setdefault("TRACKING_DB", str(Path(tempfile.mkdtemp()) / "tracking.sq
 
 import tracking  # noqa: E402
 
-from jsworker.server import NatsServer  # noqa: E402
+from jsworker.testing import NatsServer  # noqa: E402
 
 
 def wait_for(states: dict[str, str], timeout: float = 60.0) -> bool:

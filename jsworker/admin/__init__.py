@@ -1,4 +1,5 @@
-"""One async façade over what the server keeps of an app: :class:`Admin`.
+"""One async façade over what the server keeps of an app: :class:`Admin` (and
+:class:`DeadLetters`, the dead letters alone), with the types its answers come in.
 
 ::
 
@@ -9,18 +10,22 @@
         page = await admin.jobs(queue="default", state="queued", limit=50)
 """
 
-from ..paging import Page
-from .facade import Admin
-from .operations import JobResult
-from .summary import LISTED_STATES, JobPage, JobSummary, ListedState, RunningJobs
+from .._core.paging import Page
+from .._core.queues import QueueStatus
+from .._deadletters.admin import DeadLetters
+from ._facade import Admin
+from ._operations import JobResult
+from ._summary import LISTED_STATES, JobPage, JobSummary, ListedState, RunningJobs
 
 __all__ = [
     "LISTED_STATES",
     "Admin",
+    "DeadLetters",
     "JobPage",
     "JobResult",
     "JobSummary",
     "ListedState",
     "Page",
+    "QueueStatus",
     "RunningJobs",
 ]

@@ -33,9 +33,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "jsworker.contrib.otel needs the OpenTelemetry API: pip install 'jsworker[otel]'"
     ) from exc
 
+from .._core.middleware import Middleware, OutgoingJob
+from .._current import JobContext
 from .._version import __version__
-from ..current import JobContext
-from ..middleware import Middleware, OutgoingJob
 
 __all__ = ["TracingMiddleware"]
 

@@ -17,10 +17,43 @@ to ``JSW_<APP>_EVENTS`` (Limits retention, ``events_max_age``), on subject
 
 Events are fire-and-forget publishes: no acknowledgement is awaited, and a failure to emit
 one never changes what happens to the job. They are observations, not a ledger.
+
+Reading them back: :func:`export_events` (Parquet files, ``pyarrow``), :func:`aexport_events`
+(its async form), :func:`read_event_rows` (chunks of rows of :data:`COLUMNS`, as the Spark
+source and ``jsworker events`` read them).
 """
 
 from __future__ import annotations
 
-from .schema import EVENT_KINDS, EventKind, JobEvent, decode_event, encode_event
+from typing import TYPE_CHECKING
 
-__all__ = ["EVENT_KINDS", "EventKind", "JobEvent", "decode_event", "encode_event"]
+from .._core.lazy import lazy_getattr
+from ._schema import EVENT_KINDS, EventKind, JobEvent, decode_event, encode_event
+
+if TYPE_CHECKING:
+    from ._export import aexport_events, export_events
+    from ._reader import read_event_rows
+    from ._rows import COLUMNS
+
+__all__ = [
+    "COLUMNS",
+    "EVENT_KINDS",
+    "EventKind",
+    "JobEvent",
+    "aexport_events",
+    "decode_event",
+    "encode_event",
+    "export_events",
+    "read_event_rows",
+]
+
+# The readers import on first use: a producer or a worker that emits events needs none of them.
+_LAZY = {
+    "COLUMNS": "._rows",
+    "aexport_events": "._export",
+    "export_events": "._export",
+    "read_event_rows": "._reader",
+}
+
+if not TYPE_CHECKING:  # the checker sees the imports above instead
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals())

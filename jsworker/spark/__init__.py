@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .enqueue import EnqueueReport, enqueue_dataframe
-from .jobs import BadRowError, job_id
-from .schema import UnsupportedColumnError
-from .writer import JobsDataSource
+from ._enqueue import EnqueueReport, enqueue_dataframe
+from ._jobs import BadRowError, job_id
+from ._schema import UnsupportedColumnError
+from ._writer import JobsDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,8 +40,8 @@ __all__ = [
 def register(spark: SparkSession) -> None:
     """Register jsworker's data sources with ``spark``: the ``jsworker`` writer
     (:class:`JobsDataSource`) and the job-events reader
-    (:class:`~jsworker.spark.events_source.JobEventsDataSource`)."""
-    from .events_source import JobEventsDataSource
+    (:class:`~jsworker.spark._events_source.JobEventsDataSource`)."""
+    from ._events_source import JobEventsDataSource
 
     spark.dataSource.register(JobsDataSource)
     spark.dataSource.register(JobEventsDataSource)

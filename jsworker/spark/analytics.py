@@ -1,6 +1,6 @@
 """Per-task figures from job events: outcomes, rates, run times, queue waits, throughput.
 
-The input is any DataFrame with the event columns (:data:`jsworker.events.rows.SPARK_SCHEMA`):
+The input is any DataFrame with the event columns (:data:`jsworker.events._rows.SPARK_SCHEMA`):
 the Parquet export read back (``spark.read.parquet(dir)``, the cheap way to analyse often) or
 the ``jsworker-events`` source. Events are observations published without acknowledgement, so
 in a rare connection loss a few may be missing; the figures describe the events present.

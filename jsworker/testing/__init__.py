@@ -1,6 +1,6 @@
 """Real nats-server processes for tests of code that uses jsworker.
 
-The pytest plugin :mod:`jsworker.testing.pytest_plugin` (registered automatically when
+The pytest plugin :mod:`jsworker.testing._pytest_plugin` (registered automatically when
 jsworker is installed) provides these fixtures:
 
 ``nats_server``
@@ -26,9 +26,9 @@ all worker processes, so a test can count how often each job ran (see :mod:`.rec
 
 from __future__ import annotations
 
-from ..server import NatsCluster, NatsServer
-from .context import job_context
-from .recording import Execution, append_record, parse_execution, record_execution
+from .._server import NatsCluster, NatsServer
+from ._context import job_context
+from ._recording import Execution, append_record, parse_execution, record_execution
 
 __all__ = [
     "Execution",

@@ -10,7 +10,7 @@ Needs the ``ui`` extra: ``pip install 'jsworker[ui]'``. ``jsworker ui MODULE`` s
 """
 
 try:
-    from .app import create_app
+    from ._app import create_app
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(f"the dashboard needs the ui extra: pip install 'jsworker[ui]' ({exc})") from exc
 

@@ -13,14 +13,14 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
-from ..task import Signature
-from .definition import FlowDef, OnFailure
-from .handle import Workflow, WorkflowStatus
-from .start import describe_all, group_flow, new_flow_id, start
+from .._enqueue.task import Signature
+from .._errors import ConfigurationError
+from ._definition import FlowDef, OnFailure
+from ._handle import Workflow, WorkflowStatus
+from ._start import describe_all, group_flow, new_flow_id, start
 
 if TYPE_CHECKING:
-    from ..task import TaskOwner
+    from .._enqueue.task import TaskOwner
 
 __all__ = [
     "Batch",

@@ -24,7 +24,7 @@ import nats
 import pytest
 
 from jsworker import JobCancelled, JobFailed, JobState
-from jsworker.server import ServerNotFoundError, find_nats_server
+from jsworker._server import ServerNotFoundError, find_nats_server
 from jsworker.testing import Execution, NatsServer
 
 from ..support import consumer_state, need, wait_consumer_settled, wait_until

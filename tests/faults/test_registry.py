@@ -15,8 +15,8 @@ from typing import Any
 import nats.js.errors
 import pytest
 
+from jsworker._registry.entries import ENTRY_TTL, REFRESH_INTERVAL
 from jsworker.testing import NatsServer
-from jsworker.workers import ENTRY_TTL, REFRESH_INTERVAL
 
 from ..support import UNSETTLED, connected, wait_until
 from .harness import APP, Workers

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from jsworker.layout import FIRED_CONSUMER
+from jsworker._core.layout import FIRED_CONSUMER
 from jsworker.testing import NatsCluster, NatsServer
 
 from ..support import wait_until

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from jsworker.runtime.settings import WorkerSettings
+from jsworker._runtime.settings import WorkerSettings
 from jsworker.testing import NatsServer
 
 from ..support import consumer_state, wait_until

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jsworker.rates import parse_rate
+from jsworker._limits.spec import parse_rate
 from jsworker.testing import NatsCluster
 from jsworker.workflows import chord, group
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from jsworker.naming import ROLES
-from jsworker.observability.logging import configure_logging
-from jsworker.permissions import server_config
+from jsworker._core.permissions import server_config
+from jsworker._observability.logging import configure_logging
+from jsworker._wire.names import ROLES
 from jsworker.testing import NatsServer
 
 from .secured import PASSWORD, server_with

@@ -12,10 +12,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from jsworker.errors import EnqueueError
-from jsworker.jetstream.acked import AckedPublisher
-from jsworker.jetstream.connection import Connection, ConnectOptions
-from jsworker.jetstream.message import OutMessage
+from jsworker._errors import EnqueueError
+from jsworker._jetstream.acked import AckedPublisher
+from jsworker._jetstream.connection import Connection, ConnectOptions
+from jsworker._jetstream.message import OutMessage
 
 from ..support import wait_until_async
 

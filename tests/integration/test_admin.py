@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from jsworker import App, ConfigurationError, Retry
+from jsworker._lifecycle.state import JobState
 from jsworker.admin import Admin, JobSummary
-from jsworker.lifecycle.state import JobState
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async

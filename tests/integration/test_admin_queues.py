@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from jsworker import App, ConfigurationError, Retry
+from jsworker._lifecycle.state import JobState
 from jsworker.admin import Admin
-from jsworker.lifecycle.state import JobState
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async

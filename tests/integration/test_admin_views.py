@@ -10,9 +10,9 @@ import time
 import pytest
 
 from jsworker import App, EventsNotFound, JobNotFound, Reject, Retry, current_job
+from jsworker._lifecycle.state import JobState
 from jsworker.admin import Admin
-from jsworker.events.window import EventCounts, JobTimeline
-from jsworker.lifecycle.state import JobState
+from jsworker.events._window import EventCounts, JobTimeline
 from jsworker.testing import NatsServer
 from jsworker.workflows import chain, group
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from jsworker import App, ConfigurationError, current_job
-from jsworker.scheduling.claims import CANCELLED, claim
-from jsworker.scheduling.delayed import due_ms
+from jsworker._scheduling.claims import CANCELLED, claim
+from jsworker._scheduling.delayed import due_ms
 from jsworker.testing import NatsServer
 
 from ..support import connected, consumer_state_async, made_schedule, stream_messages_async, wait_until_async

@@ -21,7 +21,7 @@ import nats
 import pytest
 
 from jsworker import ConfigurationError, SerializationError
-from jsworker.deadletters import (
+from jsworker._deadletters import (
     REPLAYED_FROM,
     DeadLetter,
     DeadLetterNotFound,
@@ -29,9 +29,9 @@ from jsworker.deadletters import (
     DeadLetters,
     ReplayedJob,
 )
-from jsworker.deadletters.format import dead_letter_message
-from jsworker.jetstream.limits_stream import LimitsStream
-from jsworker.naming import Namespace
+from jsworker._deadletters.format import dead_letter_message
+from jsworker._jetstream.limits_stream import LimitsStream
+from jsworker._wire.names import Namespace
 from jsworker.testing import NatsServer, parse_execution
 
 from ..support import REFUSED_QUICKLY, stream_messages, wait_consumer_settled, wait_until
@@ -371,7 +371,7 @@ def test_cli(nats_server: NatsServer, app: Any, worker: Any, broken: Path, recor
     shown = cli(url, "show", "dlq_app", str(seqs["order-1"]))
     assert shown.returncode == 0, shown.stderr
     assert "job id:    order-1" in shown.stdout and '  "args": [' in shown.stdout
-    assert "traceback:" in shown.stdout and "jsworker.errors.Reject: order 1" in shown.stdout
+    assert "traceback:" in shown.stdout and "jsworker._errors.Reject: order 1" in shown.stdout
     as_json = json.loads(cli(url, "show", "dlq_app", "mail-1", "--json").stdout)
     assert as_json["payload"] == {"args": ["user1@b.c"], "kwargs": {}}
     assert "RuntimeError: smtp down" in as_json["traceback"]

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from jsworker import App, JobState
+from jsworker._lifecycle.lookup import WAITING_TURN
+from jsworker._limits.fair import READY
+from jsworker._limits.partitions import LEASE_TTL
+from jsworker._wire.headers import EXPECTED_LAST_SUBJECT_SEQ, MOVED, MSG_TTL
 from jsworker.admin import Admin
-from jsworker.flow.fair import READY
-from jsworker.flow.partitions import LEASE_TTL
-from jsworker.lifecycle.lookup import WAITING_TURN
 from jsworker.testing import NatsCluster, NatsServer
-from jsworker.wire import EXPECTED_LAST_SUBJECT_SEQ, MOVED, MSG_TTL
 
 from ..support import connected, wait_until
 from .workers import APPS, start_worker, stop

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jsworker.cli.run import _Processes
+from jsworker._cli.run import _Processes
 from jsworker.testing import NatsServer
 
 from ..support import stream_messages, wait_consumer_settled, wait_until

@@ -10,12 +10,12 @@ from collections import Counter
 import pytest
 
 from jsworker import App, current_job
-from jsworker.jetstream.connection import Connection
-from jsworker.jetstream.delivery import Delivery
-from jsworker.jetstream.limits_stream import LimitsStream
-from jsworker.runtime.handbacks import HandBacks
-from jsworker.runtime.settings import WorkerSettings
-from jsworker.runtime.worker import Worker
+from jsworker._jetstream.connection import Connection
+from jsworker._jetstream.delivery import Delivery
+from jsworker._jetstream.limits_stream import LimitsStream
+from jsworker._runtime.handbacks import HandBackCounts
+from jsworker._runtime.settings import WorkerSettings
+from jsworker._runtime.worker import Worker
 from jsworker.testing import NatsServer
 
 from ..support import stream_messages_async, wait_until_async
@@ -166,7 +166,7 @@ async def test_two_workers_counting_one_job_at_once_lose_no_count(nats_server: N
     await app.provision()
     conns = [await Connection.open(app.connect_options("worker")) for _ in range(2)]
     try:
-        workers = [HandBacks(app, conn) for conn in conns]
+        workers = [HandBackCounts(app, conn) for conn in conns]
         verbs = _Verbs()
         reply = f"$JS.ACK.{app.namespace.stream}.default.1.7.1.1700000000000000000.0"
         for _ in range(3):

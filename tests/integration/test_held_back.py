@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jsworker import App
-from jsworker.rates import parse_rate
+from jsworker._limits.spec import parse_rate
 from jsworker.testing import Execution, NatsServer, parse_execution
 
 from ..support import most_in_any_second, stream_messages, wait_until

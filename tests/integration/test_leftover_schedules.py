@@ -19,12 +19,12 @@ import nats
 import pytest
 
 from jsworker import App, current_job
-from jsworker.jetstream.connection import Connection
-from jsworker.runtime import upkeep
-from jsworker.scheduling.claims import CANCELLED, claim
-from jsworker.scheduling.delayed import due_ms
-from jsworker.scheduling.leftovers import GRACE_MS, sweep_leftovers
-from jsworker.status import queue_status
+from jsworker._core.queues import queue_status
+from jsworker._jetstream.connection import Connection
+from jsworker._runtime import upkeep
+from jsworker._scheduling.claims import CANCELLED, claim
+from jsworker._scheduling.delayed import due_ms
+from jsworker._scheduling.leftovers import GRACE_MS, sweep_leftovers
 from jsworker.testing import NatsServer
 
 from ..support import connected, wait_until_async

@@ -25,10 +25,10 @@ from jsworker import (
     Retry,
     current_job,
 )
-from jsworker.lifecycle.bucket import record_message
-from jsworker.lifecycle.state import JobRecord, JobState
-from jsworker.runtime import jobbook as runtime_lifecycle
-from jsworker.status import queue_status
+from jsworker._core.queues import queue_status
+from jsworker._lifecycle.bucket import record_message
+from jsworker._lifecycle.state import JobRecord, JobState
+from jsworker._runtime import jobbook as runtime_lifecycle
 from jsworker.testing import NatsServer
 
 from ..support import connected, connections, stream_messages_async, wait_until_async

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jsworker import App, ConfigurationError, Reject, current_job
-from jsworker.deadletters import DeadLetters
+from jsworker._deadletters import DeadLetters
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async

@@ -1,5 +1,5 @@
 """The permission matrix: for every role of app ``perm`` and every subject family of ``perm``
-and of ``other``, what the real server decides equals what :func:`jsworker.permissions.permissions`
+and of ``other``, what the real server decides equals what :func:`jsworker._core.permissions.permissions`
 says.
 
 Each family has one sample subject here, and every JetStream API call and acknowledgement is a
@@ -15,7 +15,7 @@ row for every stream either app can have. Each role is checked for:
 The expected outcome of each is computed from the role's allow lists by NATS subject matching,
 and the role belongs to ``perm`` only, so every check on ``other`` is refused. The table of
 families is checked for completeness first: a subject some grant names, a subject the app's
-:class:`~jsworker.naming.Namespace` makes or a stream the app can have that no row covers fails
+:class:`~jsworker._wire.names.Namespace` makes or a stream the app can have that no row covers fails
 the test, naming it, so a new family cannot go unchecked.
 """
 
@@ -33,10 +33,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from jsworker import App
-from jsworker.naming import ROLES, Namespace, Role
-from jsworker.permissions import grants, inbox_role, permissions
+from jsworker._core.permissions import grants, inbox_role, permissions
+from jsworker._registry.entries import workers_bucket_spec
+from jsworker._wire.names import ROLES, Namespace, Role
 from jsworker.testing import NatsServer
-from jsworker.workers import workers_bucket_spec
 
 from ..support import wait_until_async
 from .secured import PASSWORD

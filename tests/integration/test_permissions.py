@@ -18,10 +18,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from jsworker import App, EnqueueError, PermissionDeniedError
-from jsworker.jetstream.api import api_subject, request_json
-from jsworker.jetstream.connection import Connection
-from jsworker.permissions import server_config
-from jsworker.status import queue_status
+from jsworker._core.permissions import server_config
+from jsworker._core.queues import queue_status
+from jsworker._jetstream.api import api_subject, request_json
+from jsworker._jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from ..support import connections, wait_until, wait_until_async

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from jsworker import App, JobContext, Middleware, Retry
-from jsworker.runtime.execution import JobRun
-from jsworker.runtime.interceptors import ORDER
-from jsworker.runtime.outcomes import Outcome, Settlement
-from jsworker.runtime.pipeline import STAGES, CallNext, Interceptor
+from jsworker._runtime.execution import JobRun
+from jsworker._runtime.interceptors import ORDER
+from jsworker._runtime.outcomes import Outcome, Settlement
+from jsworker._runtime.pipeline import STAGES, CallNext, Interceptor
 
 from ..support import wait_until_async
 from .workers import in_process_worker

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from jsworker import App, JobCancelled, JobFailed
-from jsworker.deadletters import DeadLetter, DeadLetters
-from jsworker.lifecycle.state import JobState
+from jsworker._deadletters import DeadLetter, DeadLetters
+from jsworker._lifecycle.state import JobState
 from jsworker.testing import NatsServer
 
 from ..support import wait_until

@@ -58,7 +58,7 @@ def test_progress_is_checked_and_job_context_takes_it() -> None:
         ctx.set_progress(0.5, "half")  # the test context keeps nothing: no error either
         with pytest.raises(ValueError, match="fraction from 0 to 1"):
             ctx.set_progress(1.5)
-    from jsworker.current import JobContext
+    from jsworker._current import JobContext
 
     recording = JobContext("j", "t", "q", 1, 0, None, on_progress=lambda f, m: seen.append((f, m)))
     recording.set_progress(1, "x" * 500)

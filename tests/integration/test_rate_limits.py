@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jsworker import App, ConfigurationError
-from jsworker.rates import parse_rate
+from jsworker._limits.spec import parse_rate
 from jsworker.testing import NatsServer, parse_execution
 
 from ..support import most_in_any_second, wait_until

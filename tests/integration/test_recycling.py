@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from jsworker import App, current_job
-from jsworker.runtime.settings import WorkerSettings
-from jsworker.runtime.worker import Worker
+from jsworker._runtime.settings import WorkerSettings
+from jsworker._runtime.worker import Worker
 from jsworker.testing import NatsServer
 
 from ..support import consumer_state_async, stream_messages_async, wait_until_async

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from jsworker import App, current_job
-from jsworker.rates import parse_rate
+from jsworker._limits.spec import parse_rate
 from jsworker.testing import NatsCluster
 from jsworker.workflows import chain, chord, group
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from jsworker import App
-from jsworker.lifecycle.waiter import ResultWaiter
+from jsworker._lifecycle.waiter import ResultWaiter
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async

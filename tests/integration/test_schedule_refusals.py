@@ -18,22 +18,22 @@ import pytest
 import structlog
 
 from jsworker import App
-from jsworker.config import LATEST_TEXT
-from jsworker.jetstream.connection import Connection
-from jsworker.jetstream.message import OutMessage
-from jsworker.jetstream.stored import WriteRefused
-from jsworker.scheduling.admin import Schedules
-from jsworker.scheduling.cron import MAX_EVERY, Cron, go_duration
-from jsworker.scheduling.declare import Schedule
-from jsworker.scheduling.periodic import (
+from jsworker._config import LATEST_TEXT
+from jsworker._jetstream.connection import Connection
+from jsworker._jetstream.message import OutMessage
+from jsworker._jetstream.stored import WriteRefused
+from jsworker._scheduling.admin import Schedules
+from jsworker._scheduling.cron import MAX_EVERY, Cron, go_duration
+from jsworker._scheduling.declare import Schedule
+from jsworker._scheduling.periodic import (
     MAX_HEADER_BLOCK,
     SchedulesRefused,
     read_schedules,
     write_message,
     written_header_block,
 )
+from jsworker._wire.headers import SCHEDULE, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE
 from jsworker.testing import NatsServer
-from jsworker.wire import SCHEDULE, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE
 
 from ..support import wait_until_async
 from .workers import in_process_worker, worker_env

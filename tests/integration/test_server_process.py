@@ -1,4 +1,4 @@
-"""Local nats-server processes (``jsworker.server``) against the real binary."""
+"""Local nats-server processes (``jsworker._server``) against the real binary."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import StreamInfo
 
-import jsworker.server.process
-from jsworker.server import NatsCluster, NatsServer, PortInUseError, ServerStartError
+import jsworker._server.process
+from jsworker._server import NatsCluster, NatsServer, PortInUseError, ServerStartError
 
 from ..support import UNSETTLED, wait_until_async
 
@@ -125,7 +125,7 @@ def test_port_taken_after_the_check_is_read_from_the_log(
     held_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When the port is lost between the check and the bind, the server's log tells."""
-    monkeypatch.setattr(jsworker.server.process, "port_is_free", lambda port: True)
+    monkeypatch.setattr(jsworker._server.process, "port_is_free", lambda port: True)
     server = NatsServer(port=held_port)
     with pytest.raises(PortInUseError, match="address already in use") as info:
         server.start()

@@ -23,7 +23,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from jsworker import App, ServerVersionError, current_job
-from jsworker.server.binary import find_nats_server
+from jsworker._server.binary import find_nats_server
 from jsworker.testing import NatsServer
 
 from ..old_servers import BEFORE_DELAYED, BEFORE_PERIODIC, OldServerUnavailable, old_server

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from jsworker import App, Reject
-from jsworker.runtime.settings import PREFETCH_GROWS_TO
-from jsworker.runtime.worker import Worker
+from jsworker._runtime.settings import PREFETCH_GROWS_TO
+from jsworker._runtime.worker import Worker
 
 from ..support import wait_until_async
 from .workers import in_process_worker

@@ -16,7 +16,7 @@ from typing import Any
 import nats
 import pytest
 
-from jsworker.status import format_age
+from jsworker._core.queues import format_age
 from jsworker.testing import NatsServer
 
 from ..support import REFUSED_QUICKLY, wait_until

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from jsworker import App
-from jsworker.deadletters import DeadLetters
+from jsworker._deadletters import DeadLetters
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from jsworker import App, Reject, Retry, current_job
+from jsworker._lifecycle.state import JobState
 from jsworker.admin import Admin
-from jsworker.lifecycle.state import JobState
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 from jsworker.workflows import chain

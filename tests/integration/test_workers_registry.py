@@ -23,10 +23,10 @@ import nats.js.errors
 import pytest
 
 from jsworker import App, __version__
-from jsworker.jetstream.connection import Connection
-from jsworker.runtime.registry import WorkerAnnouncer
+from jsworker._jetstream.connection import Connection
+from jsworker._registry.entries import WorkerEntry, live_workers
+from jsworker._runtime.announcer import WorkerAnnouncer
 from jsworker.testing import NatsServer
-from jsworker.workers import WorkerEntry, live_workers
 
 from ..support import connected, wait_until, wait_until_async
 from .workers import APPS, cli, records, start_worker, stop

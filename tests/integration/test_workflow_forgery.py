@@ -14,12 +14,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from jsworker import App, current_job
+from jsworker._jetstream.limits_stream import LimitsStream
+from jsworker._wire.headers import CONTENT_TYPE, ENQUEUED_AT, JOB_ID, MSG_ID, TASK
 from jsworker.admin import Admin
-from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer
-from jsworker.wire import CONTENT_TYPE, ENQUEUED_AT, JOB_ID, MSG_ID, TASK
 from jsworker.workflows import chain, chord
-from jsworker.workflows.definition import FLOW, FLOW_STEP, FlowDef, done_subject, state_subject
+from jsworker.workflows._definition import FLOW, FLOW_STEP, FlowDef, done_subject, state_subject
 
 from ..support import wait_until_async
 from .secured import ADMIN, PASSWORD

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from jsworker import App, Reject, WorkflowFailed, current_job
-from jsworker.jetstream.limits_stream import LimitsStream
+from jsworker._jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer
 from jsworker.workflows import batch, chain, chord, group
-from jsworker.workflows.definition import FlowDef, done_subject
+from jsworker.workflows._definition import FlowDef, done_subject
 
 from ..support import connected, wait_until_async
 from .workers import in_process_worker

@@ -19,8 +19,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from jsworker import App
-from jsworker.runtime.settings import WorkerSettings
-from jsworker.runtime.worker import Worker
+from jsworker._runtime.settings import WorkerSettings
+from jsworker._runtime.worker import Worker
 from jsworker.testing import parse_execution
 
 from ..support import exited, on_a_free_port, wait_until, wait_until_async

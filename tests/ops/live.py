@@ -33,7 +33,7 @@ from typing import Any
 import nats
 import pytest
 
-from jsworker.server import NatsServer, PortInUseError
+from jsworker._server import NatsServer, PortInUseError
 
 from ..integration.workers import wait_serving
 from ..support import exited, free_port, need, on_a_free_port, wait_until

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from jsworker.observability.metrics import Metrics
+from jsworker._observability.metrics import Metrics
 
 from ..support import need
 
@@ -263,7 +263,7 @@ def options_in(argv: list[str]) -> list[str]:
 def parse_run(argv: list[str]) -> dict[str, Any]:
     """The parameters ``jsworker run`` would get from ``argv`` (the arguments after ``run``):
     click parses them exactly as the command would, without running it."""
-    from jsworker.cli.run import run
+    from jsworker._cli.run import run
 
     env_port = os.environ.pop("JSWORKER_METRICS_PORT", None)  # only the files' own options count
     try:

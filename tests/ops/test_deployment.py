@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from jsworker import App, Job, Task
-from jsworker.testing.recording import RECORD_ENV
+from jsworker.testing._recording import RECORD_ENV
 
 from ..faults.harness import Records
 from ..integration.workers import stop

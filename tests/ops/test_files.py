@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from jsworker.config import parse_size
-from jsworker.server import ServerNotFoundError, find_nats_server
+from jsworker._config import parse_size
+from jsworker._server import ServerNotFoundError, find_nats_server
 
 from ..support import need
 from .opsfiles import (
@@ -116,7 +116,7 @@ def test_every_metric_used_exists_in_the_metrics_module() -> None:
         for name in re.findall(r"\bjsworker_[a-zA-Z0-9_]+", text)
         if name not in known
     ]
-    assert not unknown, f"metric names not defined in jsworker/observability/metrics.py: {unknown}"
+    assert not unknown, f"metric names not defined in jsworker/_observability/metrics.py: {unknown}"
 
 
 # --- the dashboard ----------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from jsworker import Job
-from jsworker.scheduling.claims import CANCELLED, claim
-from jsworker.scheduling.delayed import due_ms
+from jsworker._scheduling.claims import CANCELLED, claim
+from jsworker._scheduling.delayed import due_ms
 from jsworker.testing import NatsServer
 
 from ..integration.workers import Samples, scrape, start_metrics_worker, stop, value

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jsworker.events.rows import SPARK_SCHEMA
+from jsworker.events._rows import SPARK_SCHEMA
 from jsworker.spark.analytics import format_report, job_report
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jsworker.server import NatsServer
+from jsworker._server import NatsServer
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from jsworker import App
+from jsworker._server import NatsServer
 from jsworker.events import JobEvent
-from jsworker.events.rows import SPARK_SCHEMA
-from jsworker.server import NatsServer
-from jsworker.spark.events_source import JobEventsDataSource, seq_ranges
+from jsworker.events._rows import SPARK_SCHEMA
+from jsworker.spark._events_source import JobEventsDataSource, seq_ranges
 
 from ..events_data import moment_after, store_events
 from ..support import stream_state

@@ -21,10 +21,10 @@ import pytest
 from pyspark import TaskContext, cloudpickle
 
 from jsworker import App, ConfigurationError
-from jsworker.runtime.settings import WorkerSettings
-from jsworker.runtime.worker import Worker
+from jsworker._runtime.settings import WorkerSettings
+from jsworker._runtime.worker import Worker
 from jsworker.spark import UnsupportedColumnError, enqueue_dataframe, job_id, register
-from jsworker.spark.writer import JobsDataSource, JobsWriter, PartitionResult, write_partition
+from jsworker.spark._writer import JobsDataSource, JobsWriter, PartitionResult, write_partition
 from jsworker.testing import NatsServer
 
 from ..support import stream_messages, wait_until, wait_until_async

@@ -9,8 +9,8 @@ import anyio.lowlevel
 import pytest
 
 from jsworker import App, Task, current_job
-from jsworker.errors import ConfigurationError, EnqueueError, JsworkerError, SerializationError
-from jsworker.layout import consumer_spec
+from jsworker._core.layout import consumer_spec
+from jsworker._errors import ConfigurationError, EnqueueError, JsworkerError, SerializationError
 
 UNREACHABLE = "nats://127.0.0.1:1"
 

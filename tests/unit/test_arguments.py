@@ -16,8 +16,8 @@ import pydantic
 import pytest
 
 from jsworker import App
-from jsworker.arguments import TypedArguments
-from jsworker.serializers import JSONSerializer, decode_call, encode_call
+from jsworker._core.serializers import JSONSerializer, decode_call, encode_call
+from jsworker._enqueue.arguments import TypedArguments
 
 
 class Color(enum.Enum):

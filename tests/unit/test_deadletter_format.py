@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from jsworker.deadletters.format import MAX_HEADER_BYTES, dead_letter_message, task_token
-from jsworker.naming import Namespace
+from jsworker._deadletters.format import MAX_HEADER_BYTES, dead_letter_message, task_token
+from jsworker._wire.names import Namespace
 
 NS = Namespace("shop")
 BODY = b'{"args":[1,"\xc3\xa9"],"kwargs":{}}\x00\xff'
@@ -188,7 +188,7 @@ def test_body_is_byte_identical() -> None:
 def test_dead_letter_shrinks_to_fit_max_payload() -> None:
     """A job that nearly filled max_payload still gets a dead letter that fits: the traceback and
     error go first, then the body is cut and its original size recorded."""
-    from jsworker.wire import BODY_TRUNCATED, DLQ_ERROR, DLQ_TRACEBACK
+    from jsworker._wire.headers import BODY_TRUNCATED, DLQ_ERROR, DLQ_TRACEBACK
 
     try:
         raise ValueError("x" * 900)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jsworker.errors import Retry
-from jsworker.jetstream.delivery import Delivery, _parse_reply
-from jsworker.runtime.outcomes import Outcome, OutcomeKind, RetryPolicy, decide
+from jsworker._errors import Retry
+from jsworker._jetstream.delivery import Delivery, _parse_reply
+from jsworker._runtime.outcomes import Outcome, OutcomeKind, RetryPolicy, decide
 
 pytestmark = pytest.mark.anyio
 

@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from jsworker import App, ConfigurationError, Reject, SerializationError
-from jsworker.cli.dlq import _table, letter_json
-from jsworker.deadletters import (
+from jsworker._cli.dlq import _table, letter_json
+from jsworker._deadletters import (
     DeadLetter,
     DeadLetterNotFound,
     DeadLetterNotReplayable,
     DeadLetters,
 )
-from jsworker.deadletters.admin import _as_seq
-from jsworker.deadletters.format import dead_letter_message
-from jsworker.jetstream.limits_stream import StoredMessage
+from jsworker._deadletters.admin import _as_seq
+from jsworker._deadletters.format import dead_letter_message
+from jsworker._jetstream.limits_stream import StoredMessage
 
 APP = App("shop", "nats://127.0.0.1:1")
 BODY = b'{"args":[42,"\xc3\xa9"],"kwargs":{}}'
@@ -59,7 +59,7 @@ def test_fields_come_from_the_headers() -> None:
     assert (letter.attempts, letter.reason) == (3, "boom")
     assert (letter.error_type, letter.error) == ("Reject", "no such address")
     assert letter.traceback is not None
-    assert letter.traceback.splitlines()[-1] == "jsworker.errors.Reject: no such address"
+    assert letter.traceback.splitlines()[-1] == "jsworker._errors.Reject: no such address"
     assert letter.subject == "jsw.shop.q.emails.send"
     assert letter.failed_at is not None and letter.failed_at > 1e9
     assert letter.body == BODY and letter.size == len(BODY)

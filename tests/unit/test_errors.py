@@ -7,9 +7,9 @@ import inspect
 import pytest
 
 import jsworker
-import jsworker.errors as errors_module
-from jsworker.cli.loader import AppNotFound
-from jsworker.errors import JsworkerError, Reject, Retry, TaskControl
+import jsworker._errors as errors_module
+from jsworker._cli.loader import AppNotFound
+from jsworker._errors import JsworkerError, Reject, Retry, TaskControl
 
 
 @pytest.mark.parametrize("delay", [-1, -0.001])

@@ -9,8 +9,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
 from jsworker.events import JobEvent, encode_event
-from jsworker.events.reader import parse_time, to_unix
-from jsworker.events.rows import (
+from jsworker.events._reader import parse_time, to_unix
+from jsworker.events._rows import (
     COLUMNS,
     SPARK_SCHEMA,
     arrow_schema,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jsworker.events.window import EventCounts
+from jsworker.events._window import EventCounts
 
 
 def test_rates_are_per_second_per_bucket_the_last_one_still_filling() -> None:

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from jsworker import App, Reject, Retry, current_job
-from jsworker.errors import JsworkerError, SerializationError
-from jsworker.job import JobContext
-from jsworker.observability.logging import add_job_context
-from jsworker.runtime.execution import Executor, JobRun, identify
-from jsworker.runtime.outcomes import OutcomeKind
+from jsworker._enqueue.receipt import JobContext
+from jsworker._errors import JsworkerError, SerializationError
+from jsworker._observability.logging import add_job_context
+from jsworker._runtime.execution import Executor, JobRun, as_job_run
+from jsworker._runtime.outcomes import OutcomeKind
 
 from ..support import wait_until_async
 
@@ -27,7 +27,7 @@ QUEUE = "default"
 
 @dataclass
 class FakeDelivery:
-    """The attributes of a Delivery that identify/Executor read."""
+    """The attributes of a Delivery that as_job_run/Executor read."""
 
     subject: str
     body: bytes = b'{"args":[],"kwargs":{}}'
@@ -52,14 +52,14 @@ def _job(
 ) -> JobRun:
     h = {"Nats-Msg-Id": "job-1", "Jsw-Task": task} if headers is None else headers
     d = FakeDelivery(app.namespace.job_subject(QUEUE, task), body, h, attempt=attempt)
-    return identify(app, QUEUE, d)  # type: ignore[arg-type]
+    return as_job_run(app, QUEUE, d)  # type: ignore[arg-type]
 
 
 async def _run(app: App, job: JobRun) -> Any:
     return await Executor(app, threads=4).run(job)
 
 
-# -- identify ---------------------------------------------------------------------------
+# -- as_job_run ---------------------------------------------------------------------------
 
 
 def test_identify_uses_headers(app: App) -> None:
@@ -70,7 +70,7 @@ def test_identify_uses_headers(app: App) -> None:
         pass
 
     d = FakeDelivery("jsw.unit.q.default.other", headers={"Nats-Msg-Id": "abc", "Jsw-Task": "t"})
-    run = identify(app, QUEUE, d)  # type: ignore[arg-type]
+    run = as_job_run(app, QUEUE, d)  # type: ignore[arg-type]
     assert (run.job_id, run.task_name, run.queue, run.task) == ("abc", "t", QUEUE, t)
 
 
@@ -82,7 +82,7 @@ def test_identify_falls_back_to_subject_task_token(app: App) -> None:
         pass
 
     d = FakeDelivery("jsw.unit.q.default.t", headers={"Nats-Msg-Id": "abc"})
-    run = identify(app, QUEUE, d)  # type: ignore[arg-type]
+    run = as_job_run(app, QUEUE, d)  # type: ignore[arg-type]
     assert run.task_name == "t"
     assert run.task is t
 
@@ -90,7 +90,7 @@ def test_identify_falls_back_to_subject_task_token(app: App) -> None:
 def test_identify_falls_back_to_sequence_id(app: App) -> None:
     """Without Nats-Msg-Id the job id is seq-<stream sequence>."""
     d = FakeDelivery("jsw.unit.q.default.t", headers={}, stream_seq=42)
-    run = identify(app, QUEUE, d)  # type: ignore[arg-type]
+    run = as_job_run(app, QUEUE, d)  # type: ignore[arg-type]
     assert run.job_id == "seq-42"
     assert run.task_name == "t"
 
@@ -103,7 +103,7 @@ def test_identify_foreign_subject_without_header_is_unknown(app: App) -> None:
         pass
 
     d = FakeDelivery("jsw.otherapp.q.default.t", headers={})
-    run = identify(app, QUEUE, d)  # type: ignore[arg-type]
+    run = as_job_run(app, QUEUE, d)  # type: ignore[arg-type]
     assert run.task_name == ""
     assert run.task is None
 

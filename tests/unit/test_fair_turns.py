@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jsworker import App
-from jsworker.errors import ConfigurationError
-from jsworker.flow.fair import Turns
-from jsworker.rates import partition_token
-from jsworker.wire import PARTITION
+from jsworker._errors import ConfigurationError
+from jsworker._limits.fair import Turns
+from jsworker._limits.spec import partition_token
+from jsworker._wire.headers import PARTITION
 
 
 def test_partitions_take_turns_in_the_order_they_were_first_seen() -> None:

@@ -8,10 +8,18 @@ import time
 import pytest
 
 from jsworker import App
-from jsworker.jetstream.delivery import Delivery
-from jsworker.runtime.execution import identify
-from jsworker.runtime.interceptors.fired import FiredJobs
-from jsworker.wire import FIRED_BY, FIRED_NEXT, JOB_ID, SCHEDULE_NAME, SCHEDULE_SPEC, SCHEDULED_FOR, TASK
+from jsworker._jetstream.delivery import Delivery
+from jsworker._runtime.execution import as_job_run
+from jsworker._runtime.interceptors.fired import FiredJobs
+from jsworker._wire.headers import (
+    FIRED_BY,
+    FIRED_NEXT,
+    JOB_ID,
+    SCHEDULE_NAME,
+    SCHEDULE_SPEC,
+    SCHEDULED_FOR,
+    TASK,
+)
 
 APP = App("origin")
 PAST = int(time.time() * 1000) - 60_000
@@ -29,7 +37,7 @@ def _why(headers: dict[str, str]) -> str | None:
     delivery = Delivery(
         _NoVerbs(), "jsw.origin.q.default.t", "$JS.ACK.S.C.1.9.9.0.0", b"", {TASK: "t", **headers}
     )
-    job = identify(APP, "default", delivery)
+    job = as_job_run(APP, "default", delivery)
     return FiredJobs(APP, conn=None)._foreign(job)  # type: ignore[arg-type]  # never used here
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 
-from jsworker.fleet.channel import ChildChannel, Kind, decode
+from jsworker._fleet.channel import ChildChannel, Kind, decode
 
 THREADS, MESSAGES, SIZE = 4, 10, 300_000
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jsworker.fleet.kill import kill_tree
+from jsworker._fleet.kill import kill_tree
 
 from ..support import wait_until
 

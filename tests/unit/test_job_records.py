@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from jsworker import JSONSerializer, SerializationError
-from jsworker.lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
-from jsworker.lifecycle.waiter import ResultWaiter
-from jsworker.naming import Namespace
+from jsworker._lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
+from jsworker._lifecycle.waiter import ResultWaiter
+from jsworker._wire.names import Namespace
 
 pytestmark = pytest.mark.anyio
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from jsworker import App
-from jsworker.observability.metrics import Metrics
-from jsworker.status import QueueStatus
+from jsworker._core.queues import QueueStatus
+from jsworker._observability.metrics import Metrics
 
 
 def _scrape(metrics: Metrics) -> dict[str, float]:

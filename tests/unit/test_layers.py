@@ -3,22 +3,25 @@ only from its own layer or the ones under it, and no modules import each other i
 
 The layers, from the ground up (README: "Project layout"):
 
-0. base: the exceptions, header names, option fields, the release, the running job's
-   context, logs and metrics; what every layer speaks, knowing neither NATS nor apps;
-1. ``jetstream/``: the only code that talks to NATS;
-2. core: the other top-level modules (the app, tasks, receipts, the producer, the app's
-   connections and sync bridge, names, serializers, the queue status...);
-3. features: ``scheduling/``, ``lifecycle/``, ``deadletters/``, ``events/``, ``workflows/``, ``flow/``;
-4. runtime: ``runtime/`` (the worker), ``fleet/`` (many worker processes), ``server/``
+0. base: the exceptions (``_errors.py``), option fields (``_config.py``), the release, the
+   running job's context (``_current.py``), logs and metrics (``_observability/``), the wire
+   format's names and headers (``_wire/``); what every layer speaks, knowing neither NATS nor
+   apps;
+1. ``_jetstream/``: the only code that talks to NATS;
+2. core: what the app is made of (``_core/``; the App itself, ``_app.py``), the enqueue side
+   (``_enqueue/``), rate and partition limits and fair turns (``_limits/``), the worker
+   registry (``_registry/``);
+3. features: ``_scheduling/``, ``_lifecycle/``, ``_deadletters/``, ``events/``, ``workflows/``;
+4. runtime: ``_runtime/`` (the worker), ``_fleet/`` (many worker processes), ``_server/``
    (local nats-server processes for ``jsworker dev`` and the tests);
-5. faces: what people and other programs drive jsworker from: ``cli/``, ``admin/``,
+5. faces: what people and other programs drive jsworker from: ``_cli/``, ``admin/``,
    ``spark/``, ``testing/`` (pytest fixtures), ``contrib/`` (integrations), ``ui/`` (the web
    dashboard), ``__main__.py``.
 
 ``jsworker/__init__.py`` is the package's facade: it may import anything, and nothing inside
 the package may import it. Imports under ``if TYPE_CHECKING:`` and inside functions count: an
 annotation is an import too, and what annotates with ``App`` is tied to everything ``App``
-imports. Where a lower module needs an app it names an :class:`~jsworker.appview.AppView`.
+imports. Where a lower module needs an app it names an :class:`~jsworker._core.view.AppView`.
 """
 
 from __future__ import annotations
@@ -36,21 +39,25 @@ FACADE = "jsworker/__init__.py"
 BASE, JETSTREAM, CORE, FEATURES, RUNTIME, FACES = range(6)
 NAMES = ("base", "jetstream", "core", "features", "runtime", "faces")
 
-# Top-level modules of the base; every other top-level module is core.
-BASE_MODULES = {"errors.py", "wire.py", "config.py", "_version.py", "current.py"}
+# Top-level modules of the base; the facade and __main__.py aside, every other module is in a folder.
+BASE_MODULES = {"_errors.py", "_config.py", "_version.py", "_current.py"}
 FOLDERS = {
-    "observability": BASE,
-    "jetstream": JETSTREAM,
-    "scheduling": FEATURES,
-    "lifecycle": FEATURES,
-    "deadletters": FEATURES,
+    "_observability": BASE,
+    "_wire": BASE,
+    "_jetstream": JETSTREAM,
+    "_core": CORE,
+    "_enqueue": CORE,
+    "_limits": CORE,
+    "_registry": CORE,
+    "_scheduling": FEATURES,
+    "_lifecycle": FEATURES,
+    "_deadletters": FEATURES,
     "events": FEATURES,
     "workflows": FEATURES,
-    "flow": FEATURES,
-    "runtime": RUNTIME,
-    "fleet": RUNTIME,
-    "server": RUNTIME,
-    "cli": FACES,
+    "_runtime": RUNTIME,
+    "_fleet": RUNTIME,
+    "_server": RUNTIME,
+    "_cli": FACES,
     "admin": FACES,
     "spark": FACES,
     "testing": FACES,
@@ -62,7 +69,7 @@ TOP_LEVEL_FACES = {"__main__.py"}
 # The composition roots: the only modules that may import from a layer above their own, each
 # up to the layer given, and why. Keep this list short.
 COMPOSITION_ROOTS = {
-    "jsworker/app.py": (
+    "jsworker/_app.py": (
         FEATURES,
         "the App is where the features join the core: it gives the producer the scheduling "
         "feature's way of storing delayed jobs and the job events' enqueue hook, holds the "

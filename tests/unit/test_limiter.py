@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from jsworker.runtime.limiter import Limiter
+from jsworker._runtime.limiter import Limiter
 
 from ..support import wait_until_async
 

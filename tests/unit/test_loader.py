@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jsworker import App
-from jsworker.cli.loader import AppNotFound, load_app
+from jsworker._cli.loader import AppNotFound, load_app
 
 ONE_APP = """
 from jsworker import App

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jsworker import App
-from jsworker.errors import ConfigurationError
-from jsworker.naming import Namespace, validate_name
+from jsworker._errors import ConfigurationError
+from jsworker._wire.names import Namespace, validate_name
 
 VALID = ["a", "Z", "0", "send_email", "send-email", "A_b-9", "x" * 64]
 INVALID = [

@@ -10,16 +10,16 @@ import click
 import pytest
 
 from jsworker import App
-from jsworker.app_options import ALIASES, AppArguments, AppOptions
-from jsworker.cli import cli
-from jsworker.cli.options import flag_fields
-from jsworker.config import env_name, option_fields
-from jsworker.errors import ConfigurationError
-from jsworker.jetstream.connection import ConnectOptions
-from jsworker.layout import dlq_spec
-from jsworker.runtime.settings import WorkerSettings
-from jsworker.spark.options import CREDENTIAL_OPTIONS
-from jsworker.task_options import TaskArguments, TaskOptions
+from jsworker._cli import cli
+from jsworker._cli.options import flag_fields
+from jsworker._config import env_name, option_fields
+from jsworker._core.layout import dlq_spec
+from jsworker._core.options import ALIASES, AppArguments, AppOptions
+from jsworker._core.task_options import TaskArguments, TaskOptions
+from jsworker._errors import ConfigurationError
+from jsworker._jetstream.connection import ConnectOptions
+from jsworker._runtime.settings import WorkerSettings
+from jsworker.spark._options import CREDENTIAL_OPTIONS
 
 # Flags of `jsworker run` that are about the process, not a setting of the worker or the app.
 PROCESS_FLAGS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jsworker.runtime.outcomes import (
+from jsworker._runtime.outcomes import (
     ACK,
     Outcome,
     OutcomeKind,

@@ -11,11 +11,11 @@ import nats.errors
 import pytest
 from click.testing import CliRunner
 
-from jsworker.cli import cli
-from jsworker.errors import PermissionDeniedError
-from jsworker.jetstream.denials import Denial, Denials, parse_denial
-from jsworker.naming import ROLES
-from jsworker.permissions import grants, permissions, role_table, server_config
+from jsworker._cli import cli
+from jsworker._core.permissions import grants, permissions, role_table, server_config
+from jsworker._errors import PermissionDeniedError
+from jsworker._jetstream.denials import Denial, Denials, parse_denial
+from jsworker._wire.names import ROLES
 
 from ..support import wait_until_async
 
@@ -165,7 +165,9 @@ def test_the_permissions_command_prints_the_provisioner() -> None:
 
 def test_the_readme_role_table_is_the_one_the_grants_make() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert role_table() in readme, "README.md's role table differs: paste jsworker.permissions.role_table()"
+    assert role_table() in readme, (
+        "README.md's role table differs: paste jsworker._core.permissions.role_table()"
+    )
     assert all(grant.why and grant.roles <= set(ROLES) for grant in grants("shop"))
 
 

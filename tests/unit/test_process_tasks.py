@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jsworker import App, ConfigurationError
-from jsworker.runtime.execution import Executor
+from jsworker._runtime.execution import Executor
 
 app = App("procunit", "nats://127.0.0.1:1")
 

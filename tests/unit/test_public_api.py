@@ -10,26 +10,28 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import jsworker
-import jsworker.errors
-import jsworker.workers
+import jsworker._errors
+import jsworker._registry.entries
 from jsworker import JsworkerError, TaskControl, WorkerEntry, live_workers
 
 # Exceptions that never leave the module that raises them: their callers catch them (or, for
 # the stand-ins of a process task's exception, turn them into the job's outcome).
 INTERNAL = {
-    "NobodyAnswered": "jsworker.jetstream.service",  # a question no worker listens to
-    "SubjectMoved": "jsworker.jetstream.stored",  # a compare-and-set write that lost
-    "BatchConflict": "jsworker.jetstream.atomic",  # an atomic batch whose write was made before
-    "TLSNotOfferedError": "jsworker.jetstream.client",  # a connect attempt, then ConnectError
-    "TaskProcessError": "jsworker.runtime.processes",  # what a process task raised, in the worker
-    "ResultError": "jsworker.runtime.processes",
-    "RemoteTraceback": "jsworker.runtime.processes",  # the text cause of the above
-    "ForgedStep": "jsworker.workflows.trust",  # a dead letter's error, never raised to a caller
+    "NobodyAnswered": "jsworker._jetstream.service",  # a question no worker listens to
+    "SubjectMoved": "jsworker._jetstream.stored",  # a compare-and-set write that lost
+    "BatchConflict": "jsworker._jetstream.atomic",  # an atomic batch whose write was made before
+    "TLSNotOfferedError": "jsworker._jetstream.client",  # a connect attempt, then ConnectError
+    "TaskProcessError": "jsworker._runtime.processes",  # what a process task raised, in the worker
+    "ResultError": "jsworker._runtime.processes",
+    "RemoteTraceback": "jsworker._runtime.processes",  # the text cause of the above
+    "ForgedStep": "jsworker.workflows._trust",  # a dead letter's error, never raised to a caller
 }
-# Public exceptions not defined in jsworker.errors yet: the command line's loader still defines
+# Public exceptions not defined in jsworker._errors yet: the command line's loader still defines
 # its own; once it imports it from errors.py, this is empty.
-ELSEWHERE = {"AppNotFound": "jsworker.cli.loader"}
+ELSEWHERE = {"AppNotFound": "jsworker._cli.loader"}
 
 
 # What `from jsworker import ...` offers, sorted. A name added to or removed from the package's
@@ -97,6 +99,7 @@ PUBLIC = [
     "WorkflowFailed",
     "WriteRefused",
     "__version__",
+    "add_job_context",
     "current_job",
     "live_workers",
 ]
@@ -133,14 +136,14 @@ def test_every_public_exception_is_importable_from_jsworker() -> None:
 
 
 def test_public_exceptions_are_one_tree_in_errors() -> None:
-    """Every exported exception is defined in jsworker.errors (but those of :data:`ELSEWHERE`)
+    """Every exported exception is defined in jsworker._errors (but those of :data:`ELSEWHERE`)
     and derives from JsworkerError, or is a task's control signal."""
     defined = _defined_exceptions()
     for name in jsworker.__all__:
         obj = getattr(jsworker, name)
         if not (inspect.isclass(obj) and issubclass(obj, BaseException)):
             continue
-        assert obj.__module__ == ELSEWHERE.get(name, "jsworker.errors"), name
+        assert obj.__module__ == ELSEWHERE.get(name, "jsworker._errors"), name
         assert issubclass(obj, JsworkerError | TaskControl), name
         assert defined[name] is obj
     for name, module in ELSEWHERE.items():
@@ -150,33 +153,33 @@ def test_public_exceptions_are_one_tree_in_errors() -> None:
 def test_exceptions_moved_to_errors_keep_their_old_import_locations() -> None:
     """Code importing an exception from the module that used to define it keeps working."""
     moved = {
-        "jsworker.deadletters.letter": ["DeadLetterNotFound", "DeadLetterNotReplayable"],
-        "jsworker.events.reader": ["EventsNotFound"],
-        "jsworker.jetstream.api": ["ApiError", "StreamRequestError"],
-        "jsworker.jetstream.consume": ["ConsumeError"],
-        "jsworker.jetstream.history": ["HistoryError"],
-        "jsworker.jetstream.limits_stream": ["LimitsStreamError", "StreamNotFoundError"],
-        "jsworker.jetstream.message": ["NoStreamError", "PayloadTooLargeError"],
-        "jsworker.jetstream.pipeline": ["RefusedError", "StalledError"],
-        "jsworker.jetstream.publish": ["SubjectTaken"],
-        "jsworker.jetstream.stored": ["WriteRefused"],
-        "jsworker.runtime.processes": ["ProcessExited"],
-        "jsworker.scheduling.periodic": ["ScheduleNotFound", "ScheduleRefused", "SchedulesRefused"],
-        "jsworker.server": ["PortInUseError", "ServerNotFoundError", "ServerStartError"],
-        "jsworker.server.binary": ["ServerNotFoundError"],
-        "jsworker.server.process": ["PortInUseError", "ServerStartError"],
+        "jsworker._deadletters.letter": ["DeadLetterNotFound", "DeadLetterNotReplayable"],
+        "jsworker.events._reader": ["EventsNotFound"],
+        "jsworker._jetstream.api": ["ApiError", "StreamRequestError"],
+        "jsworker._jetstream.consume": ["ConsumeError"],
+        "jsworker._jetstream.history": ["HistoryError"],
+        "jsworker._jetstream.limits_stream": ["LimitsStreamError", "StreamNotFoundError"],
+        "jsworker._jetstream.message": ["NoStreamError", "PayloadTooLargeError"],
+        "jsworker._jetstream.pipeline": ["RefusedError", "StalledError"],
+        "jsworker._jetstream.publish": ["SubjectTaken"],
+        "jsworker._jetstream.stored": ["WriteRefused"],
+        "jsworker._runtime.processes": ["ProcessExited"],
+        "jsworker._scheduling.periodic": ["ScheduleNotFound", "ScheduleRefused", "SchedulesRefused"],
+        "jsworker._server": ["PortInUseError", "ServerNotFoundError", "ServerStartError"],
+        "jsworker._server.binary": ["ServerNotFoundError"],
+        "jsworker._server.process": ["PortInUseError", "ServerStartError"],
         "jsworker.spark": ["BadRowError", "UnsupportedColumnError"],
-        "jsworker.spark.jobs": ["BadRowError"],
-        "jsworker.spark.schema": ["UnsupportedColumnError"],
+        "jsworker.spark._jobs": ["BadRowError"],
+        "jsworker.spark._schema": ["UnsupportedColumnError"],
     }
     for module, names in moved.items():
         for name in names:
-            assert getattr(importlib.import_module(module), name) is getattr(jsworker.errors, name)
+            assert getattr(importlib.import_module(module), name) is getattr(jsworker._errors, name)
 
 
 def test_errors_imports_nothing_from_jsworker() -> None:
-    """Any module may import jsworker.errors without a cycle."""
-    tree = ast.parse(inspect.getsource(jsworker.errors))
+    """Any module may import jsworker._errors without a cycle."""
+    tree = ast.parse(inspect.getsource(jsworker._errors))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             assert node.level == 0 and not (node.module or "").startswith("jsworker"), ast.unparse(node)
@@ -195,17 +198,17 @@ def test_only_plain_exceptions_that_never_reach_a_caller_are_left_out() -> None:
 
 
 def test_importing_jsworker_leaves_the_heavier_modules_of_lazy_exports_unloaded() -> None:
-    """The exceptions of the process pool, local server and readers live in jsworker.errors,
+    """The exceptions of the process pool, local server and readers live in jsworker._errors,
     and the command line's is imported on first use: `import jsworker` loads none of those
     modules for them."""
     code = (
         "import sys, jsworker\n"
-        "heavy = ['jsworker.cli', 'jsworker.runtime.processes', 'jsworker.server.process',\n"
-        "         'jsworker.deadletters.letter', 'jsworker.events.reader', 'jsworker.spark']\n"
+        "heavy = ['jsworker._cli', 'jsworker._runtime.processes', 'jsworker._server.process',\n"
+        "         'jsworker._deadletters.letter', 'jsworker.events._reader', 'jsworker.spark']\n"
         "print([m for m in heavy if m in sys.modules])\n"
-        "assert jsworker.PortInUseError.__module__ == 'jsworker.errors'\n"
+        "assert jsworker.PortInUseError.__module__ == 'jsworker._errors'\n"
         "from jsworker import AppNotFound, ProcessExited\n"
-        "print('jsworker.cli.loader' in sys.modules, 'PortInUseError' in dir(jsworker))\n"
+        "print('jsworker._cli.loader' in sys.modules, 'PortInUseError' in dir(jsworker))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["[]", "True True"]
@@ -216,8 +219,8 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 
 
 def test_live_workers_and_their_entries_are_public() -> None:
-    assert live_workers is jsworker.workers.live_workers
-    assert WorkerEntry is jsworker.workers.WorkerEntry
+    assert live_workers is jsworker._registry.entries.live_workers
+    assert WorkerEntry is jsworker._registry.entries.WorkerEntry
     assert {"live_workers", "WorkerEntry"} <= set(jsworker.__all__)
     assert inspect.iscoroutinefunction(live_workers)
     assert "jsworker workers" in (live_workers.__doc__ or "")
@@ -252,3 +255,52 @@ def test_every_public_name_has_a_docstring() -> None:
             undocumented.append(name)
     assert undocumented == []
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", jsworker.__version__)
+
+
+# The modules a user imports: the package, and the documented sub-modules (README).
+PUBLIC_MODULES = {
+    "jsworker",
+    "jsworker.__main__",
+    "jsworker.admin",
+    "jsworker.contrib",
+    "jsworker.contrib.otel",
+    "jsworker.events",
+    "jsworker.spark",
+    "jsworker.spark.analytics",
+    "jsworker.testing",
+    "jsworker.ui",
+    "jsworker.workflows",
+}
+
+
+def test_every_other_module_is_marked_private() -> None:
+    """A module outside PUBLIC_MODULES has a name part that starts with an underscore: what a
+    user may import is the package and its documented sub-modules."""
+    names = {info.name for info in pkgutil.walk_packages(jsworker.__path__, "jsworker.")} | {"jsworker"}
+    unmarked = sorted(
+        name
+        for name in names - PUBLIC_MODULES
+        if not any(part.startswith("_") for part in name.split(".")[1:])
+    )
+    assert unmarked == []
+    assert names >= PUBLIC_MODULES
+
+
+@pytest.mark.parametrize(
+    ("module", "advice"),
+    [
+        ("jsworker.errors", "import its names from jsworker"),
+        ("jsworker.runtime.worker", "import its names from jsworker"),
+        ("jsworker.status", "import QueueStatus from jsworker.admin"),
+        ("jsworker.events.export", "import its names from jsworker.events"),
+        ("jsworker.workflows.definition", "import its names from jsworker.workflows"),
+        ("jsworker.testing.pytest_plugin", "loads by itself"),
+    ],
+)
+def test_a_module_of_an_earlier_release_names_the_new_home(module: str, advice: str) -> None:
+    with pytest.raises(ModuleNotFoundError, match=f"is not a public module.*{advice}") as raised:
+        importlib.import_module(module)
+    # Named as the import system met it: the first part of the name that is gone.
+    assert raised.value.name is not None and module.startswith(raised.value.name)
+    with pytest.raises(ModuleNotFoundError, match=r"No module named 'jsworker\.never_was'"):
+        importlib.import_module("jsworker.never_was")

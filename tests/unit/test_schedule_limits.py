@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from jsworker import App, ConfigurationError
-from jsworker.calls import due_time
-from jsworker.config import LATEST_MS, LATEST_TEXT, check_ahead
-from jsworker.scheduling.cron import MAX_EVERY, Cron, check_zone, every_seconds
-from jsworker.scheduling.declare import at_expression
-from jsworker.scheduling.periodic import MAX_HEADER_BLOCK
-from jsworker.task import Task
+from jsworker._config import LATEST_MS, LATEST_TEXT, check_ahead
+from jsworker._enqueue.calls import due_time
+from jsworker._enqueue.task import Task
+from jsworker._scheduling.cron import MAX_EVERY, Cron, check_zone, every_seconds
+from jsworker._scheduling.declare import at_expression
+from jsworker._scheduling.periodic import MAX_HEADER_BLOCK
 
 UNREACHABLE = "nats://127.0.0.1:1"
 LAST = datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)

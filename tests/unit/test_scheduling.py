@@ -8,13 +8,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jsworker import App, ConfigurationError
-from jsworker.calls import due_time
-from jsworker.jetstream.delivery import Delivery
-from jsworker.runtime.execution import JobRun, identify
-from jsworker.scheduling.cron import Cron, duration_seconds, every_seconds, go_duration
-from jsworker.scheduling.declare import at_expression
-from jsworker.scheduling.firing import firing, tick_job_id
-from jsworker.wire import (
+from jsworker._enqueue.calls import due_time
+from jsworker._jetstream.delivery import Delivery
+from jsworker._runtime.execution import JobRun, as_job_run
+from jsworker._scheduling.cron import Cron, duration_seconds, every_seconds, go_duration
+from jsworker._scheduling.declare import at_expression
+from jsworker._scheduling.firing import firing, tick_job_id
+from jsworker._wire.headers import (
     FIRED_BY,
     FIRED_NEXT,
     JOB_ID,
@@ -159,7 +159,7 @@ def test_a_catch_up_tick_is_dated_no_later_than_the_server_stored_it() -> None:
 
     def run(stored_ns: int) -> JobRun:
         reply = f"$JS.ACK.S.C.1.5.5.{stored_ns}.0"
-        return identify(app, "default", Delivery(_NoVerbs(), "jsw.dating.q.default.t", reply, b"", headers))
+        return as_job_run(app, "default", Delivery(_NoVerbs(), "jsw.dating.q.default.t", reply, b"", headers))
 
     caught_up = run(1767225600_700_000_000)
     assert caught_up.job_id == "beat-20260101T000001Z"
@@ -167,7 +167,7 @@ def test_a_catch_up_tick_is_dated_no_later_than_the_server_stored_it() -> None:
     on_time = run(1767225601_000_300_000)
     assert on_time.job_id == caught_up.job_id
     assert on_time.due_at == 1767225601.0
-    plain = identify(app, "default", Delivery(_NoVerbs(), "jsw.dating.q.default.t", "", b"", {TASK: "t"}))
+    plain = as_job_run(app, "default", Delivery(_NoVerbs(), "jsw.dating.q.default.t", "", b"", {TASK: "t"}))
     assert plain.due_at is None
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from jsworker.errors import SerializationError
-from jsworker.serializers import JSONSerializer, Serializer, decode_call, encode_call
+from jsworker._core.serializers import JSONSerializer, Serializer, decode_call, encode_call
+from jsworker._errors import SerializationError
 
 S = JSONSerializer()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jsworker.server import ServerNotFoundError, find_nats_server
+from jsworker._server import ServerNotFoundError, find_nats_server
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="uses a shell script as a fake binary")
 

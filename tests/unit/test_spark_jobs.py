@@ -20,18 +20,18 @@ try:
 except ImportError:
     need(False, "pyspark is not installed (pip install 'jsworker[spark]')")
 
-from jsworker.errors import ConfigurationError
+from jsworker._errors import ConfigurationError
+from jsworker._wire.headers import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, TASK
 from jsworker.spark import EnqueueReport
-from jsworker.spark.jobs import BadRowError, RowEncoder, job_id
-from jsworker.spark.schema import UnsupportedColumnError, converter, plan_columns
-from jsworker.wire import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, TASK
+from jsworker.spark._jobs import BadRowError, RowEncoder, job_id
+from jsworker.spark._schema import UnsupportedColumnError, converter, plan_columns
 
 
 def test_job_id_is_a_fixed_function_of_its_inputs() -> None:
     """The same inputs give the same 32-hex id in another process with another hash seed (a
     salted hash() would not), and the value itself never changes between releases."""
     here = job_id("shop", "charge", [42])
-    code = "from jsworker.spark.jobs import job_id; print(job_id('shop', 'charge', [42]))"
+    code = "from jsworker.spark._jobs import job_id; print(job_id('shop', 'charge', [42]))"
     other = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jsworker import App, ConfigurationError
-from jsworker.scheduling.declare import NEVER, NEXT_TICK, tick_expiry, tick_limit
+from jsworker._scheduling.declare import NEVER, NEXT_TICK, tick_expiry, tick_limit
 
 
 def test_a_schedule_s_expiry_is_its_own_else_its_task_s_else_the_next_tick() -> None:

@@ -8,11 +8,11 @@ import base64
 import pytest
 from starlette.requests import Request
 
-from jsworker.paging import Page
-from jsworker.ui.feed import _Series
-from jsworker.ui.paging import both_ways
-from jsworker.ui.payloads import SHOWN, readable
-from jsworker.ui.security import TOKEN_COOKIE, Credentials, Signer, parse_auth
+from jsworker._core.paging import Page
+from jsworker.ui._feed import _Series
+from jsworker.ui._paging import both_ways
+from jsworker.ui._payloads import SHOWN, readable
+from jsworker.ui._security import TOKEN_COOKIE, Credentials, Signer, parse_auth
 
 pytestmark = pytest.mark.anyio
 

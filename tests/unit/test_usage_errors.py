@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from jsworker import App
-from jsworker.errors import ConfigurationError
-from jsworker.runtime.settings import WorkerSettings
-from jsworker.runtime.worker import Worker
+from jsworker._errors import ConfigurationError
+from jsworker._runtime.settings import WorkerSettings
+from jsworker._runtime.worker import Worker
 
 pytestmark = pytest.mark.anyio
 

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from jsworker.naming import Namespace
-from jsworker.runtime.registry import new_worker_id
-from jsworker.workers import WorkerEntry, workers_bucket_spec
+from jsworker._registry.entries import WorkerEntry, workers_bucket_spec
+from jsworker._runtime.announcer import new_worker_id
+from jsworker._wire.names import Namespace
 
 ENTRY = WorkerEntry(
     id="web-1-4211-9f3a1c",

@@ -1,5 +1,5 @@
 """The worker's check of a workflow step before it runs
-(:meth:`jsworker.runtime.interceptors.workflows.Workflows.admit`):
+(:meth:`jsworker._runtime.interceptors.workflows.Workflows.admit`):
 a server that does not answer (the job stream electing its leader) is no failure of the task."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any, cast
 
 import pytest
 
-from jsworker.errors import LimitsStreamError
-from jsworker.runtime.execution import JobRun
-from jsworker.runtime.interceptors import workflows as runtime_flows
-from jsworker.runtime.outcomes import OutcomeKind
-from jsworker.workflows.advance import Continuations
-from jsworker.workflows.definition import FLOW
+from jsworker._errors import LimitsStreamError
+from jsworker._runtime.execution import JobRun
+from jsworker._runtime.interceptors import workflows as runtime_flows
+from jsworker._runtime.outcomes import OutcomeKind
+from jsworker.workflows._advance import Continuations
+from jsworker.workflows._definition import FLOW
 
 pytestmark = pytest.mark.anyio
 

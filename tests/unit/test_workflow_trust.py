@@ -1,4 +1,4 @@
-"""The rule that tells a workflow's own steps from forgeries (:mod:`jsworker.workflows.trust`),
+"""The rule that tells a workflow's own steps from forgeries (:mod:`jsworker.workflows._trust`),
 on definitions and states as the start and the workers store them."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from jsworker.workflows.definition import FlowDef, FlowState
-from jsworker.workflows.trust import forged_reason
+from jsworker.workflows._definition import FlowDef, FlowState
+from jsworker.workflows._trust import forged_reason
 
 STEP = {"task": "t", "queue": "default", "args": [], "kwargs": {}}
 CHAIN = FlowDef("c", "chain", [STEP, STEP, STEP])

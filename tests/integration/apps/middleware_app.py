@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jsworker import App, Reject, current_job
-from jsworker.middleware import Middleware, OutgoingJob, Settled
+from jsworker._core.middleware import Middleware, OutgoingJob, Settled
 from jsworker.testing import append_record
 
 #: What the middlewares and hooks saw in this process, in order.

@@ -1,0 +1,58 @@
+"""The provisioning step: every stream an app needs and its queues' consumers, created or
+brought up to date by ``jsworker provision`` before the workers start.
+
+On a server whose users hold the permissions ``jsworker permissions`` prints, only the
+``provisioner`` role may create or update streams: workers, operators and dashboards may
+not, so none of them can reshape a stream (make it copy another app's dead letters, say).
+A worker that finds a stream missing or out of date there stops, naming this step
+(:class:`~jsworker._errors.ProvisioningNeeded`). On a server without authentication workers
+still do it themselves at start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .._jetstream.connection import Connection
+from .._jetstream.topology import Change, ReplicasDiffer, apply_consumer, apply_stream
+from .._registry.entries import REGISTRY_SINCE, workers_bucket_spec
+from .layout import consumer_spec, relay_specs
+from .view import AppView
+
+
+@dataclass(frozen=True, slots=True)
+class Provisioned:
+    """What provisioning did to one stream or consumer; ``replicas`` when an existing
+    stream's replicas differ from the app's (left as they are)."""
+
+    kind: str  # "stream" or "consumer"
+    name: str
+    change: Change
+    replicas: ReplicasDiffer | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}: {self.change.value}"
+
+
+async def provision_app(
+    app: AppView, conn: Connection, queues: Iterable[str] | None = None
+) -> list[Provisioned]:
+    """Create or update every stream of ``app`` (its own, its features', the worker
+    registry's), the consumers of ``queues`` (default: every queue a task uses) and those
+    through which workers move delayed and fired jobs, in that order; idempotent."""
+    specs = app.stream_specs(conn.server_version)
+    # The registry's bucket is made by workers as they announce themselves on a server without
+    # authentication; where they may not, it has to be here.
+    if conn.server_version >= REGISTRY_SINCE:
+        specs.append(workers_bucket_spec(app.namespace, app.options.replicas))
+    done: list[Provisioned] = []
+    for spec in specs:
+        change, differ = await apply_stream(conn, spec)
+        done.append(Provisioned("stream", spec.name, change, differ))
+    consumers = [consumer_spec(app, queue) for queue in (queues if queues is not None else app.queues)]
+    consumers += relay_specs(app, conn.server_version)  # the moves of delayed and fired jobs
+    for consumer in consumers:
+        change = await apply_consumer(conn, consumer)
+        done.append(Provisioned("consumer", f"{consumer.stream} > {consumer.name}", change))
+    return done

@@ -1,0 +1,276 @@
+"""Creating the app's streams and queue consumers, idempotently.
+
+``jsworker provision`` runs this, and so do workers at start and producers when a publish
+finds no stream (on a server whose users may do it), so several processes may race here;
+creation is written to tolerate that. A user the server refuses a stream's create or update
+gets :class:`~jsworker._errors.ProvisioningNeeded`, which names the command that fixes it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from .._errors import PermissionDeniedError, ProvisioningNeeded, TopologyError
+from .api import classify
+from .connection import Connection
+
+_STREAM_NAME_IN_USE = 10058
+
+
+class Change(enum.Enum):
+    """What provisioning did to a stream or consumer."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    AS_IS = "as is"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """A stream as jsworker wants it; times in seconds."""
+
+    name: str
+    subjects: tuple[str, ...]
+    work_queue: bool
+    replicas: int = 1
+    duplicate_window: float = 120.0
+    max_age: float = 0.0
+    max_bytes: int = -1
+    memory: bool = False
+    max_msgs_per_subject: int = -1
+    schedules: bool = False
+    #: A key-value bucket: direct reads, rollups and per-message TTLs (servers 2.11+).
+    kv: bool = False
+    #: Fast batch publishing (servers 2.14+).
+    batched: bool = False
+    #: Atomic batch publishing and per-message TTLs (servers 2.12+): workflows.
+    atomic: bool = False
+    #: Every message adds to its subject's counter (servers 2.12+): workflows' tallies.
+    counter: bool = False
+    #: Per-message time to live (servers 2.11+) and direct reads: partition leases.
+    ttl: bool = False
+
+    def config(self) -> StreamConfig:
+        """The nats-py config for this spec."""
+        return StreamConfig(
+            name=self.name,
+            subjects=list(self.subjects),
+            retention=RetentionPolicy.WORK_QUEUE if self.work_queue else RetentionPolicy.LIMITS,
+            storage=StorageType.MEMORY if self.memory else StorageType.FILE,
+            num_replicas=self.replicas,
+            duplicate_window=self.duplicate_window,
+            max_age=self.max_age,
+            # Past max_bytes the oldest messages go (discard old): a full dead-letter or event
+            # stream must never refuse a write, which would stop the worker settling jobs. The
+            # job stream has no max_bytes, so JetStream refuses enqueues instead of dropping jobs.
+            max_bytes=self.max_bytes,
+            discard=DiscardPolicy.OLD,
+            max_msgs_per_subject=self.max_msgs_per_subject,
+            # Servers before 2.12 do not know the field: it is only sent when wanted.
+            allow_msg_schedules=True if self.schedules else None,
+            allow_direct=True if self.kv or self.ttl else None,
+            allow_rollup_hdrs=self.kv,
+            allow_msg_ttl=True if self.kv or self.atomic or self.ttl else None,
+            allow_batched=True if self.batched else None,
+            allow_atomic=True if self.atomic else None,
+            allow_msg_counter=True if self.counter else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicasDiffer:
+    """An existing stream whose replicas are not the ones configured (left as they are)."""
+
+    stream: str
+    current: int
+    wanted: int
+
+    def __str__(self) -> str:
+        return (
+            f"stream {self.stream} has {self.current} replica(s), the app is configured for "
+            f"{self.wanted}; jsworker does not change the replicas of an existing stream. Scale it "
+            f"with: nats stream edit {self.stream} --replicas {self.wanted}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """A queue's durable pull consumer; times in seconds."""
+
+    stream: str
+    name: str
+    filter_subject: str
+    ack_wait: float
+    max_ack_pending: int
+    replicas: int = 0
+
+    def config(self) -> ConsumerConfig:
+        """The nats-py config for this spec."""
+        return ConsumerConfig(
+            name=self.name,
+            durable_name=self.name,
+            filter_subject=self.filter_subject,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.ack_wait,
+            # Attempts are counted and enforced by the worker (so a dead job reaches the
+            # dead-letter stream with its payload); the server must never drop one silently.
+            max_deliver=-1,
+            max_ack_pending=self.max_ack_pending,
+            num_replicas=self.replicas or None,
+        )
+
+
+async def ensure_stream(conn: Connection, spec: StreamSpec) -> ReplicasDiffer | None:
+    """Create the stream, or bring an existing one in line with ``spec`` except for its
+    replicas, which are returned when they differ (see :func:`apply_stream`)."""
+    return (await apply_stream(conn, spec))[1]
+
+
+async def apply_stream(conn: Connection, spec: StreamSpec) -> tuple[Change, ReplicasDiffer | None]:
+    """Create the stream, or bring an existing one in line with ``spec`` except for its
+    replicas: what was done, and the replicas when they differ.
+
+    Replicas are left alone because a worker is the wrong place to move a stream's data
+    between servers: two deployments configured differently would flip it at every start, and
+    scaling down drops copies. Raises :class:`TopologyError` when a stream of that name exists
+    with another retention or for other subjects: updating it would hijack somebody else's data;
+    :class:`ProvisioningNeeded` when the server refuses this user the create or update.
+    """
+    for _ in range(3):
+        try:
+            info = await conn.js.stream_info(spec.name)
+        except nats.js.errors.NotFoundError:
+            try:
+                await conn.js.add_stream(spec.config())
+                return Change.CREATED, None
+            except PermissionDeniedError as exc:
+                raise ProvisioningNeeded(spec.name, "create", exc.subject) from exc
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code == _STREAM_NAME_IN_USE:
+                    continue  # another process created it between our two calls
+                raise _failed(f"cannot create stream {spec.name}", exc) from exc
+            except nats.errors.Error as exc:
+                raise _failed(f"cannot create stream {spec.name}", exc) from exc
+        except nats.errors.Error as exc:
+            raise _failed(f"cannot read stream {spec.name}", exc) from exc
+        return await _reconcile_stream(conn, spec, info.config)
+    raise TopologyError(f"stream {spec.name} keeps appearing and disappearing")
+
+
+async def _reconcile_stream(
+    conn: Connection, spec: StreamSpec, current: StreamConfig
+) -> tuple[Change, ReplicasDiffer | None]:
+    wanted = spec.config()
+    replicas = current.num_replicas or 1
+    differ = ReplicasDiffer(spec.name, replicas, spec.replicas) if replicas != spec.replicas else None
+    wanted.num_replicas = replicas
+    if current.allow_msg_schedules and not spec.schedules:
+        # The server cannot turn schedules off, and honours rollups wherever they are on.
+        raise TopologyError(
+            f"stream {spec.name} allows message schedules (an earlier jsworker kept them there), so "
+            "the server honours rollups on it from anyone who may publish to it; it cannot be changed "
+            "in place. Move to the new layout: stop the producers, let the workers finish what waits "
+            f"(jsworker status), stop them, remove the stream (nats stream rm {spec.name}), then run "
+            "jsworker provision. Delayed jobs still in it are lost; periodic schedules come back from "
+            "the code"
+        )
+    # A stream made by an older jsworker may lack subjects added since: adding subjects is safe.
+    if current.retention != wanted.retention or not set(current.subjects or []) <= set(spec.subjects):
+        raise TopologyError(
+            f"stream {spec.name} exists with retention {current.retention} and subjects "
+            f"{current.subjects}; jsworker expects {wanted.retention} on {list(spec.subjects)}. "
+            "Does something else on this server use that stream name?"
+        )
+    if (
+        _close(current.duplicate_window, wanted.duplicate_window)
+        and _close(current.max_age, wanted.max_age)
+        and (current.max_bytes or -1) == wanted.max_bytes
+        and current.discard == wanted.discard
+        and sorted(current.subjects or []) == sorted(spec.subjects)
+        and (current.max_msgs_per_subject or -1) == wanted.max_msgs_per_subject
+        # Schedules, once allowed, cannot be turned off again; a spec without them leaves them.
+        and (bool(current.allow_msg_schedules) or not spec.schedules)
+        and (bool(current.allow_msg_ttl) or not (spec.kv or spec.atomic or spec.ttl))
+        and (bool(current.allow_atomic) or not spec.atomic)
+        and (bool(current.allow_batched) or not spec.batched)
+    ):
+        return Change.AS_IS, differ
+    if current.allow_msg_schedules:
+        wanted.allow_msg_schedules = True
+    if current.allow_batched:
+        wanted.allow_batched = True
+    try:
+        await conn.js.update_stream(wanted)
+    except PermissionDeniedError as exc:
+        raise ProvisioningNeeded(spec.name, "update", exc.subject) from exc
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot update stream {spec.name}", exc) from exc
+    return Change.UPDATED, differ
+
+
+async def stream_exists(conn: Connection, name: str) -> bool:
+    """Whether stream ``name`` exists; TopologyError when the server cannot say."""
+    try:
+        await conn.js.stream_info(name)
+    except nats.js.errors.NotFoundError:
+        return False
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot read stream {name}", exc) from exc
+    return True
+
+
+async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
+    """Create the durable consumer or update it in place (the server's create is an upsert)."""
+    try:
+        await conn.js.add_consumer(spec.stream, spec.config())
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
+
+
+async def apply_consumer(conn: Connection, spec: ConsumerSpec) -> Change:
+    """:func:`ensure_consumer`, reading the consumer first to tell what it changed (an
+    unchanged consumer is not written)."""
+    try:
+        current = (await conn.js.consumer_info(spec.stream, spec.name)).config
+    except nats.js.errors.NotFoundError:
+        await ensure_consumer(conn, spec)
+        return Change.CREATED
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot read consumer {spec.name} on {spec.stream}", exc) from exc
+    wanted = spec.config()
+    if (
+        current.filter_subject == wanted.filter_subject
+        and _close(current.ack_wait, wanted.ack_wait)
+        and current.max_ack_pending == wanted.max_ack_pending
+        and current.max_deliver == wanted.max_deliver
+        and current.ack_policy == wanted.ack_policy
+    ):
+        return Change.AS_IS
+    await ensure_consumer(conn, spec)
+    return Change.UPDATED
+
+
+def _failed(what: str, exc: BaseException) -> TopologyError:
+    """A TopologyError for ``exc``, transient when the server did not (or could not yet) answer."""
+    failure = classify(exc)
+    if failure.code and not failure.transient:
+        return TopologyError(f"{what}: {failure.text} (code {failure.err_code})")
+    return TopologyError(f"{what}: {failure.text}", transient=True)
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    return abs((a or 0.0) - (b or 0.0)) < 1e-3

@@ -1,0 +1,81 @@
+"""The questions a worker answers for users that may not read the job stream or cancel on
+their own: a job's status (any producer), its cancel (a canceller), and pausing or resuming a
+periodic schedule (a dashboard).
+
+Each question goes to one worker of the app (a queue group); the worker answers with what
+the server holds, read and changed with the worker's own permissions. Who may ask what is
+the server's to decide, by the permissions on ``jsw.<app>.ask.<question>.*``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, cast, get_args
+
+from .._enqueue.calls import check_job_id
+from .._errors import JsworkerError, ScheduleNotFound
+from .._jetstream.service import Handler, Serving, serve
+from .._lifecycle.cancel import cancel_job
+from .._lifecycle.lookup import job_status
+from .._lifecycle.state import Form
+from .._observability.logging import get_logger
+from .._scheduling.periodic import set_paused
+from .._wire.names import validate_name
+
+if TYPE_CHECKING:
+    from .._app import App
+    from .._jetstream.connection import Connection
+
+log = get_logger("jsworker.worker")
+
+_GROUP = "jsw-answers"
+
+
+async def serve_app(
+    app: App, conn: Connection, subject: str, handler: Handler, question: str, group: str = ""
+) -> Serving:
+    """Answer ``question`` on ``subject`` for ``app``'s own processes only: a question whose
+    reply subject lies outside the app's inbox space is dropped unhandled, counted in
+    ``jsworker_questions_refused_total`` and logged (its reply subject would make the answer
+    a write into someone else's subject)."""
+
+    # Made here, so the series is there at 0 from the start (increase() sees the first one).
+    count = app.metrics.questions_refused.labels(question)
+
+    def refused(subject: str, reply: str) -> None:
+        count.inc()
+        log.warning("question.refused", question=question, subject=subject, reply=reply[:200])
+
+    return await serve(conn, subject, handler, replies_under=app.inbox_space, refused=refused, group=group)
+
+
+async def answer_questions(app: App, conn: Connection) -> Serving:
+    """Start answering the status and cancel questions about ``app``'s jobs on ``conn``; close
+    the returned service before the connection."""
+
+    async def answer(subject: str, body: bytes) -> bytes:
+        question, job_id = subject.rsplit(".", 2)[-2:]
+        value: Any
+        try:
+            check_job_id(job_id)
+            if question == "status":
+                form = body.decode(errors="replace") or None
+                if form not in (None, *get_args(Form)):
+                    return json.dumps({"error": f"unknown status form {form!r:.40}"}).encode()
+                value = (await job_status(app, conn, job_id, cast(Form | None, form))).as_dict()
+            elif question == "cancel":
+                value = await cancel_job(app, conn, job_id)
+                log.info("job.cancel_asked", job_id=job_id, cancelled=value)
+            elif question in ("pause", "resume"):
+                # A dashboard's: it may not write the schedules stream (which honours rollups).
+                value = await set_paused(app, conn, validate_name("schedule", job_id), question == "pause")
+                log.info("schedule.pause_asked", schedule=job_id, paused=question == "pause", changed=value)
+            else:
+                return json.dumps({"error": f"unknown question {question!r}"}).encode()
+        except ScheduleNotFound as exc:
+            return json.dumps({"error": str(exc), "missing": True}).encode()
+        except JsworkerError as exc:
+            return json.dumps({"error": str(exc)}).encode()
+        return json.dumps({"value": value}).encode()
+
+    return await serve_app(app, conn, app.namespace.ask_subject("*"), answer, "ask", group=_GROUP)

@@ -1,0 +1,371 @@
+"""``Admin(app)``: one async façade over what the server keeps of an app, for the command
+line and dashboards alike.
+
+It holds one ``operator`` connection (or a ``dashboard`` one) and delegates: queue figures to
+:func:`~jsworker._core.queues.queue_status`, workers to :func:`~jsworker._registry.entries.live_workers`,
+dead letters to :class:`~jsworker._deadletters.DeadLetters`, schedules to
+:class:`~jsworker._scheduling.admin.Schedules`, a job's status and its cancel to
+:mod:`jsworker._lifecycle`, and job listings to :mod:`jsworker.admin._listing`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .._core.paging import Page, check_limit
+from .._core.queues import QueueStatus, queue_status
+from .._deadletters.admin import DeadLetters
+from .._deadletters.letter import DeadLetter
+from .._enqueue.receipt import Job
+from .._enqueue.task import check_job_id
+from .._errors import ConfigurationError
+from .._jetstream.connection import Connection
+from .._jetstream.health import StreamHealth, stream_health
+from .._jetstream.limits_stream import LimitsStream, StoredMessage
+from .._jetstream.pause import PauseState
+from .._jetstream.session import OperatorSession, SessionRole
+from .._lifecycle.cancel import cancel_job
+from .._lifecycle.lookup import job_status
+from .._lifecycle.state import JobStatus
+from .._registry.entries import WorkerEntry, live_workers
+from .._scheduling.admin import Schedules
+from .._scheduling.periodic import ScheduleState, SyncReport
+from .._wire.names import validate_name
+from ..events._window import BUCKET, COUNT_LIMIT, TIMELINE_LIMIT, WINDOW, EventCounts, JobTimeline
+from ..events._window import count_events as _count_events
+from ..events._window import job_timeline as _job_timeline
+from ..workflows._definition import FLOW, def_subject
+from ..workflows._handle import Workflow, WorkflowStatus
+from . import _operations as operations
+from ._listing import JobListing
+from ._operations import JobResult
+from ._summary import LISTED_STATES, JobPage, ListedState, RunningJobs, enqueued_at
+
+if TYPE_CHECKING:
+    from .._app import App
+
+
+class _SharedDeadLetters(DeadLetters):
+    """The app's dead letters on the Admin's connection rather than one of their own."""
+
+    def __init__(self, admin: Admin) -> None:
+        super().__init__(admin.app)
+        self._admin = admin
+
+    async def connection(self) -> Connection:
+        return await self._admin.connection()
+
+
+class _SharedSchedules(Schedules):
+    """The app's schedules on the Admin's connection rather than one of their own."""
+
+    def __init__(self, admin: Admin) -> None:
+        super().__init__(admin.app)
+        self._admin = admin
+
+    async def connection(self) -> Connection:
+        return await self._admin.connection()
+
+
+class _SharedWorkflow(Workflow):
+    """A workflow read on the Admin's connection, each step's status read from the server
+    directly (as :meth:`Admin.job`) rather than asked of the workers."""
+
+    def __init__(self, admin: Admin, flow_id: str) -> None:
+        super().__init__(admin.app, flow_id)
+        self._admin = admin
+
+    async def _stream(self) -> LimitsStream:
+        return LimitsStream(await self._admin.connection(), self.app.namespace.stream)
+
+    async def _step_status(self, job_id: str) -> JobStatus:
+        return await job_status(self.app, await self._admin.connection(), job_id)
+
+
+# A step's job id is its workflow's id, or the id and the step's label (see step_id).
+_STEP_ID = re.compile(r"(?P<flow>.+)-(?:\d+|m\d+|cb|err)")
+# A timeline of a job whose times are all unknown starts this long ago.
+_LOOKBACK = 3600.0
+
+
+class Admin(OperatorSession):
+    """Everything an operator reads and does on ``app``, over one connection::
+
+        async with Admin(app) as admin:
+            for queue in await admin.queues():
+                print(queue.queue, queue.pending, queue.in_flight)
+            page = await admin.jobs(queue="default", state="queued", limit=50)
+            more = await admin.jobs(queue="default", state="queued", after=page.next_after)
+
+    Connects as the ``operator`` role (``jsworker permissions``) on first use, on the event
+    loop it is used from; close it with :meth:`aclose` or ``async with``. With
+    ``role="dashboard"`` it connects as the web dashboard's role instead, which reads as much
+    but may only take the dashboard's actions: it cancels by asking the workers (as a
+    canceller does), and the server refuses it the rest (:meth:`sync_schedules`, which may
+    create the app's streams). Listings are paged:
+    a :class:`~jsworker._core.paging.Page` holds one page, never a whole stream (README: "Admin
+    API" says what each costs the server). Connection failures raise
+    :class:`~jsworker.ConnectError`; a bad argument :class:`~jsworker.ConfigurationError`.
+    """
+
+    def __init__(self, app: App, *, purpose: str = "admin", role: SessionRole = "operator") -> None:
+        # ``purpose`` names the connection on the server (``jsworker:<app>:<purpose>``): the
+        # commands name theirs, as before they shared this.
+        super().__init__(app, purpose, role)
+        self._letters = _SharedDeadLetters(self)
+        self._schedules = _SharedSchedules(self)
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def queues(self) -> list[QueueStatus]:
+        """Every queue of the app with its figures and live workers, sorted by name (what
+        ``jsworker status`` shows; :func:`~jsworker._core.queues.queue_status` says the cost)."""
+        return await queue_status(self.app, await self.connection(), workers=True)
+
+    async def workers(self) -> list[WorkerEntry]:
+        """The live worker processes, from the worker registry, sorted by host, pid and id
+        (:class:`~jsworker.ServerVersionError` before nats-server 2.11)."""
+        return await live_workers(self.app, await self.connection())
+
+    async def schedules(self) -> list[ScheduleState]:
+        """Every periodic schedule of the app on the server, by name."""
+        return await self._schedules.list()
+
+    async def jobs(
+        self,
+        queue: str | None = None,
+        state: ListedState = "queued",
+        task: str | None = None,
+        limit: int = 50,
+        after: str | int | None = None,
+        *,
+        newest_first: bool = False,
+    ) -> JobPage:
+        """One page of the jobs in ``state`` (``scheduled``, ``queued``, ``running``,
+        ``retrying``, or ``failed``: dead letters), of ``queue`` and ``task`` when given.
+
+        Oldest first by stream sequence (``scheduled``: by due time), or newest first. Pass
+        the page's ``next_after`` as ``after`` for the next one: a stream sequence, for
+        ``scheduled`` ``<due ms>.<queue>.<job id>``. At most ``limit`` (1 to 10,000) jobs a
+        page, and no more than one page is ever held. :mod:`jsworker.admin._listing` says how
+        each state is read and what a page costs the server (``page.reads`` counts it).
+        """
+        if state not in LISTED_STATES:
+            raise ConfigurationError(f"cannot list jobs {state!r}: use one of {', '.join(LISTED_STATES)}")
+        check_limit(limit)
+        if queue is not None:
+            validate_name("queue", queue)
+        if task is not None:
+            validate_name("task", task)
+        listing = JobListing(self.app, await self.connection(), self._letters)
+        return await listing.page(state, queue, task, limit, after, newest_first)
+
+    async def job(self, job_id: str) -> JobStatus:
+        """Where job ``job_id`` is in its lifecycle, read from the server directly (the same
+        :class:`~jsworker.JobStatus` as ``app.astatus``, without asking the workers)."""
+        return await job_status(self.app, await self.connection(), check_job_id(job_id))
+
+    async def dead_letters(
+        self,
+        task: str | None = None,
+        queue: str | None = None,
+        limit: int = 50,
+        after: str | int | None = None,
+        *,
+        newest_first: bool = False,
+    ) -> Page[DeadLetter]:
+        """One page of dead letters (of ``task`` and/or ``queue``), headers only; ``after`` is
+        the previous page's ``next_after`` (a dead-letter sequence)."""
+        return await self._letters.page(task, queue, limit=limit, after=after, newest_first=newest_first)
+
+    async def dead_letter(self, ref: int | str) -> DeadLetter:
+        """The dead letter with sequence ``ref``, or the newest one of job id ``ref``, body
+        loaded (:class:`~jsworker._deadletters.DeadLetterNotFound` when none)."""
+        return await self._letters.get(ref)
+
+    async def count_dead_letters(self, task: str | None = None, queue: str | None = None) -> int:
+        """How many dead letters are stored (of ``task`` and/or ``queue``)."""
+        return await self._letters.count(task=task, queue=queue)
+
+    async def job_message(self, job_id: str) -> StoredMessage | None:
+        """The message the server holds for job ``job_id``, headers and body: its job message
+        while it waits, runs or retries, its schedule while it is scheduled; None once it has
+        left the job stream (a failed job's body is in its dead letter)."""
+        return await operations.job_message(self.app, await self.connection(), check_job_id(job_id))
+
+    async def job_result(self, job_id: str) -> JobResult | None:
+        """The return value job ``job_id``'s record keeps, encoded (tasks with
+        ``store_result``); None when there is none."""
+        return await operations.job_result(self.app, await self.connection(), check_job_id(job_id))
+
+    async def running_jobs(self, queue: str | None = None, limit: int = 1000) -> RunningJobs:
+        """The running jobs (of ``queue`` when given), at most ``limit`` (1 to 10,000), grouped
+        by the worker running each: one :meth:`jobs` page of ``running`` (the module
+        :mod:`jsworker.admin._listing` says what it costs)."""
+        return RunningJobs.of(await self.jobs(queue, "running", limit=limit))
+
+    async def workflow(self, flow_id: str) -> WorkflowStatus:
+        """The status of workflow ``flow_id`` (a chain, group or chord; ``app.workflow(id)``'s
+        :meth:`~jsworker.workflows.Workflow.astatus`), each step's read from the server as
+        :meth:`job` does, 32 at a time. :class:`~jsworker.JobNotFound` when there is no such
+        workflow (or its definition expired, ``workflow_ttl`` after its last write)."""
+        return await _SharedWorkflow(self, check_job_id(flow_id)).astatus()
+
+    async def workflow_of(self, job_id: str) -> str | None:
+        """The id of the workflow job ``job_id`` is a step of, None when it is none: its
+        message's ``Jsw-Flow`` header while the server holds it; otherwise, for an app with
+        ``workflows=True``, the workflow its id names (a step's id is its workflow's, or that
+        and the step's label) if that workflow's definition is still kept."""
+        job_id = check_job_id(job_id)
+        message = await self.job_message(job_id)
+        flow_id = message.headers.get(FLOW) if message is not None else None
+        if flow_id:
+            return flow_id
+        if not self.app.options.workflows:
+            return None
+        named = _STEP_ID.fullmatch(job_id)
+        stream = LimitsStream(await self.connection(), self.app.namespace.stream)
+        for candidate in (job_id, named["flow"] if named else None):
+            if candidate and await stream.next(def_subject(self.app.namespace, candidate)) is not None:
+                return candidate
+        return None
+
+    async def event_counts(
+        self,
+        kinds: Iterable[str] = ("started", "dead_lettered"),
+        *,
+        window: float = WINDOW,
+        bucket: float = BUCKET,
+        after_seq: int | None = None,
+        limit: int = COUNT_LIMIT,
+    ) -> EventCounts:
+        """How many job events of ``kinds`` each queue had per ``bucket`` seconds over the last
+        ``window`` seconds, from the job-events stream (``App(events=True)``), or only those
+        stored after sequence ``after_seq`` (a previous count's ``last_seq``: merge the two
+        with :meth:`EventCounts.merged <jsworker.events._window.EventCounts.merged>`).
+
+        One throwaway consumer reads the events of the window headers only; a window holding
+        more than ``limit`` of them is shortened to its newest part (``cut``).
+        :class:`~jsworker.EventsNotFound` when the app has no events stream.
+        """
+        return await _count_events(
+            await self.connection(),
+            self.app.namespace,
+            tuple(kinds),
+            window=window,
+            bucket=bucket,
+            after_seq=after_seq,
+            limit=limit,
+        )
+
+    async def job_events(self, job_id: str, *, limit: int = TIMELINE_LIMIT) -> JobTimeline:
+        """The events of job ``job_id`` in the job-events stream (``App(events=True)``), oldest
+        first. The job's id is not in an event's subject, so they are looked for among the
+        events of its queue and task from its enqueue on (when the server holds the job, its
+        headers say when; otherwise from its last run, then its enqueue as its events tell),
+        up to ``limit`` events read, stopping at the event that ended it
+        (:func:`jsworker.events._window.job_timeline`). :class:`~jsworker.EventsNotFound`
+        when the app has no events stream."""
+        job_id = check_job_id(job_id)
+        conn = await self.connection()
+        status = await job_status(self.app, conn, job_id)
+        message = None if status.state.finished else await operations.job_message(self.app, conn, job_id)
+        sent = enqueued_at(message.headers) if message is not None else None
+        known = [t.timestamp() for t in (status.started_at, status.finished_at, status.scheduled_for) if t]
+        return await _job_timeline(
+            conn,
+            self.app.namespace,
+            job_id,
+            queue=status.queue,
+            task=status.task,
+            enqueued_at=sent.timestamp() if sent is not None else None,
+            anchor=min(known, default=time.time() - _LOOKBACK),
+            ended=status.state.value if status.state.finished else None,
+            limit=limit,
+        )
+
+    async def health(self) -> StreamHealth:
+        """The server's version and the job stream's health: its leader, its replicas (in a
+        cluster) and what it holds; one small ``STREAM.INFO``."""
+        return await stream_health(await self.connection(), self.app.namespace.stream)
+
+    # -- acting ---------------------------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel job ``job_id`` as ``app.acancel`` does: True when it was scheduled, queued,
+        retrying or running and now never runs (again); False when there was nothing to
+        cancel. An operator carries it out itself; a dashboard asks the workers to (it may not
+        write a job's record or tell a worker to stop a job), and with no worker running
+        raises :class:`~jsworker.NoWorkerRunning`."""
+        job_id = check_job_id(job_id)
+        if self.role == "operator":
+            return await cancel_job(self.app, await self.connection(), job_id)
+        return await operations.ask_to_cancel(self.app, await self.connection(), job_id)
+
+    async def replay_dead_letters(
+        self, refs: Iterable[int | str] | None = None, *, task: str | None = None, all: bool = False
+    ) -> list[Job]:
+        """Enqueue dead letters again, then remove them (see
+        :meth:`DeadLetters.replay <jsworker._deadletters.DeadLetters.replay>`)."""
+        return await self._letters.replay(refs, task=task, all=all)
+
+    async def purge_dead_letters(self, task: str | None = None, queue: str | None = None) -> int:
+        """Delete the dead letters of ``task`` and/or ``queue`` (all when neither) for good;
+        returns how many."""
+        return await self._letters.purge(task=task, queue=queue)
+
+    async def pause_queue(self, queue: str, until: datetime | None = None) -> PauseState:
+        """Stop ``queue``'s consumer handing out jobs until ``until`` (an aware datetime; for
+        good when None) with the server's consumer pause (nats-server 2.11+): workers take
+        none of its jobs until :meth:`resume_queue`, those running finish. A queue no worker
+        has served yet has no consumer to pause (:class:`~jsworker.ConfigurationError`)."""
+        return await operations.pause_queue(self.app, await self.connection(), queue, until)
+
+    async def resume_queue(self, queue: str) -> bool:
+        """Let paused ``queue``'s consumer hand out jobs again; False when it was not paused."""
+        return await operations.resume_queue(self.app, await self.connection(), queue)
+
+    async def purge_queue(self, queue: str) -> int:
+        """Remove every job of ``queue`` from the job stream; returns how many. The server
+        purges from the oldest job on, so the messages of jobs in flight go too: a running
+        job finishes its attempt but is not retried (:mod:`jsworker.admin._operations`).
+        Delayed jobs stay; a fair queue's jobs waiting for their turn go too."""
+        return await operations.purge_queue(self.app, await self.connection(), queue)
+
+    async def retry_now(self, job_id: str) -> bool:
+        """Run job ``job_id``, waiting out a retry's delay or a snooze, now: it is stored again
+        under its id and starts at attempt 1, as a replayed dead letter does. False when it is
+        not waiting so (or due within a second anyway)."""
+        return await operations.retry_now(self.app, await self.connection(), check_job_id(job_id))
+
+    async def trigger_schedule(self, name: str) -> Job:
+        """Enqueue one job of schedule ``name`` now, outside its cadence."""
+        return await self._schedules.trigger(name)
+
+    async def pause_schedule(self, name: str) -> bool:
+        """Stop schedule ``name`` firing; False when it was paused already. An operator does
+        it itself; a dashboard asks the workers to (it may not write schedules)."""
+        return await self._set_paused(name, True)
+
+    async def resume_schedule(self, name: str) -> bool:
+        """Let paused schedule ``name`` fire again; False when it was not paused (done as
+        :meth:`pause_schedule` is)."""
+        return await self._set_paused(name, False)
+
+    async def _set_paused(self, name: str, paused: bool) -> bool:
+        if self.role == "operator":
+            return await (self._schedules.pause(name) if paused else self._schedules.resume(name))
+        return await operations.ask_to_pause(self.app, await self.connection(), name, paused)
+
+    async def remove_schedule(self, name: str) -> bool:
+        """Remove schedule ``name`` from the server; False when there was none."""
+        return await self._schedules.remove(name)
+
+    async def sync_schedules(self, *, prune: bool = False) -> SyncReport:
+        """Install the declared schedules as a starting worker does; with ``prune`` also
+        remove those the app no longer declares."""
+        return await self._schedules.sync(prune=prune)

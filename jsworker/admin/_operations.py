@@ -1,0 +1,221 @@
+"""What :class:`~jsworker.admin.Admin` does to a queue or a single job beyond the features'
+own calls: pause, resume and purge a queue, run a retrying job now, and read what the server
+keeps of one job (its message, its result).
+
+* **pause / resume**: the server's pause of the queue's consumer (``CONSUMER.PAUSE``,
+  nats-server 2.11+, :mod:`jsworker._jetstream.pause`). While paused, the consumer hands out
+  nothing: workers keep their pull requests open and take the queue's jobs again once it is
+  resumed; jobs already handed out run to the end. The pause is kept by the server (a
+  restarted worker does not end it) and ends by itself at its ``until``.
+* **purge**: one ``STREAM.PURGE`` of the queue's subjects. The server purges from the oldest
+  message on, so it cannot spare the jobs in flight (their messages are older than every
+  waiting one): their workers finish the attempt they are running, but one that fails is not
+  tried again and one waiting out a retry's delay never runs again. Delayed jobs of the queue
+  (their schedules) stay.
+* **cancel, asked**: a role that may not cancel on its own (the dashboard) asks the workers on
+  ``jsw.<app>.ask.cancel.<job id>``, as a canceller does; whichever worker gets the question
+  carries the cancel out.
+* **retry now**: a job waiting out a retry's delay (or a snooze) sits on the server as a
+  delivery its consumer will hand out again at the end of the delay, and nothing shortens
+  that delay but the worker that asked for it. So a copy of its message is stored as a new job under the same
+  id (as a replayed dead letter is, starting at attempt 1), then the waiting message deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from .._errors import ConfigurationError, JsworkerError, NoWorkerRunning, ScheduleNotFound
+from .._jetstream.connection import Connection
+from .._jetstream.inspect import consumer_facts
+from .._jetstream.limits_stream import LimitsStream, StoredMessage
+from .._jetstream.pause import PauseState, pause_consumer
+from .._jetstream.publish import OutMessage, Publisher
+from .._jetstream.service import NobodyAnswered, ask
+from .._lifecycle.bucket import RECORDS_SINCE, Records
+from .._lifecycle.lookup import current_message
+from .._observability.logging import get_logger
+from .._wire import headers as wire
+from .._wire.names import validate_name
+
+if TYPE_CHECKING:
+    from .._app import App
+
+log = get_logger("jsworker.admin")
+
+#: How long a pause without an end lasts: a century, within what the server's clock can count
+#: (its durations end at 292 years).
+FOREVER = timedelta(days=36_525)
+# A retrying job due sooner than this is left alone: its consumer may be handing it out now.
+_DUE_MARGIN = 1.0
+#: Header of a job stored by a retry now: the stream sequence of the message it replaced.
+RETRIED_FROM = "Jsw-Retried-From"
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """What a job's record holds of its return value: the bytes as the serializer wrote them
+    and their content type (``application/json`` for the default serializer)."""
+
+    content_type: str | None
+    value: bytes
+
+
+async def pause_queue(app: App, conn: Connection, queue: str, until: datetime | None) -> PauseState:
+    """Pause ``queue``'s consumer until ``until`` (for good when None; see the module)."""
+    validate_name("queue", queue)
+    end = until if until is not None else datetime.now(UTC) + FOREVER
+    if end.tzinfo is None:
+        raise ConfigurationError("pause until an aware datetime (with its time zone)")
+    state = await pause_consumer(conn, app.namespace.stream, queue, end)
+    if state is None:
+        raise _no_consumer(queue)
+    log.info("queue.paused", queue=queue, until=state.until.isoformat() if state.until else None)
+    return state
+
+
+async def resume_queue(app: App, conn: Connection, queue: str) -> bool:
+    """Resume ``queue``'s consumer; False when it was not paused."""
+    validate_name("queue", queue)
+    before = await _pause_of(app, conn, queue)
+    state = await pause_consumer(conn, app.namespace.stream, queue, None)
+    if state is None:
+        raise _no_consumer(queue)
+    log.info("queue.resumed", queue=queue, was_paused=before)
+    return before
+
+
+def _no_consumer(queue: str) -> ConfigurationError:
+    return ConfigurationError(f"queue {queue!r} has no consumer on the server: no worker has served it yet")
+
+
+async def _pause_of(app: App, conn: Connection, queue: str) -> bool:
+    """Whether ``queue``'s consumer is paused now (False without one)."""
+    for facts in await consumer_facts(conn, app.namespace.stream):
+        if facts.name == queue:
+            return facts.paused
+    return False
+
+
+async def purge_queue(app: App, conn: Connection, queue: str) -> int:
+    """Remove every job of ``queue`` the job stream holds (see the module); how many."""
+    validate_name("queue", queue)
+    jobs = LimitsStream(conn, app.namespace.stream)
+    removed = await jobs.purge(app.namespace.queue_filter(queue))
+    if queue in app.fair_queues:
+        # And those waiting for their turn (its intake's markers go too, which only roll up).
+        removed += await jobs.purge(app.namespace.intake_filter(queue))
+    log.info("queue.purged", queue=queue, removed=removed)
+    return removed
+
+
+async def ask_to_cancel(app: App, conn: Connection, job_id: str) -> bool:
+    """Ask the workers to cancel ``job_id`` (see the module): what the one that got the
+    question answered; :class:`~jsworker.NoWorkerRunning` when no worker runs to answer."""
+    return await _ask_workers(app, conn, "cancel", job_id, f"cancel job {job_id}")
+
+
+async def ask_to_pause(app: App, conn: Connection, name: str, paused: bool) -> bool:
+    """Ask the workers to pause (or resume) periodic schedule ``name``, for a user that may
+    not write the schedules stream: whether that changed something;
+    :class:`~jsworker.ScheduleNotFound` when there is no such schedule."""
+    verb = "pause" if paused else "resume"
+    return await _ask_workers(app, conn, verb, name, f"{verb} schedule {name}")
+
+
+async def _ask_workers(app: App, conn: Connection, question: str, key: str, what: str) -> bool:
+    subject = app.namespace.ask_subject(question, key)
+    try:
+        raw = await ask(conn, subject, b"", app.options.publish_timeout)
+    except NobodyAnswered:
+        raise NoWorkerRunning(
+            f"cannot {what}: no worker of app {app.name} is running to carry it out "
+            f"(this user may only ask the workers to {question})"
+        ) from None
+    except TimeoutError as exc:
+        raise JsworkerError(f"cannot {what}: {exc}") from None
+    answer = json.loads(raw)
+    if answer.get("missing"):
+        raise ScheduleNotFound(answer["error"])
+    if "error" in answer:
+        raise JsworkerError(f"cannot {what}: {answer['error']}")
+    return bool(answer["value"])
+
+
+async def retry_now(app: App, conn: Connection, job_id: str) -> bool:
+    """Run the retrying (or snoozed) job ``job_id`` now rather than at the end of its delay
+    (see the module): True when its copy was stored, False when it is not waiting out a delay
+    (or its delay ends within a second anyway)."""
+    if conn.server_version < RECORDS_SINCE:
+        return False  # no records: a retrying job cannot be told from a running one
+    found = await Records(conn, app.namespace).read(job_id)
+    message = await current_message(app, conn, job_id)
+    if found is None or message is None:
+        return False
+    record = found[1]
+    if not record.state.resting or record.seq != message.seq:
+        return False
+    if (record.next_attempt_at or 0.0) <= time.time() + _DUE_MARGIN:
+        return False
+    copy = _copy(app, job_id, message)
+    if copy is None:
+        return False
+    jobs = LimitsStream(conn, app.namespace.stream)
+    stored = await Publisher(conn, retry_for=app.options.publish_timeout).publish(copy)
+    # Stored first, then the waiting one deleted: a failure in between leaves the job twice
+    # (it may run twice, as any job may), never not at all.
+    if not await jobs.delete(message.seq):
+        # Settled or cancelled meanwhile: the copy must not run either.
+        await jobs.delete(stored.seq)
+        return False
+    log.info("job.retried_now", job_id=job_id, seq=stored.seq, replaced=message.seq)
+    return True
+
+
+def _copy(app: App, job_id: str, message: StoredMessage) -> OutMessage | None:
+    """The job message a retry now stores in place of ``message``; None when its subject
+    names no job."""
+    ns = app.namespace
+    where = ns.parse_job_subject(message.subject)
+    if where is None:
+        return None
+    # The server's headers (the dedup key, a firing's) belong to the message replaced; the
+    # copy is a plain job of the same id, as a replayed dead letter is.
+    headers = {k: v for k, v in message.headers.items() if not k.lower().startswith("nats-")}
+    headers.update(
+        {
+            wire.MSG_ID: f"{job_id}:retry:{message.seq}",
+            wire.JOB_ID: job_id,
+            wire.ENQUEUED_AT: str(time.time_ns()),
+            RETRIED_FROM: str(message.seq),
+        }
+    )
+    return OutMessage(ns.job_subject(*where, job_id), message.body or b"", headers)
+
+
+async def job_message(app: App, conn: Connection, job_id: str) -> StoredMessage | None:
+    """The message the server holds for job ``job_id`` with its body: while it waits, runs or
+    retries its message in the job stream, while it is scheduled its delayed job's schedule (or
+    the message it was enqueued as);
+    None once it has left (finished: its dead letter, if it failed, is among the dead letters)."""
+    message = await current_message(app, conn, job_id)
+    if message is not None:
+        return message
+    ns = app.namespace
+    scheduled = await LimitsStream(conn, ns.schedules_stream).next(ns.delayed_filter(job_id=job_id))
+    return scheduled or await LimitsStream(conn, ns.stream).next(ns.later_filter(job_id=job_id))
+
+
+async def job_result(app: App, conn: Connection, job_id: str) -> JobResult | None:
+    """The return value job ``job_id``'s record keeps (tasks with ``store_result``), None
+    when it keeps none."""
+    if conn.server_version < RECORDS_SINCE:
+        return None
+    found = await Records(conn, app.namespace).read(job_id)
+    if found is None or found[1].value is None:
+        return None
+    return JobResult(found[1].content_type, found[1].value)

@@ -1,0 +1,119 @@
+"""Jobs by state (``/jobs``), of a queue and a task, paged both ways; and the actions on a
+selection: cancel, retry now, replay (for failed jobs: their dead letters)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..._core.paging import Page
+from ..._enqueue.calls import check_job_id
+from ..._wire.names import validate_name
+from ...admin import LISTED_STATES, JobSummary
+from .._errors import refuse
+from .._paging import both_ways, job_cursor
+from .._web import Dashboard, action, audit, back, count, field, link, many, page, render, sequence
+
+PAGE = 50
+# Cancels and retries of a selection run this many at a time: a cancel of a running job may
+# wait a second for its worker's answer.
+_AT_ONCE = 16
+
+T = TypeVar("T")
+
+
+@page
+async def jobs_page(request: Request, d: Dashboard) -> Response:
+    """A page of jobs in a state, of a queue and a task when given."""
+    query = request.query_params
+    state = query.get("state") or "queued"
+    if state not in LISTED_STATES:
+        raise refuse(400, f"unknown state {state[:40]!r}: use one of {', '.join(LISTED_STATES)}")
+    queue = field(query, "queue")
+    task = field(query, "task")
+    if queue is not None:
+        validate_name("queue", queue)
+    if task is not None:
+        validate_name("task", task)
+    newest = query.get("order") == "newest"
+    limit = count(query, "limit", PAGE, 500)
+
+    async def fetch(cursor: str | None, newest_first: bool, size: int) -> Page[JobSummary]:
+        return await d.admin.jobs(queue, state, task, size, cursor, newest_first=newest_first)
+
+    shown = await both_ways(
+        fetch,
+        job_cursor,
+        newest=newest,
+        limit=limit,
+        after=field(query, "after"),
+        before=field(query, "before"),
+    )
+    return render(
+        request,
+        "jobs.html",
+        nav="jobs",
+        shown=shown,
+        state=state,
+        states=LISTED_STATES,
+        queue=queue,
+        task=task,
+        queues=sorted(d.app.queues),
+        tasks=sorted(d.app.tasks),
+        newest=newest,
+        limit=limit,
+    )
+
+
+async def _each(items: Iterable[T], work: Callable[[T], Awaitable[bool]]) -> list[T]:
+    """``work`` on every item, :data:`_AT_ONCE` at a time; the items it returned True for."""
+    gate = asyncio.Semaphore(_AT_ONCE)
+
+    async def one(item: T) -> bool:
+        async with gate:
+            return await work(item)
+
+    items = list(items)
+    results = await asyncio.gather(*(one(item) for item in items))
+    return [item for item, ok in zip(items, results, strict=True) if ok]
+
+
+@action
+async def cancel(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Cancels the selected jobs."""
+    ids = many(form, "id", check_job_id)
+    done = await _each(ids, d.admin.cancel)
+    audit(request, "cancel", job_ids=ids, cancelled=done)
+    return f"Cancelled {len(done)} of {len(ids)} jobs.", back(form, link(request, "/jobs"))
+
+
+@action
+async def retry(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Runs the selected retrying jobs now."""
+    ids = many(form, "id", check_job_id)
+    done = await _each(ids, d.admin.retry_now)
+    audit(request, "retry_now", job_ids=ids, retried=done)
+    return f"{len(done)} of {len(ids)} jobs will run again now.", back(form, link(request, "/jobs"))
+
+
+@action
+async def replay(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Replays the dead letters of the selected failed jobs."""
+    seqs = many(form, "seq", sequence)
+    jobs = await d.admin.replay_dead_letters(seqs)
+    audit(request, "replay", dead_letters=seqs, job_ids=[job.id for job in jobs])
+    return f"Replayed {len(jobs)} dead letters.", back(form, link(request, "/jobs", state="failed"))
+
+
+routes = [
+    Route("/jobs", jobs_page, methods=["GET"], name="jobs"),
+    Route("/jobs/cancel", cancel, methods=["POST"], name="jobs_cancel"),
+    Route("/jobs/retry", retry, methods=["POST"], name="jobs_retry"),
+    Route("/jobs/replay", replay, methods=["POST"], name="jobs_replay"),
+]

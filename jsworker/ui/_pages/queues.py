@@ -1,0 +1,102 @@
+"""A queue (``/queues/<name>``): its figures, its waiting jobs paged both ways, and pause,
+resume and purge (after a confirmation page)."""
+
+from __future__ import annotations
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..._core.paging import Page
+from ..._core.queues import QueueStatus
+from ..._wire.names import validate_name
+from ...admin import JobSummary
+from .._errors import refuse
+from .._paging import both_ways, job_cursor
+from .._web import Dashboard, action, audit, count, field, link, page, render
+
+PAGE = 50
+
+
+async def _status(d: Dashboard, queue: str) -> QueueStatus:
+    validate_name("queue", queue)
+    for status in await d.admin.queues():
+        if status.queue == queue:
+            return status
+    raise refuse(
+        404, f"no queue {queue!r}: the app declares none of that name and the server holds nothing of it"
+    )
+
+
+@page
+async def queue_page(request: Request, d: Dashboard) -> Response:
+    """The queue's figures and a page of its waiting jobs."""
+    queue = request.path_params["queue"]
+    status = await _status(d, queue)
+    query = request.query_params
+    newest = query.get("order") == "newest"
+    limit = count(query, "limit", PAGE, 500)
+
+    async def fetch(cursor: str | None, newest_first: bool, size: int) -> Page[JobSummary]:
+        return await d.admin.jobs(queue, "queued", None, size, cursor, newest_first=newest_first)
+
+    shown = await both_ways(
+        fetch,
+        job_cursor,
+        newest=newest,
+        limit=limit,
+        after=field(query, "after"),
+        before=field(query, "before"),
+    )
+    return render(
+        request, "queue.html", nav="overview", queue=status, shown=shown, newest=newest, limit=limit
+    )
+
+
+@page
+async def purge_confirm(request: Request, d: Dashboard) -> Response:
+    """Asks before a purge: how many jobs would go."""
+    status = await _status(d, request.path_params["queue"])
+    return render(request, "confirm_purge_queue.html", nav="overview", queue=status)
+
+
+@action
+async def pause(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Pauses the queue's consumer until resumed."""
+    queue = validate_name("queue", request.path_params["queue"])
+    await d.admin.pause_queue(queue)
+    audit(request, "pause_queue", queue=queue)
+    return f"Paused {queue}: workers take none of its jobs until it is resumed.", link(
+        request, f"/queues/{queue}"
+    )
+
+
+@action
+async def resume(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Resumes the queue's consumer."""
+    queue = validate_name("queue", request.path_params["queue"])
+    was = await d.admin.resume_queue(queue)
+    audit(request, "resume_queue", queue=queue, was_paused=was)
+    done = f"Resumed {queue}." if was else f"{queue} was not paused."
+    return done, link(request, f"/queues/{queue}")
+
+
+@action
+async def purge(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Purges the queue's jobs once the confirmation page's form says so."""
+    queue = validate_name("queue", request.path_params["queue"])
+    if field(form, "confirm") != queue:
+        raise refuse(400, f"type the queue's name ({queue}) to confirm the purge")
+    removed = await d.admin.purge_queue(queue)
+    audit(request, "purge_queue", queue=queue, removed=removed)
+    return f"Purged {removed:,} jobs of {queue}.", link(request, f"/queues/{queue}")
+
+
+routes = [
+    Route("/queues/{queue}", queue_page, methods=["GET"], name="queue"),
+    Route("/queues/{queue}/purge", purge_confirm, methods=["GET"], name="queue_purge_confirm"),
+    Route("/queues/{queue}/purge", purge, methods=["POST"], name="queue_purge"),
+    Route("/queues/{queue}/pause", pause, methods=["POST"], name="queue_pause"),
+    Route("/queues/{queue}/resume", resume, methods=["POST"], name="queue_resume"),
+]
