@@ -293,6 +293,10 @@ class _Param:
 _SCALARS = (int, float, str, bool)
 
 
+# Stands for an argument a workflow step is given only when it runs (see encode_after).
+_LATER = object()
+
+
 class TypedArguments:
     """How one task's annotated parameters are checked, encoded and decoded.
 
@@ -333,6 +337,20 @@ class TypedArguments:
         The arguments must already fit the signature (count and names).
         """
         return self._convert(args, kwargs, self._encode_one)
+
+    def encode_after(
+        self, given: int, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """:meth:`encode` for the arguments of a workflow step whose first ``given`` arguments
+        come only when it runs (the previous step's result): ``args`` fill the parameters
+        after those."""
+        if not given:
+            return self.encode(args, kwargs)
+        new_args, new_kwargs = self._convert((*(_LATER,) * given, *args), kwargs, self._encode_known)
+        return new_args[given:], new_kwargs
+
+    def _encode_known(self, param: _Param, value: Any) -> Any:
+        return value if value is _LATER else self._encode_one(param, value)
 
     def decode(
         self, args: Sequence[Any], kwargs: Mapping[str, Any]

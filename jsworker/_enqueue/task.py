@@ -280,8 +280,8 @@ class Task(Generic[P, R]):
         expires: float | None = None,
         queue: str | None = None,
         headers: Mapping[str, str] | None = None,
-        link: Signature | None = None,
-        link_error: Signature | None = None,
+        link: Links = None,
+        link_error: Links = None,
     ) -> Job:
         """Enqueue with explicit arguments and, optionally, your own job id (dedup key).
 
@@ -297,10 +297,12 @@ class Task(Generic[P, R]):
         ``link`` runs once after the job succeeded, with its result first in its arguments;
         ``link_error`` once after it failed for good, with the failure's details (a dict:
         flow, step, task, reason). Either makes the job a two-step workflow
-        (``App(workflows=True)``, see :mod:`jsworker.workflows`) whose id is the job's.
+        (``App(workflows=True)``, see :mod:`jsworker.workflows`) whose id is the job's. Each
+        takes one signature, or a list of one as Celery spells it.
         """
+        linked, errback = _one_link(self, "link", link), _one_link(self, "link_error", link_error)
         call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
-        return await self._send(call, link, link_error)
+        return await self._send(call, linked, errback)
 
     async def _send(self, call: Call, link: Signature | None, link_error: Signature | None) -> Job:
         if link is None and link_error is None:
@@ -329,12 +331,13 @@ class Task(Generic[P, R]):
         expires: float | None = None,
         queue: str | None = None,
         headers: Mapping[str, str] | None = None,
-        link: Signature | None = None,
-        link_error: Signature | None = None,
+        link: Links = None,
+        link_error: Links = None,
     ) -> Job:
         """Sync form of :meth:`aapply`."""
+        linked, errback = _one_link(self, "link", link), _one_link(self, "link_error", link_error)
         call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
-        return self.app.bridge.run_sync(self._send, call, link, link_error)
+        return self.app.bridge.run_sync(self._send, call, linked, errback)
 
     def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:
         """Sync form of :meth:`adelay_many`."""
@@ -398,17 +401,47 @@ class Signature:
             job_id=check_job_id(job_id) if job_id is not None else self.job_id,
         )
 
-    def describe(self) -> dict[str, Any]:
-        """What a workflow's definition keeps of this signature. Its arguments are kept as
-        given: the app's serializer must encode them (a step's own result is added when its
-        job is made)."""
+    def describe(self, after_result: bool) -> dict[str, Any]:
+        """What a workflow's definition keeps of this signature, for a step that is given a
+        previous result (or a failure's details) first when it runs (``after_result``: a
+        chain's later steps and every callback) or is not (a group's members, a chain's first
+        step). Its arguments are encoded through the task's annotations as a call's are,
+        ``TypeError`` naming the parameter whose value does not fit."""
+        args, kwargs = self.args, dict(self.kwargs)
+        typed = self.task.typed
+        if typed is not None:
+            given = int(after_result and not self.immutable)
+            # Only arguments that fit the function are encoded by position: the result to come
+            # is counted in.
+            self.task.check_arguments((*(None,) * given, *args), kwargs)
+            args, kwargs = typed.encode_after(given, args, kwargs)
         return {
             "task": self.task.name,
             "queue": self.queue or self.task.queue,
-            "args": list(self.args),
-            "kwargs": dict(self.kwargs),
+            "args": list(args),
+            "kwargs": kwargs,
             "immutable": self.immutable,
             "headers": dict(self.headers),
             "countdown": self.countdown,
             "job_id": self.job_id,
         }
+
+
+#: What ``link`` and ``link_error`` take: a signature, or (as Celery spells it) a list of one.
+Links = Signature | Sequence[Signature] | None
+
+
+def _one_link(task: Task[Any, Any], name: str, given: Links) -> Signature | None:
+    """``given`` as one signature; ConfigurationError for anything else (a job runs one link:
+    several things after it are a chord's or a chain's to run)."""
+    if given is None or isinstance(given, Signature):
+        return given
+    found = list(given) if isinstance(given, Sequence) and not isinstance(given, str | bytes) else None
+    if found is not None and len(found) == 1 and isinstance(found[0], Signature):
+        return found[0]
+    if found is not None and len(found) > 1:
+        raise ConfigurationError(
+            f"task {task.name}: {name} takes one signature, not {len(found)}: to run several after "
+            "the job, make them a chord's members or a chain's steps"
+        )
+    raise ConfigurationError(f"task {task.name}: {name} takes a signature (task.s(...)), not {given!r:.100}")

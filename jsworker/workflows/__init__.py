@@ -45,9 +45,11 @@ def _app_of(sigs: Iterable[Signature]) -> TaskOwner:
 
 
 def _check_members(members: list[Signature]) -> None:
-    """TypeError for a member whose arguments do not fit its task, before anything is sent."""
+    """TypeError for a member whose arguments do not fit its task, before anything is sent
+    (checked only: a member's job is made, and the app's middleware told of it, when the
+    workflow starts)."""
     for sig in members:
-        sig.task.make_call(sig.args, sig.kwargs, None)
+        sig.task.check_arguments(sig.args, sig.kwargs)
 
 
 class _Startable:
@@ -58,14 +60,18 @@ class _Startable:
 
     async def aapply(self) -> Workflow:
         """Start it: its definition and first jobs are stored all or none."""
-        app, flow, first = self._flow()
-        await start(app, flow, first)
-        return Workflow(app, flow.id)
+        return await _started(*self._flow())
 
     def apply(self) -> Workflow:
         """Sync form of :meth:`aapply`."""
-        app, _, _ = self._flow()
-        return app.bridge.run_sync(self.aapply)
+        app, flow, first = self._flow()
+        return app.bridge.run_sync(_started, app, flow, first)
+
+
+async def _started(app: TaskOwner, flow: FlowDef, first: dict[str, dict[str, Any]]) -> Workflow:
+    """Store ``flow`` with its ``first`` steps' jobs; its handle."""
+    await start(app, flow, first)
+    return Workflow(app, flow.id)
 
 
 class Chain(_Startable):
@@ -78,8 +84,8 @@ class Chain(_Startable):
         described = describe_all(self.steps, "chain")
         if not self.steps[0].immutable and self.steps[0].task is not None:
             # The first step takes no previous result: its arguments must be whole now.
-            self.steps[0].task.make_call(self.steps[0].args, self.steps[0].kwargs, None)
-        error = self.on_error.describe() if self.on_error is not None else None
+            self.steps[0].task.check_arguments(self.steps[0].args, self.steps[0].kwargs)
+        error = self.on_error.describe(after_result=True) if self.on_error is not None else None
         flow = FlowDef(self.id, "chain", described, None, error)
         return _app_of(self.steps), flow, {"0": described[0]}
 
@@ -130,7 +136,7 @@ class Batch(_Startable):
     def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
         flow = group_flow(self.id, self.members, self.on_complete, None, "continue")
         if self.on_success is not None:
-            flow = dataclasses.replace(flow, on_success=self.on_success.describe())
+            flow = dataclasses.replace(flow, on_success=self.on_success.describe(after_result=True))
         _check_members(self.members)
         return _app_of(self.members), flow, {f"m{i}": d for i, d in enumerate(flow.steps)}
 

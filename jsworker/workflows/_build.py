@@ -40,6 +40,11 @@ def step_message(
     countdown = described.get("countdown")
     due = due_time(countdown, None) if countdown is not None else None
     job_id = described.get("job_id") or step_id(flow_id, step)
-    call = Call(args, dict(described["kwargs"]), job_id, due, None, False, queue, own or None)
+    kwargs = dict(described["kwargs"])
+    if app.middleware.stamps:
+        # Told of the step's job as of any other, under the id it runs with (where the job is
+        # made: the starting process for a workflow's first steps, a worker for the next).
+        own = app.middleware.stamp(task.name, queue or task.queue, job_id, args, kwargs, own, due)
+    call = Call(args, kwargs, job_id, due, None, False, queue, own or None)
     msg = app.producer.message(task, call)
     return OutMessage(msg.subject, msg.body, {**msg.headers, FLOW: flow_id, FLOW_STEP: step})

@@ -34,12 +34,13 @@ def new_flow_id(flow_id: str | None) -> str:
 
 
 def describe_all(sigs: Sequence[Signature], what: str) -> list[dict[str, Any]]:
-    """The steps' descriptions; ConfigurationError for anything that is not a signature."""
+    """The steps' descriptions; ConfigurationError for anything that is not a signature. A
+    chain's steps after the first are given the result before them; a group's members none."""
     out = []
-    for sig in sigs:
+    for i, sig in enumerate(sigs):
         if not isinstance(sig, Signature):
             raise ConfigurationError(f"{what} takes signatures (task.s(...)), not {type(sig).__name__}")
-        out.append(sig.describe())
+        out.append(sig.describe(after_result=what == "chain" and i > 0))
     if not out:
         raise ConfigurationError(f"{what} needs at least one signature")
     return out
@@ -99,8 +100,8 @@ def group_flow(
     steps = describe_all(members, "group")
     return FlowDef(
         new_flow_id(flow_id), "group", steps,
-        callback.describe() if callback is not None else None,
-        on_error.describe() if on_error is not None else None,
+        callback.describe(after_result=True) if callback is not None else None,
+        on_error.describe(after_result=True) if on_error is not None else None,
         on_failure,
     )  # fmt: skip
 
@@ -118,8 +119,9 @@ async def start_linked(
         "task": task.name, "queue": call.queue or task.queue, "args": list(call.args),
         "kwargs": dict(call.kwargs), "immutable": True, "headers": dict(call.headers or {}),
     }  # fmt: skip
-    steps = [first] + ([link.describe()] if link is not None else [])
-    flow = FlowDef(call.job_id, "chain", steps, None, link_error.describe() if link_error else None)
+    steps = [first] + ([link.describe(after_result=True)] if link is not None else [])
+    error = link_error.describe(after_result=True) if link_error else None
+    flow = FlowDef(call.job_id, "chain", steps, None, error)
     msg = app.producer.message(task, call)
     job = OutMessage(msg.subject, msg.body, {**msg.headers, FLOW: flow.id, FLOW_STEP: "0"})
     await _check(app)

@@ -209,7 +209,7 @@ async def test_a_second_definition_is_counted_and_changes_nothing(nats_server: N
     add = app.tasks["add"]
     await app.provision()
     flow = await chain(add.s(1, 2), add.s(5)).aapply()
-    forged = FlowDef(flow.id, "chain", [add.s(1, 2).describe(), add.s(500).describe()])
+    forged = FlowDef(flow.id, "chain", [add.s(1, 2).describe(False), add.s(500).describe(True)])
     conn = await app.connections.connection()
     await conn.nc.publish(f"jsw.perm.flow.def.{flow.id}", forged.encode(app.serializer))
     await conn.nc.flush()

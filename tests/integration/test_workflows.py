@@ -153,7 +153,7 @@ async def test_a_second_definition_published_later_changes_nothing(nats_server: 
     add, double = app.tasks["add"], app.tasks["double"]
     await app.provision()
     flow = await chain(add.s(1, 2), double.s()).aapply()
-    forged = FlowDef(flow.id, "chain", [add.s(1, 2).describe(), add.si(100, 100).describe()])
+    forged = FlowDef(flow.id, "chain", [add.s(1, 2).describe(False), add.si(100, 100).describe(True)])
     conn = await app.connections.connection()
     await conn.nc.publish(f"jsw.wf.flow.def.{flow.id}", forged.encode(app.serializer))
     await conn.nc.flush()
