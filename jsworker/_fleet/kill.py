@@ -38,6 +38,23 @@ def kill_tree(pid: int) -> list[int]:
     return sorted(tree)
 
 
+def kill_group_left(pid: int) -> list[int]:
+    """SIGKILL what is left of the process group that the ended process ``pid`` led (a child
+    of this process, not reaped yet, so that its group id is still its own): the processes it
+    started that stayed in its group, a process pool's among them, which outlive it by default
+    and go on computing under init. Their pids. A process that left the group (a session of
+    its own) is not found once its parent is gone."""
+    try:
+        if os.getpgid(pid) != pid:
+            return []
+    except OSError:
+        return []
+    left = sorted(other for other, (_, group) in _process_table().items() if group == pid and other != pid)
+    if left:
+        _suppressed(os.killpg, pid, signal.SIGKILL)
+    return left
+
+
 def _hold(pid: int, family: set[int]) -> Callable[[], None] | None:
     """How to SIGKILL ``pid`` later, if it is (still) a child of one of ``family``."""
     try:

@@ -19,6 +19,9 @@ SIGTERM/SIGINT, and serves the fleet's merged metrics.
   and counted. A retiring process (recycled, or reloaded) is replaced as soon as its worker
   has ended, not once it has exited; a process that had stopped cleanly before it had to be
   killed counts as stopped cleanly, for the exit code too.
+* A process that ended by itself (killed by the kernel for its memory, a segfault, a
+  ``kill -9``) takes what is left of its process group with it (a process pool's processes,
+  which would go on computing under init): killed, and logged (``fleet.orphans_killed``).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from .._observability.logging import get_logger
 from .channel import Kind, decode
-from .kill import kill_tree
+from .kill import kill_group_left, kill_tree
 from .metrics import FleetMetrics
 from .reload import ReloadWatcher
 
@@ -244,6 +247,11 @@ class Supervisor:
             self._read(slot)
             if slot.conn is not None:
                 slot.conn.close()
+        # Before it is reaped, while its group id is still its own: what it started and left
+        # running (it was killed, or died) must not go on without it.
+        left = kill_group_left(process.pid or 0)
+        if left:
+            log.warning("fleet.orphans_killed", process=slot.index, pid=process.pid, orphans=left)
         process.join()
         code = process.exitcode
         if slot.killed is not None and slot.exiting is not None:

@@ -231,3 +231,38 @@ def test_on_sigterm_processes_that_cannot_exit_are_killed_with_their_children(
     finally:
         fleet.terminate(timeout=5)
         _kill_leftovers(fleet.log, workers.record, hung_app.MARKER)
+
+
+@pytest.mark.timeout(120)
+def test_a_process_that_dies_takes_the_processes_of_its_group_with_it(
+    nats_server: NatsServer, hung_app: ModuleType, tmp_path: Path
+) -> None:
+    """kill -9 of a fleet's worker process (as an OOM kill or a segfault ends one): the child
+    it started in its process group (as a process pool's are) is killed by the supervisor at
+    once instead of computing on under init, and the kill is logged. A child in a session of
+    its own is out of reach once its parent is gone: left (and killed here by the test)."""
+    record, log = tmp_path / "record.log", tmp_path / "fleet.log"
+    env = {**worker_env(nats_server.url, record), **HANG}
+    proc, _ = start_metrics_worker(
+        env, log, MODULE, "--processes", "2", "--log-format", "json", "--log-level", "info"
+    )
+    try:
+        first = wait_until(
+            lambda: _named(log, "fleet.process_ready"), timeout=60, message="a worker process ready"
+        )[0]
+        pid = int(first["pid"])
+        children: list[int] = wait_until(
+            lambda: _children(record).get(pid, []), until=lambda found: len(found) == 2, timeout=30
+        )
+        in_group = [child for child in children if os.getpgid(child) == pid]
+        assert len(in_group) == 1, children
+        os.kill(pid, signal.SIGKILL)
+        wait_until(partial(_gone, in_group[0]), timeout=10, message=f"child {in_group[0]} gone")
+        killed = wait_until(
+            lambda: _named(log, "fleet.orphans_killed"), timeout=10, message="the kill logged"
+        )
+        assert killed[0]["pid"] == pid and killed[0]["orphans"] == in_group
+        assert proc.poll() is None  # the fleet goes on: the process is started again
+    finally:
+        stop(proc, timeout=5)
+        _kill_leftovers(log, record, hung_app.MARKER)
