@@ -34,6 +34,7 @@ from ._core.serializers import JSONSerializer, Serializer
 from ._core.task_options import TaskArguments, TaskOptions
 from ._enqueue.by_name import named_task
 from ._enqueue.calls import Call, check_job_id
+from ._enqueue.ported import ArqSpelling
 from ._enqueue.producer import Producer
 from ._enqueue.receipt import Job
 from ._enqueue.task import Signature, Task
@@ -57,7 +58,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class App:
+class App(ArqSpelling):
     """A jsworker application: tasks declared with :meth:`task`, enqueued by producers and run
     by ``jsworker run``.
 
@@ -144,6 +145,13 @@ class App:
 
     def __repr__(self) -> str:
         return f"<App {self.name} tasks={len(self.tasks)}>"
+
+    def add_middleware(self, *middleware: Middleware) -> None:
+        """Add ``middleware`` after the app's own: innermost around a run, the last to see an
+        enqueue. For a layout where the middleware's module imports the app (or its tasks), so
+        that the app cannot be made with it. Enqueues from now on go through it, and so do the
+        jobs of workers that start after (add it at import time, as tasks are declared)."""
+        self.middleware = MiddlewareChain([*self.middleware, *middleware])
 
     def on_startup(self, fn: H) -> H:
         """Run ``fn`` (sync or async, no arguments) once in each worker process before its

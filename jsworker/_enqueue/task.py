@@ -25,6 +25,7 @@ from .._wire.names import validate_name
 from .arguments import TypedArguments, positional_names
 from .calls import Call, CallArgs, due_time, new_job_id
 from .calls import check_job_id as check_job_id
+from .ported import CelerySpelling, SignatureSpelling
 from .receipt import Job
 
 P = ParamSpec("P")
@@ -117,7 +118,7 @@ def _check_process_function(name: str, fn: Callable[..., Any], is_async: bool) -
         )
 
 
-class Task(Generic[P, R]):
+class Task(CelerySpelling, Generic[P, R]):
     """A function registered with an :class:`~jsworker.App`.
 
     Calling the task runs the function inline, untouched. ``delay``/``adelay`` enqueue a job
@@ -357,7 +358,7 @@ class Task(Generic[P, R]):
 
 
 @dataclass(frozen=True)
-class Signature:
+class Signature(SignatureSpelling):
     """``task`` called with ``args`` and ``kwargs``, not enqueued yet: made with
     ``task.s(...)`` (the previous step's result comes first in its arguments) or
     ``task.si(...)`` (``immutable``: it takes no result). ``queue``, ``headers``,

@@ -67,6 +67,14 @@ class _Startable:
         app, flow, first = self._flow()
         return app.bridge.run_sync(_started, app, flow, first)
 
+    def delay(self) -> Workflow:
+        """Celery's spelling of :meth:`apply` (a member's own arguments are in its signature)."""
+        return self.apply()
+
+    def apply_async(self) -> Workflow:
+        """Celery's spelling of :meth:`apply`."""
+        return self.apply()
+
 
 async def _started(app: TaskOwner, flow: FlowDef, first: dict[str, dict[str, Any]]) -> Workflow:
     """Store ``flow`` with its ``first`` steps' jobs; its handle."""

@@ -110,3 +110,20 @@ async def test_a_list_of_one_link_is_the_link(nats_server: NatsServer) -> None:
         await shout.aapply(("hi",), link=[follow.s(), follow.s()])
     with pytest.raises(ConfigurationError, match="link_error takes a signature"):
         await shout.aapply(("hi",), link_error="follow")  # type: ignore[arg-type]
+
+
+async def test_middleware_added_after_the_app_is_made_runs_everywhere(nats_server: NatsServer) -> None:
+    """A layout that imports the app from the middleware's module adds it afterwards."""
+    tracking = Tracking()
+    app = App("ports_late", nats_server.url)
+
+    @app.task(store_result=True)
+    async def echo(text: str) -> str:
+        return text
+
+    app.add_middleware(tracking)
+    async with in_process_worker(app):
+        job = await echo.adelay("hi")
+        assert await job.aresult(timeout=30) == "hi"
+    assert tracking.enqueued == Counter([job.id])
+    assert tracking.ran[job.id]["X-Tenant"] == "acme"

@@ -1,0 +1,164 @@
+"""Celery's and arq's spellings of an enqueue, for code ported from them. Each maps onto
+jsworker's own call and nothing more; what differs (default retries, results, how long a job
+id stays taken) is in the README's "Porting from Celery and arq"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .receipt import Job
+    from .task import Links
+
+
+class _Applies(Protocol):
+    name: str
+
+    def apply(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        job_id: str | None = None,
+        countdown: float | None = None,
+        eta: datetime | None = None,
+        expires: float | None = None,
+        queue: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        link: Links = None,
+        link_error: Links = None,
+    ) -> Job: ...
+
+
+class _Ported(Protocol):
+    def apply_async(
+        self, args: Sequence[Any] = ..., kwargs: Mapping[str, Any] | None = ..., **options: Any
+    ) -> Job: ...
+
+
+class _Signed(Protocol):
+    """What a signature is made of, as its spellings read it."""
+
+    @property
+    def task(self) -> _Ported: ...
+    @property
+    def args(self) -> tuple[Any, ...]: ...
+    @property
+    def kwargs(self) -> Mapping[str, Any]: ...
+    @property
+    def queue(self) -> str | None: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def countdown(self) -> float | None: ...
+    @property
+    def job_id(self) -> str | None: ...
+
+
+class CelerySpelling:
+    """Celery's ``apply_async`` on a task."""
+
+    def apply_async(
+        self: _Applies,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | None = None,
+        eta: datetime | None = None,
+        expires: float | timedelta | datetime | None = None,
+        task_id: str | None = None,
+        queue: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        link: Links = None,
+        link_error: Links = None,
+        **unsupported: Any,
+    ) -> Job:
+        """Celery's ``apply_async``: :meth:`~jsworker.Task.apply` with ``task_id`` as the job
+        id and ``expires`` in seconds, a timedelta or a datetime. Sync, as Celery's is (``aapply`` from
+        async code). Options Celery has and jsworker does not are refused by name."""
+        refuse(self.name, "apply_async", unsupported)
+        return self.apply(
+            args, kwargs, job_id=task_id, countdown=countdown, eta=eta, expires=seconds_until(expires),
+            queue=queue, headers=headers, link=link, link_error=link_error,
+        )  # fmt: skip
+
+
+class SignatureSpelling:
+    """Celery's ``delay`` and ``apply_async`` on a signature: its task's job, now."""
+
+    def delay(self: _Signed, *args: Any, **kwargs: Any) -> Job:
+        """Enqueue this signature's task with its arguments, then ``args`` and ``kwargs``."""
+        return SignatureSpelling.apply_async(self, args, kwargs)
+
+    def apply_async(
+        self: _Signed, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> Job:
+        """Enqueue this signature's task with its arguments, then ``args`` and ``kwargs``;
+        ``options`` as the task's ``apply_async`` takes them, over the signature's own."""
+        own: dict[str, Any] = {"queue": self.queue, "headers": dict(self.headers) or None}
+        if self.countdown is not None:
+            own["countdown"] = self.countdown
+        if self.job_id is not None:
+            own["task_id"] = self.job_id
+        call_args, call_kwargs = (*self.args, *args), {**self.kwargs, **(kwargs or {})}
+        return self.task.apply_async(call_args, call_kwargs, **{**own, **options})
+
+
+def refuse(task: str, spelling: str, unsupported: Mapping[str, Any]) -> None:
+    """ConfigurationError naming the options of ``spelling`` that jsworker has no use for."""
+    if unsupported:
+        raise ConfigurationError(
+            f"task {task}: {spelling} takes no {', '.join(sorted(unsupported))} here "
+            "(README: Porting from Celery and arq)"
+        )
+
+
+def seconds_until(when: float | datetime | timedelta | None) -> float | None:
+    """Seconds from now: ``when`` as seconds, a timedelta, or a (timezone-aware) datetime."""
+    if when is None or isinstance(when, int | float):
+        return when
+    if isinstance(when, timedelta):
+        return when.total_seconds()
+    if when.tzinfo is None:
+        raise ConfigurationError("a datetime here must carry its timezone (datetime.now(UTC) ...)")
+    return (when - datetime.now(UTC)).total_seconds()
+
+
+class _SendsTasks(Protocol):
+    async def asend_task(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        **options: Any,
+    ) -> Job: ...
+
+
+class ArqSpelling:
+    """arq's ``enqueue_job`` on an app."""
+
+    async def enqueue_job(
+        self: _SendsTasks,
+        function: str,
+        *args: Any,
+        _job_id: str | None = None,
+        _queue_name: str | None = None,
+        _defer_until: datetime | None = None,
+        _defer_by: float | timedelta | None = None,
+        _expires: float | timedelta | None = None,
+        **kwargs: Any,
+    ) -> Job | None:
+        """arq's ``enqueue_job``: task ``function`` by its name with ``args`` and ``kwargs``;
+        None, as arq answers, when a job with ``_job_id`` is held already (jsworker's own
+        calls return that job's receipt, with ``duplicate`` set)."""
+        job = await self.asend_task(
+            function, args, kwargs, queue=_queue_name, job_id=_job_id, eta=_defer_until,
+            countdown=seconds_until(_defer_by), expires=seconds_until(_expires),
+        )  # fmt: skip
+        return None if job.duplicate else job
