@@ -50,7 +50,10 @@ class AppOptions:
         20_000, help="Jobs a queue may have delivered and not yet settled, across all workers."
     )
     publish_timeout: float = option(
-        15.0, help="Seconds one enqueue keeps trying through a restart or an election."
+        15.0,
+        env="PUBLISH_TIMEOUT",
+        help="Seconds one enqueue keeps trying through a restart or an election (a web process "
+        "that must not wait that long sets less).",
     )
     validate_arguments: bool = option(
         True,

@@ -12,7 +12,6 @@ from .._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .receipt import Job
-    from .task import Links
 
 
 class _Applies(Protocol):
@@ -29,8 +28,8 @@ class _Applies(Protocol):
         expires: float | None = None,
         queue: str | None = None,
         headers: Mapping[str, str] | None = None,
-        link: Links = None,
-        link_error: Links = None,
+        link: Any = None,
+        link_error: Any = None,
     ) -> Job: ...
 
 
@@ -73,8 +72,8 @@ class CelerySpelling:
         task_id: str | None = None,
         queue: str | None = None,
         headers: Mapping[str, str] | None = None,
-        link: Links = None,
-        link_error: Links = None,
+        link: Any = None,
+        link_error: Any = None,
         **unsupported: Any,
     ) -> Job:
         """Celery's ``apply_async``: :meth:`~jsworker.Task.apply` with ``task_id`` as the job

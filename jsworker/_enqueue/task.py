@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import json
@@ -12,12 +13,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from .._config import check_ahead
+from .._config import check_ahead, check_seconds
 from .._core.middleware import MiddlewareChain
 from .._core.task_options import TaskArguments as TaskArguments
 from .._core.task_options import TaskOptions
 from .._core.view import AppView
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, EnqueueError
 from .._jetstream.message import OutMessage
 from .._limits.spec import Rate
 from .._wire.headers import check_headers
@@ -283,6 +284,7 @@ class Task(CelerySpelling, Generic[P, R]):
         headers: Mapping[str, str] | None = None,
         link: Links = None,
         link_error: Links = None,
+        timeout: float | None = None,
     ) -> Job:
         """Enqueue with explicit arguments and, optionally, your own job id (dedup key).
 
@@ -300,12 +302,32 @@ class Task(CelerySpelling, Generic[P, R]):
         flow, step, task, reason). Either makes the job a two-step workflow
         (``App(workflows=True)``, see :mod:`jsworker.workflows`) whose id is the job's. Each
         takes one signature, or a list of one as Celery spells it.
+
+        ``timeout`` (seconds) bounds this call, the app's ``publish_timeout`` by default: a web
+        request need not wait out a server's outage. Past it, :class:`~jsworker.EnqueueError`
+        with the job's id: the job may be stored all the same, and enqueueing it again under
+        that id cannot make a second one.
         """
         linked, errback = _one_link(self, "link", link), _one_link(self, "link_error", link_error)
         call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
-        return await self._send(call, linked, errback)
+        return await self._send(call, linked, errback, timeout)
 
-    async def _send(self, call: Call, link: Signature | None, link_error: Signature | None) -> Job:
+    async def _send(
+        self, call: Call, link: Signature | None, link_error: Signature | None, timeout: float | None = None
+    ) -> Job:
+        if timeout is None:
+            return await self._sent(call, link, link_error)
+        try:
+            async with asyncio.timeout(check_seconds("timeout", timeout)):
+                return await self._sent(call, link, link_error)
+        except TimeoutError:
+            raise EnqueueError(
+                f"task {self.name}: job {call.job_id} not acknowledged within {timeout:g}s (timeout=): "
+                "it may be stored all the same; enqueue it again with job_id= to be sure",
+                job_id=call.job_id,
+            ) from None
+
+    async def _sent(self, call: Call, link: Signature | None, link_error: Signature | None) -> Job:
         if link is None and link_error is None:
             return await self.app.producer.send(self, call)
         return await self.app.send_linked(self, call, link, link_error)
@@ -334,11 +356,12 @@ class Task(CelerySpelling, Generic[P, R]):
         headers: Mapping[str, str] | None = None,
         link: Links = None,
         link_error: Links = None,
+        timeout: float | None = None,
     ) -> Job:
         """Sync form of :meth:`aapply`."""
         linked, errback = _one_link(self, "link", link), _one_link(self, "link_error", link_error)
         call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
-        return self.app.bridge.run_sync(self._send, call, linked, errback)
+        return self.app.bridge.run_sync(self._send, call, linked, errback, timeout)
 
     def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:
         """Sync form of :meth:`adelay_many`."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jsworker import App, ConfigurationError, JobContext, Middleware, OutgoingJob
+from jsworker import App, ConfigurationError, EnqueueError, JobContext, Middleware, OutgoingJob
 from jsworker.testing import NatsServer
 from jsworker.workflows import Workflow, chain, chord, group
 
@@ -127,3 +127,27 @@ async def test_middleware_added_after_the_app_is_made_runs_everywhere(nats_serve
         assert await job.aresult(timeout=30) == "hi"
     assert tracking.enqueued == Counter([job.id])
     assert tracking.ran[job.id]["X-Tenant"] == "acme"
+
+
+@pytest.mark.timeout(60)
+async def test_a_per_call_timeout_bounds_an_enqueue_during_an_outage(nats_server: NatsServer) -> None:
+    """A web request's enqueue gives up after its own timeout, not the app's 60 s; enqueued
+    again under the id the error names once the server is back, the job runs once."""
+    app = App("ports_outage", nats_server.url, publish_timeout=60)
+    runs: Counter[int] = Counter()
+
+    @app.task(store_result=True)
+    async def charge(order: int) -> int:
+        runs[order] += 1
+        return order
+
+    await charge.aapply((0,), timeout=10)  # connected, streams made
+    nats_server.kill()
+    with pytest.raises(EnqueueError, match=r"within 0.5s \(timeout=\)") as caught:
+        await charge.aapply((1,), timeout=0.5)
+    assert caught.value.job_id is not None
+    nats_server.restart()
+    async with in_process_worker(app):
+        again = await charge.aapply((1,), job_id=caught.value.job_id, timeout=10)
+        assert await again.aresult(timeout=30) == 1
+    assert runs[1] == 1
