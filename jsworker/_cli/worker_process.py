@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import gc
 import os
-import resource
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from .._errors import ProvisioningNeeded
 from .._fleet.channel import ChildChannel, Kind
 from .._jetstream.connection import redact_urls
 from .._observability.logging import configure_logging, get_logger
+from .._runtime.recycling import resident_mib
 from .._runtime.settings import WorkerSettings
 from .._runtime.worker import Worker
 from .connection import apply_connection_options
@@ -161,7 +161,7 @@ async def _report(worker: Worker, channel: ChildChannel, max_memory_mb: int | No
             if channel.orphaned:
                 log.warning("worker.supervisor_gone")
                 worker.stop()
-        if max_memory_mb is not None and resident_mb() >= max_memory_mb:
+        if max_memory_mb is not None and (resident_mib() or 0.0) >= max_memory_mb:
             worker.retire("memory")
         await asyncio.sleep(_MEMORY_EVERY if max_memory_mb is not None else _REPORT_EVERY)
 
@@ -169,16 +169,6 @@ async def _report(worker: Worker, channel: ChildChannel, max_memory_mb: int | No
 def _send_metrics(worker: Worker, channel: ChildChannel) -> None:
     # A periodic send cancelled at exit goes on in its thread: the final one waits for it.
     channel.send_snapshot(lambda: prometheus_client.generate_latest(worker.app.metrics.registry).decode())
-
-
-def resident_mb() -> float:
-    """This process's resident memory in MiB (its peak where the current size is unknown)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def child_main(spec: WorkerSpec, index: int, conn: Connection) -> None:

@@ -25,6 +25,7 @@ from .processes import (
     check_findable,
     process_call,
 )
+from .recycling import Recycling
 from .threads import ThreadRunner
 
 log = get_logger("jsworker.worker")
@@ -169,16 +170,18 @@ def as_job_run(app: App, queue: str, delivery: Delivery) -> JobRun:
 class Executor:
     """Calls task functions: async ones on the loop, sync ones in a bounded thread pool, and
     those declared with ``executor="process"`` in a pool of up to ``processes`` processes
-    (None: one per CPU), started on first need.
+    (None: one per CPU), started on first need and replaced as ``recycling`` says.
 
     Raises ConfigurationError when a process task cannot be found by its function's name (see
     :func:`~jsworker._runtime.processes.check_findable`): the worker does not start then.
     """
 
-    def __init__(self, app: App, threads: int, processes: int | None = None) -> None:
+    def __init__(
+        self, app: App, threads: int, processes: int | None = None, recycling: Recycling | None = None
+    ) -> None:
         self.app = app
         self.threads = ThreadRunner(threads)
-        self.processes = ProcessRunner((os.cpu_count() or 1) if processes is None else processes)
+        self.processes = ProcessRunner((os.cpu_count() or 1) if processes is None else processes, recycling)
         for task in app.tasks.values():
             if task.in_process:
                 check_findable(task)

@@ -42,6 +42,7 @@ from .._enqueue.task import Task
 from .._errors import ConfigurationError, Reject, Retry, Snooze
 from .._errors import ProcessExited as ProcessExited
 from .._observability.logging import get_logger
+from .recycling import Recycling
 
 log = get_logger("jsworker.worker")
 
@@ -301,6 +302,8 @@ class _Process:
         self.inbox: asyncio.Queue[object] = asyncio.Queue()
         #: Set (by the reading thread) once the process has closed its end: it has exited.
         self.gone = False
+        #: Jobs it ran to their end.
+        self.jobs = 0
         threading.Thread(target=self._read, name=f"jsworker-task-{self.pid}", daemon=True).start()
 
     @property
@@ -362,10 +365,11 @@ class _Process:
 class ProcessRunner:
     """Up to ``processes`` processes that run process tasks for one event loop."""
 
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, recycling: Recycling | None = None) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
         self.processes = processes
+        self._recycling = recycling
         self._slots = asyncio.Semaphore(processes)
         self._idle: list[_Process] = []
         self._busy: set[_Process] = set()
@@ -385,11 +389,21 @@ class ProcessRunner:
             finally:
                 self._busy.discard(process)
                 if answer is not None:
-                    self._idle.append(process)
+                    self._done(process)
                 elif not process.gone:
                     log.info("task_process.killed", pid=process.pid, task=call.task)
                     process.stop()
         return _unpack(answer, call.content_type, serializer)
+
+    def _done(self, process: _Process) -> None:
+        """Take ``process`` back after a job: idle again, or replaced when its limits say."""
+        process.jobs += 1
+        why = self._recycling.due(process.jobs, process.pid) if self._recycling is not None else None
+        if why is None:
+            self._idle.append(process)
+            return
+        log.info("task_process.recycled", pid=process.pid, reason=why, jobs=process.jobs)
+        process.retire()
 
     def close(self) -> None:
         """End the processes: idle ones at the end of their pipe, busy ones killed."""

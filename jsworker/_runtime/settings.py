@@ -34,6 +34,18 @@ class WorkerSettings:
         minimum=1,
         help='Processes for sync tasks declared with executor="process" [default: one per CPU].',
     )
+    task_process_max_jobs: int | None = option(
+        None,
+        flag="--max-jobs-per-task-process",
+        minimum=1,
+        help='Replace a task process (executor="process") after it ran this many jobs.',
+    )
+    task_process_max_memory: int | None = option(
+        None,
+        flag="--max-memory-per-task-process",
+        minimum=1,
+        help="Replace a task process once it holds this many MiB after a job.",
+    )
     max_messages: int | None = option(
         None,
         flag="--max-messages",

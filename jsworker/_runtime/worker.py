@@ -36,6 +36,7 @@ from .observe import PullObserver
 from .outcomes import Outcome, OutcomeKind, Settlement
 from .pipeline import Interceptor, Pipeline, run_shutdown, run_startup
 from .questions import answer_questions
+from .recycling import Recycling
 from .settings import WorkerSettings
 from .settle import Settle
 from .upkeep import heartbeats, leftover_schedules, missing_schedules, server_stats, watch_event_loop
@@ -139,7 +140,8 @@ class Worker:
         self._limiter = Limiter(settings.concurrency)
         # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
         self._create_task = asyncio.get_running_loop().create_task
-        self._executor = Executor(app, settings.threads, settings.task_processes)
+        recycling = Recycling(settings.task_process_max_jobs, settings.task_process_max_memory)
+        self._executor = Executor(app, settings.threads, settings.task_processes, recycling)
         self._records_conn = await startup.records_connection(app, conn, options, self.queues)
         self._book = book = JobBook(app, conn, self._jobs, self._records_conn, self._buffered)
         await book.start()

@@ -108,3 +108,14 @@ def hold(pidfile: str) -> None:
     """Endless, without a timeout: stopped only by a cancel."""
     _announce(pidfile)
     threading.Event().wait()  # never set: only the process's end stops it
+
+
+# What hoard() keeps: memory a task process holds from one job to the next, as a leak does.
+_HOARD: list[bytearray] = []
+
+
+@app.task(executor="process", store_result=True)
+def hoard(mib: int) -> int:
+    """Keep ``mib`` MiB more in this process (written, so resident); its pid."""
+    _HOARD.append(bytearray(b"x" * (mib * 2**20)))
+    return os.getpid()
