@@ -46,7 +46,7 @@ def _middleware(variant: str) -> list[Any]:
     """The middleware of ``variant`` (imported only when there is some)."""
     if variant == "none":
         return []
-    from jsworker._core.middleware import Middleware
+    from jsworker import Middleware
 
     class AllHooks(Middleware):
         def on_enqueue(self, job: Any) -> None:

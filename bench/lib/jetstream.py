@@ -17,8 +17,12 @@ from apps import bench_app
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from jsworker._core.layout import consumer_spec
 from jsworker.admin import Admin
+
+try:
+    from jsworker._core.layout import consumer_spec
+except ImportError:  # a --before tree from before the package's layout of 2026-12
+    from jsworker.layout import consumer_spec  # type: ignore[import-not-found,no-redef]
 
 STREAM = bench_app.app.namespace.stream
 RAW_QUEUE = bench_app.RAW_QUEUE
