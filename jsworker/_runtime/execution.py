@@ -278,7 +278,7 @@ class Executor:
         content_type = self.app.serializer.content_type
         call = process_call(task, job.context(), job.delivery.body, content_type)
         try:
-            value = await self.processes.run(call, timeout, self.app.serializer)
+            value = await self.processes.run(call, timeout, self.app.serializer, owner=job)
         except TaskControl as exc:  # Retry, Snooze, Reject: raised again here by the pool
             return raised(exc, task)
         except TimeoutError as exc:  # the pool's clock: a task's own TimeoutError is a TaskProcessError

@@ -15,6 +15,7 @@ on the server as before, whichever worker the job comes back to.
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -51,12 +52,15 @@ def give_back_delay(job: JobRun, first: float, longest: float = LONGEST_GIVE_BAC
 
 async def held_back(book: JobBook, job: JobRun, reason: str, limit: Awaitable[T]) -> T:
     """Wait for ``limit`` with ``job`` counted as held back for ``reason`` meanwhile (a status
-    tells it queued, with the reason); what it gives."""
+    tells it queued, with the reason); what it gives. The job's run starts once the wait is
+    over: its start time (status, record, duration) is taken again then."""
     book.held_back[job] = reason
     try:
-        return await limit
+        got = await limit
     finally:
         del book.held_back[job]
+    job.started = time.monotonic()
+    return got
 
 
 class _GivenBack(Exception):

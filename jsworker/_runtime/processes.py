@@ -42,6 +42,7 @@ from .._enqueue.task import Task
 from .._errors import ConfigurationError, Reject, Retry, Snooze
 from .._errors import ProcessExited as ProcessExited
 from .._observability.logging import get_logger
+from .limiter import Limiter
 from .recycling import Recycling
 
 log = get_logger("jsworker.worker")
@@ -370,17 +371,44 @@ class ProcessRunner:
             raise ValueError("processes must be >= 1")
         self.processes = processes
         self._recycling = recycling
-        self._slots = asyncio.Semaphore(processes)
+        self._slots = Limiter(processes)
+        # Jobs that hold a slot before their run comes (see reserve).
+        self._reserved: set[object] = set()
         self._idle: list[_Process] = []
         self._busy: set[_Process] = set()
 
-    async def run(self, call: ProcessCall, timeout: float | None, serializer: Serializer) -> Any:
-        """Run ``call`` in a process and return (or raise, as a stand-in) what its function did.
+    def try_reserve(self, owner: object) -> bool:
+        """Hold a slot for ``owner``'s run if one is free now; True if held."""
+        if self._slots.try_acquire():
+            self._reserved.add(owner)
+            return True
+        return False
+
+    async def reserve(self, owner: object) -> None:
+        """Wait for a free slot and hold it for ``owner``'s run (:meth:`run` with ``owner``)."""
+        await self._slots.acquire()
+        self._reserved.add(owner)
+
+    def release(self, owner: object) -> None:
+        """Give back the slot held for ``owner`` if its run did not take it."""
+        if owner in self._reserved:
+            self._reserved.discard(owner)
+            self._slots.release()
+
+    async def run(
+        self, call: ProcessCall, timeout: float | None, serializer: Serializer, owner: object = None
+    ) -> Any:
+        """Run ``call`` in a process (in the slot held for ``owner``, else the next free one)
+        and return (or raise, as a stand-in) what its function did.
 
         TimeoutError when the call ran longer than ``timeout`` seconds, ProcessExited when its
         process ended first; the process is killed on a timeout and on cancellation.
         """
-        async with self._slots:
+        if owner is not None and owner in self._reserved:
+            self._reserved.discard(owner)
+        else:
+            await self._slots.acquire()
+        try:
             process = self._take()
             self._busy.add(process)
             answer: Returned | Raised | None = None
@@ -393,6 +421,8 @@ class ProcessRunner:
                 elif not process.gone:
                     log.info("task_process.killed", pid=process.pid, task=call.task)
                     process.stop()
+        finally:
+            self._slots.release()
         return _unpack(answer, call.content_type, serializer)
 
     def _done(self, process: _Process) -> None:

@@ -149,7 +149,9 @@ class Worker:
         limits = startup.rate_limiters(app, conn)
         self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
         self.pipeline = pipeline = Pipeline(
-            interceptors.assemble(app, conn, book, limits, self.counts, self._extra),
+            interceptors.assemble(
+                app, conn, book, limits, self.counts, self._executor.processes, self._extra
+            ),
             self._executor.call,
             self._executor.check,
             functools.partial(startup.recheck, self._handbacks, book),

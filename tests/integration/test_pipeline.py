@@ -4,6 +4,7 @@ concern plugs in as one interceptor class, with no change to the worker."""
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,7 +19,10 @@ from jsworker._runtime.outcomes import Outcome, Settlement
 from jsworker._runtime.pipeline import STAGES, CallNext, Interceptor
 
 from ..support import wait_until_async
-from .workers import in_process_worker
+from .workers import APPS, in_process_worker
+
+sys.path.insert(0, str(APPS))
+import pipeline_app
 
 if TYPE_CHECKING:
     from jsworker.testing import NatsServer
@@ -54,29 +58,9 @@ def test_the_readme_lists_the_stages_and_interceptors_in_order() -> None:
     assert [name for name, _ in readme_interceptors()] == list(ORDER)
 
 
-class Audit(Middleware):
-    async def around_run(self, job: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
-        return await call_next()
-
-    async def on_settled(self, job: JobContext, settled: Any) -> None:
-        return None
-
-
-def everything_on(url: str) -> App:
-    """An app with every feature that adds an interceptor on."""
-    app = App("pipemap", url, events=True, workflows=True, middleware=[Audit()])
-
-    @app.task(rate_limit="100/s")
-    async def limited() -> None: ...
-
-    @app.task(partition_key=lambda key: key, max_running_per_partition=1)
-    async def per_key(key: str) -> None: ...
-
-    return app
-
-
 async def test_a_worker_with_every_feature_on_builds_the_listed_pipeline(nats_server: NatsServer) -> None:
-    async with in_process_worker(everything_on(nats_server.url)) as worker:
+    pipeline_app.app.servers = [nats_server.url]
+    async with in_process_worker(pipeline_app.app) as worker:
         built = worker.pipeline.interceptors
     assert [i.name for i in built] == list(ORDER)
     listed = dict(readme_interceptors())

@@ -5,8 +5,9 @@ In order (a feature that is off is left out): ``metrics`` (counts and logs each 
 ``fired-jobs`` (a delayed job or tick runs only as the firing its claim names), ``cancels-and-
 expiry`` (a job cancelled in the buffer or expired never starts), ``task-rate-limits``,
 ``partition-limits`` (a turn under the limit, or the job given back), ``events`` (job events),
-``workflows`` (a step is the one its workflow stored; what follows it), then any the worker
-was given, then each of the app's ``middleware``.
+``workflows`` (a step is the one its workflow stored; what follows it), ``task-processes`` (a
+process task's job waits for a free task process before it starts), then any the worker was
+given, then each of the app's ``middleware``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ...workflows._advance import Continuations
 from ..jobbook import JobBook
 from ..limited import Holding
 from ..pipeline import Interceptor
+from ..processes import ProcessRunner
 from .cancels import CancelsAndExpiry
 from .events import JobEvents
 from .fired import FiredJobs
@@ -30,6 +32,7 @@ from .metrics import JobMetrics, JobMetricsLogged, debug_logged
 from .middleware import AppMiddleware
 from .partitions import PartitionLimits, partition_limited
 from .rate_limits import TaskRateLimits
+from .task_processes import TaskProcessSlots
 from .workflows import Workflows
 
 if TYPE_CHECKING:
@@ -44,6 +47,7 @@ ORDER = (
     PartitionLimits.name,
     JobEvents.name,
     Workflows.name,
+    TaskProcessSlots.name,
     AppMiddleware.name,
 )
 
@@ -54,12 +58,13 @@ def assemble(
     book: JobBook,
     limits: dict[str, RateLimiter],
     counts: Counter[str],
+    processes: ProcessRunner,
     extra: Sequence[Interceptor] = (),
 ) -> list[Interceptor]:
     """The interceptors of a worker of ``app``, in pipeline order: those of the features that
     are on, ``extra`` (the worker's own), then the app's middleware. ``limits`` are the app's
     rate limiters, by scope (``t-<task>`` ones are tasks'); ``counts`` the worker's tally of
-    settled jobs."""
+    settled jobs; ``processes`` the runner of the worker's task processes."""
     metrics = JobMetrics(app.metrics, counts)
     if debug_logged(metrics.log):
         metrics = JobMetricsLogged(app.metrics, counts)
@@ -81,6 +86,8 @@ def assemble(
     if app.options.workflows:
         forgeries = app.metrics.workflow_forgeries
         chain.append(Workflows(Continuations(app, conn, lambda what: forgeries.labels(what).inc())))
+    if any(task.in_process for task in app.tasks.values()):
+        chain.append(TaskProcessSlots(book, processes))
     chain += extra
     chain += [AppMiddleware(m) for m in app.middleware]
     return chain
