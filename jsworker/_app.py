@@ -39,8 +39,6 @@ from ._enqueue.producer import Producer
 from ._enqueue.receipt import Job
 from ._enqueue.task import Signature, Task
 from ._errors import ConfigurationError
-from ._jetstream.connection import Connection, ConnectOptions
-from ._jetstream.topology import ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from ._lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, jobs_bucket_spec
 from ._lifecycle.client import JobLifecycle
 from ._limits.spec import Rate, parse_rate, partition_limits
@@ -51,6 +49,8 @@ from ._scheduling.delayed import DelayedJobs
 from ._scheduling.periodic import check_schedule_size
 from ._wire.names import Namespace, Role, validate_app_name, validate_name
 from .events._emit import emit_enqueued
+from .jetstream.connection import Connection, ConnectOptions
+from .jetstream.topology import ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
 from .workflows._handle import Workflow
 from .workflows._start import start_linked
 

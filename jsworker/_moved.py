@@ -4,7 +4,7 @@ a message that names the public home of their names, instead of a bare "no modul
 Only ``jsworker``, ``jsworker.admin``, ``jsworker.events``, ``jsworker.workflows``,
 ``jsworker.testing``, ``jsworker.spark`` (and ``jsworker.spark.analytics``), ``jsworker.ui``
 and ``jsworker.contrib.otel`` are public; every other module is private (its name starts with
-an underscore) and may change in any release.
+an underscore, or it is ``jsworker.jetstream``, the NATS layer) and may change in any release.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ _EARLIER = {
     "errors", "config", "current", "wire", "naming", "app", "app_options", "appview", "hooks",
     "layout", "connections", "bridge", "provisioning", "permissions", "middleware", "status",
     "paging", "task", "task_options", "producer", "calls", "named", "arguments", "serializers",
-    "job", "jobstatus", "rates", "flow", "workers", "observability", "jetstream", "scheduling",
+    "job", "jobstatus", "rates", "flow", "workers", "observability", "scheduling",
     "lifecycle", "deadletters", "runtime", "fleet", "server", "cli",
 }  # fmt: skip
 # Modules of the public packages that are private now: their public names are the package's.

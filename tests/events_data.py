@@ -8,8 +8,8 @@ import time
 import nats
 
 from jsworker import App
-from jsworker._jetstream.connection import Connection
 from jsworker.events import JobEvent, encode_event
+from jsworker.jetstream.connection import Connection
 
 from .support import wait_until
 

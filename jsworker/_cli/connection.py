@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._app import App
-from .._jetstream.connection import ConnectOptions, parse_servers
+from ..jetstream.connection import ConnectOptions, parse_servers
 from .errors import command_errors
 from .loader import load_app
 from .options import flag_fields, options_from

@@ -17,10 +17,10 @@ from .._errors import (
     ServerVersionError,
     TopologyError,
 )
-from .._jetstream.api import StreamRequestError
-from .._jetstream.connection import redact_urls
 from .._observability.logging import get_logger
 from ..events._reader import EventsNotFound
+from ..jetstream.api import StreamRequestError
+from ..jetstream.connection import redact_urls
 from .loader import AppNotFound
 
 EXIT_CRASH = 1

@@ -16,8 +16,8 @@ import click
 from .._app import App
 from .._core.options import AppOptions
 from .._core.provisioning import Provisioned, provision_app
-from .._jetstream.connection import Connection
 from .._observability.logging import configure_logging
+from ..jetstream.connection import Connection
 from .connection import connection_options, load_connected_app
 from .errors import command_errors
 from .options import flag_fields, options_from

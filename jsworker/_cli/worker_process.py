@@ -28,11 +28,11 @@ from .._app import App
 from .._core.options import AppOptions
 from .._errors import ProvisioningNeeded
 from .._fleet.channel import ChildChannel, Kind
-from .._jetstream.connection import redact_urls
 from .._observability.logging import configure_logging, get_logger
 from .._runtime.recycling import resident_mib
 from .._runtime.settings import WorkerSettings
 from .._runtime.worker import Worker
+from ..jetstream.connection import redact_urls
 from .connection import apply_connection_options
 from .errors import exit_code
 from .loader import load_app

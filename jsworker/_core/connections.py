@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable
 
 from .._errors import ConnectError, EnqueueError
-from .._jetstream.connection import Connection, ConnectOptions
+from ..jetstream.connection import Connection, ConnectOptions
 
 
 class ConnectionPool:

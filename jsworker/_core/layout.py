@@ -1,4 +1,4 @@
-"""What an app keeps on the server, as specs that :mod:`jsworker._jetstream.topology` creates or
+"""What an app keeps on the server, as specs that :mod:`jsworker.jetstream.topology` creates or
 updates: its own streams (jobs, schedules, dead letters, events), one durable pull consumer
 per queue and the two through which workers move delayed and fired jobs. The features'
 streams (the jobs bucket, claims) are theirs; the app joins
@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError
-from .._jetstream.topology import ConsumerSpec, StreamSpec
 from .._limits.partitions import LEASE_TTL
 from .._wire.names import validate_name
+from ..jetstream.topology import ConsumerSpec, StreamSpec
 
 if TYPE_CHECKING:
     from .view import AppView

@@ -8,8 +8,8 @@ from typing import Any, TypedDict
 
 from .._config import check_seconds, option, option_fields, parse_number, parse_size
 from .._errors import ConfigurationError
-from .._jetstream.connection import ConnectOptions
 from .._limits.spec import Rate
+from ..jetstream.connection import ConnectOptions
 from .task_options import ExceptionTypes, ExecutorKind, TaskOptions
 
 _DAY = 86400.0

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .._jetstream.connection import Connection
-from .._jetstream.topology import Change, ReplicasDiffer, apply_consumer, apply_stream
 from .._registry.entries import REGISTRY_SINCE, workers_bucket_spec
+from ..jetstream.connection import Connection
+from ..jetstream.topology import Change, ReplicasDiffer, apply_consumer, apply_stream
 from .layout import consumer_spec, relay_specs
 from .view import AppView
 

@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._errors import TopologyError
-from .._jetstream.api import StreamRequestError
-from .._jetstream.connection import Connection
-from .._jetstream.inspect import ConsumerFacts, StreamFacts, consumer_facts, first_stored_times, stream_facts
 from .._registry.entries import REGISTRY_SINCE, live_workers
+from ..jetstream.api import StreamRequestError
+from ..jetstream.connection import Connection
+from ..jetstream.inspect import ConsumerFacts, StreamFacts, consumer_facts, first_stored_times, stream_facts
 
 if TYPE_CHECKING:
     from .view import AppView

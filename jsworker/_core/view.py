@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from .._jetstream.connection import Connection, ConnectOptions
-from .._jetstream.topology import ReplicasDiffer, StreamSpec
 from .._observability.metrics import Metrics
 from .._wire.names import Namespace, Role
+from ..jetstream.connection import Connection, ConnectOptions
+from ..jetstream.topology import ReplicasDiffer, StreamSpec
 from .bridge import SyncBridge
 from .connections import ConnectionPool
 from .job_status import Form, JobStatus

@@ -24,14 +24,14 @@ from .._core.view import AppView
 from .._enqueue.calls import check_job_id
 from .._enqueue.receipt import Job
 from .._errors import ConfigurationError
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.pages import newest_first as newest_first_in
-from .._jetstream.pages import read_range
-from .._jetstream.publish import NoStreamError, OutMessage, Publisher
-from .._jetstream.session import OperatorSession
 from .._observability.logging import get_logger
 from .._wire import headers as wire
 from .._wire.names import validate_name
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.pages import newest_first as newest_first_in
+from ..jetstream.pages import read_range
+from ..jetstream.publish import NoStreamError, OutMessage, Publisher
+from ..jetstream.session import OperatorSession
 from .format import task_token
 from .letter import DeadLetter, DeadLetterNotFound, DeadLetterNotReplayable, ReplayedJob, job_id_of
 
@@ -52,7 +52,7 @@ class DeadLetters(OperatorSession[AppView]):
     Opens its own connection on first use, on the event loop it is used from; close it with
     :meth:`aclose` or use ``async with DeadLetters(app) as dlq:``. Connection failures raise
     :class:`~jsworker.ConnectError`; failed requests on the stream raise
-    :class:`~jsworker._jetstream.limits_stream.LimitsStreamError`.
+    :class:`~jsworker.jetstream.limits_stream.LimitsStreamError`.
     """
 
     def __init__(self, app: AppView) -> None:
@@ -110,7 +110,7 @@ class DeadLetters(OperatorSession[AppView]):
         Oldest first, a page is read through one consumer starting after the cursor (create,
         a fetch per 1,000, delete) and the server sends the ``limit`` headers it lists. Newest
         first, windows of sequences are read below the cursor the same way, one consumer
-        each, doubling while they hold too few (see :mod:`jsworker._jetstream.pages`).
+        each, doubling while they hold too few (see :mod:`jsworker.jetstream.pages`).
         """
         check_limit(limit)
         cursor = seq_cursor(after)

@@ -14,7 +14,6 @@ import traceback
 from collections.abc import Mapping
 
 from .._errors import ConfigurationError
-from .._jetstream.publish import OutMessage
 from .._wire.headers import (
     BODY_TRUNCATED,
     DLQ_AT,
@@ -32,6 +31,7 @@ from .._wire.headers import (
     TASK,
 )
 from .._wire.names import Namespace, validate_name
+from ..jetstream.publish import OutMessage
 
 # Nats-* headers steer the server (dedup, expected sequences, TTL, rollup, schedules, batches):
 # copied into the dead-letter publish they would make it fail or misbehave. The job id, the only

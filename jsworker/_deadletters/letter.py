@@ -12,8 +12,8 @@ from .._enqueue.receipt import Job
 from .._errors import DeadLetterNotFound as DeadLetterNotFound
 from .._errors import DeadLetterNotReplayable as DeadLetterNotReplayable
 from .._errors import SerializationError
-from .._jetstream.limits_stream import StoredMessage
 from .._wire import headers as wire
+from ..jetstream.limits_stream import StoredMessage
 
 if TYPE_CHECKING:
     pass

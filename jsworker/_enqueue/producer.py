@@ -24,8 +24,6 @@ from .._errors import (
     PermissionDeniedError,
     TopologyError,
 )
-from .._jetstream.connection import Connection
-from .._jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .._limits.spec import partition_of, partition_token
 from .._wire.headers import (
     CONTENT_TYPE,
@@ -39,6 +37,8 @@ from .._wire.headers import (
     TASK,
 )
 from .._wire.names import Namespace
+from ..jetstream.connection import Connection
+from ..jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .receipt import Job
 
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ from .._core.task_options import TaskArguments as TaskArguments
 from .._core.task_options import TaskOptions
 from .._core.view import AppView
 from .._errors import ConfigurationError, EnqueueError
-from .._jetstream.message import OutMessage
 from .._limits.spec import Rate
 from .._wire.headers import check_headers
 from .._wire.names import validate_name
+from ..jetstream.message import OutMessage
 from .arguments import TypedArguments, positional_names
 from .calls import Call, CallArgs, due_time, new_job_id
 from .calls import check_job_id as check_job_id

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 
 from .._errors import SerializationError
-from .._jetstream.connection import Connection
-from .._jetstream.limits_stream import LimitsStream
-from .._jetstream.message import OutMessage, Stored
-from .._jetstream.stored import write
-from .._jetstream.topology import StreamSpec
 from .._wire.names import Namespace
+from ..jetstream.connection import Connection
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.message import OutMessage, Stored
+from ..jetstream.stored import write
+from ..jetstream.topology import StreamSpec
 from .state import JobRecord
 
 TTL = "Nats-TTL"
@@ -54,7 +54,7 @@ class Records:
     """Reads and compare-and-set writes of job records.
 
     A bucket that does not exist reads as holding no record, unless ``bucket_required``: then
-    reads raise :class:`~jsworker._jetstream.limits_stream.StreamNotFoundError`.
+    reads raise :class:`~jsworker.jetstream.limits_stream.StreamNotFoundError`.
     """
 
     def __init__(self, conn: Connection, namespace: Namespace, *, bucket_required: bool = False) -> None:
@@ -79,6 +79,6 @@ class Records:
         self, job_id: str, record: JobRecord, ttl: float, *, expect_last: int | None = None
     ) -> Stored:
         """Store ``record``; with ``expect_last`` only over that record (0: none), else
-        :class:`~jsworker._jetstream.stored.SubjectMoved`."""
+        :class:`~jsworker.jetstream.stored.SubjectMoved`."""
         msg = record_message(self.namespace, job_id, record, ttl)
         return await write(self.conn, msg.subject, msg.body, msg.headers, expect_last=expect_last)

@@ -24,15 +24,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from .._jetstream.connection import Connection
-from .._jetstream.inspect import delivered_seq
-from .._jetstream.limits_stream import LimitsStream
-from .._jetstream.service import gather
-from .._jetstream.stored import SubjectMoved
 from .._observability.metrics import UNKNOWN
 from .._scheduling.declare import DELAYED_SINCE
 from .._scheduling.delayed import cancel_delayed
 from ..events._emit import EventEmitter
+from ..jetstream.connection import Connection
+from ..jetstream.inspect import delivered_seq
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.service import gather
+from ..jetstream.stored import SubjectMoved
 from .bucket import RECORDS_SINCE, Records
 from .lookup import intake_message
 from .state import JobRecord, JobState

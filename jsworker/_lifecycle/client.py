@@ -16,8 +16,8 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import JobCancelled, JobExpired, JobFailed, JobNotFound, JsworkerError, PermissionDeniedError
-from .._jetstream.connection import Connection
-from .._jetstream.service import NobodyAnswered, ask
+from ..jetstream.connection import Connection
+from ..jetstream.service import NobodyAnswered, ask
 from .bucket import RECORDS_SINCE
 from .cancel import cancel_job
 from .lookup import job_status

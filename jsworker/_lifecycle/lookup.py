@@ -27,11 +27,11 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .._jetstream.connection import Connection
-from .._jetstream.inspect import delivered_seq as delivered_seq
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.service import gather
 from .._wire.headers import MOVED, TASK
+from ..jetstream.connection import Connection
+from ..jetstream.inspect import delivered_seq as delivered_seq
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.service import gather
 from .bucket import Records
 from .state import Form, JobRecord, JobState, JobStatus
 

@@ -30,10 +30,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from .._errors import SerializationError
-from .._jetstream.connection import Connection
-from .._jetstream.limits_stream import LimitsStreamError, StreamNotFoundError
-from .._jetstream.listen import listen
 from .._wire.names import Namespace
+from ..jetstream.connection import Connection
+from ..jetstream.limits_stream import LimitsStreamError, StreamNotFoundError
+from ..jetstream.listen import listen
 from .bucket import Records
 from .state import JobRecord
 

@@ -45,15 +45,15 @@ from collections.abc import Callable, Mapping
 import anyio
 
 from .._errors import JsworkerError
-from .._jetstream.atomic import BatchConflict, publish_atomic
-from .._jetstream.connection import Connection
-from .._jetstream.inspect import waiting_count
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.message import OutMessage
-from .._jetstream.span import follow_headers
 from .._observability.logging import get_logger
 from .._wire.headers import EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MOVED, MSG_ID, MSG_TTL, PARTITION
 from .._wire.names import Namespace
+from ..jetstream.atomic import BatchConflict, publish_atomic
+from ..jetstream.connection import Connection
+from ..jetstream.inspect import waiting_count
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.message import OutMessage
+from ..jetstream.span import follow_headers
 from .partitions import LEASE_TTL, Lease, release_lease, renew_lease, take_lease
 
 log = get_logger("jsworker.flow")

@@ -28,16 +28,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._errors import JsworkerError
-from .._jetstream.limits_stream import LimitsStream
-from .._jetstream.stored import SubjectMoved, write
 from .._observability.logging import get_logger
 from .._wire.headers import MSG_TTL
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.stored import SubjectMoved, write
 from .rates import RateLimiter
 from .spec import Rate, partition_token
 
 if TYPE_CHECKING:
-    from .._jetstream.connection import Connection
     from .._wire.names import Namespace
+    from ..jetstream.connection import Connection
 
 log = get_logger("jsworker.flow")
 

@@ -28,13 +28,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._errors import JsworkerError
-from .._jetstream.counter import increment
 from .._observability.logging import get_logger
+from ..jetstream.counter import increment
 from .spec import Rate
 
 if TYPE_CHECKING:
-    from .._jetstream.connection import Connection
     from .._wire.names import Namespace
+    from ..jetstream.connection import Connection
 
 log = get_logger("jsworker.flow")
 

@@ -40,10 +40,10 @@ from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from .._jetstream.connection import Connection, ConnectOptions
-from .._jetstream.limits_stream import LimitsStream
-from .._jetstream.topology import StreamSpec
 from .._wire.names import Namespace, Role
+from ..jetstream.connection import Connection, ConnectOptions
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.topology import StreamSpec
 
 
 class RegistryApp(Protocol):

@@ -23,12 +23,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from .._jetstream.connection import Connection
-from .._jetstream.stored import write
-from .._jetstream.topology import ensure_stream
 from .._observability.logging import get_logger
 from .._registry.entries import REFRESH_INTERVAL, REGISTRY_SINCE, REMOVED, WorkerEntry, workers_bucket_spec
 from .._version import __version__
+from ..jetstream.connection import Connection
+from ..jetstream.stored import write
+from ..jetstream.topology import ensure_stream
 from .observe import warn_replicas_differ
 from .outcomes import OutcomeKind
 

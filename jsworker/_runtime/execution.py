@@ -33,8 +33,8 @@ log = get_logger("jsworker.worker")
 if TYPE_CHECKING:
     from .._app import App
     from .._enqueue.task import Task
-    from .._jetstream.delivery import Delivery
     from .._limits.partitions import Lease
+    from ..jetstream.delivery import Delivery
 
 
 @dataclass(slots=True, eq=False)

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._errors import JsworkerError
-from .._jetstream.connection import Connection
-from .._jetstream.delivery import Delivery
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.stored import SubjectMoved, write
 from .._observability.logging import get_logger
 from .._scheduling.claims import claim_of, marked
 from .._scheduling.declare import DELAYED_SINCE
+from ..jetstream.connection import Connection
+from ..jetstream.delivery import Delivery
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.stored import SubjectMoved, write
 from .execution import JobRun
 
 if TYPE_CHECKING:

@@ -30,12 +30,12 @@ import json
 from collections.abc import Callable, Container, Iterable
 
 from .._errors import JsworkerError
-from .._jetstream.connection import Connection
-from .._jetstream.delivery import Delivery
-from .._jetstream.limits_stream import LimitsStream
-from .._jetstream.service import gather
 from .._observability.logging import get_logger
 from .._wire.names import Namespace
+from ..jetstream.connection import Connection
+from ..jetstream.delivery import Delivery
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.service import gather
 from .execution import JobRun
 from .jobbook import SETTLED
 from .outcomes import Outcome, OutcomeKind

@@ -28,16 +28,16 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._errors import EnqueueError, JsworkerError, StalledError
-from .._jetstream.acked import AckedPublisher
-from .._jetstream.connection import Connection
-from .._jetstream.delivery import Delivery
-from .._jetstream.limits_stream import LimitsStream
-from .._jetstream.message import OutMessage
-from .._jetstream.service import Serving
 from .._lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, Records, record_message, ttl_headers
 from .._lifecycle.cancel import DROPPED, FINISHED, STOPPED
 from .._lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
 from .._observability.logging import get_logger
+from ..jetstream.acked import AckedPublisher
+from ..jetstream.connection import Connection
+from ..jetstream.delivery import Delivery
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.message import OutMessage
+from ..jetstream.service import Serving
 from .execution import JobRun
 from .outcomes import Decision, Outcome, OutcomeKind, Verb, is_failure
 from .questions import serve_app

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .._jetstream.consume import EngineEvent
-from .._jetstream.topology import ReplicasDiffer
 from .._observability.logging import get_logger
 from .._observability.metrics import Metrics
+from ..jetstream.consume import EngineEvent
+from ..jetstream.topology import ReplicasDiffer
 
 log = get_logger("jsworker.worker")
 

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 
 from .._enqueue.calls import check_job_id
 from .._errors import JsworkerError, ScheduleNotFound
-from .._jetstream.service import Handler, Serving, serve
 from .._lifecycle.cancel import cancel_job
 from .._lifecycle.lookup import job_status
 from .._lifecycle.state import Form
 from .._observability.logging import get_logger
 from .._scheduling.periodic import set_paused
 from .._wire.names import validate_name
+from ..jetstream.service import Handler, Serving, serve
 
 if TYPE_CHECKING:
     from .._app import App
-    from .._jetstream.connection import Connection
+    from ..jetstream.connection import Connection
 
 log = get_logger("jsworker.worker")
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from .._deadletters.format import dead_letter_message
 from .._errors import EnqueueError
-from .._jetstream.connection import Connection
-from .._jetstream.publish import Publisher
 from .._observability.logging import get_logger
+from ..jetstream.connection import Connection
+from ..jetstream.publish import Publisher
 from .execution import JobRun
 from .handbacks import HandBackCounts
 from .jobbook import JobBook

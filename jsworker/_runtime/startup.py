@@ -12,9 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .._errors import ConfigurationError, JsworkerError, ProvisioningNeeded, ServerVersionError, TopologyError
-from .._jetstream.connection import Connection, ConnectOptions
-from .._jetstream.consume import EventHook, PullConsumer
-from .._jetstream.delivery import Delivery
 from .._limits.fair import FairMover
 from .._limits.rates import RateLimiter
 from .._observability.logging import get_logger
@@ -22,6 +19,9 @@ from .._scheduling.declare import DELAYED_SINCE, PERIODIC_SINCE
 from .._scheduling.periodic import SchedulesRefused, sync_schedules
 from .._scheduling.relay import relays
 from .._version import __version__
+from ..jetstream.connection import Connection, ConnectOptions
+from ..jetstream.consume import EventHook, PullConsumer
+from ..jetstream.delivery import Delivery
 from .execution import JobRun
 from .handbacks import HandBackCounts
 from .jobbook import JobBook

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from .._core.queues import queue_status
 from .._errors import JsworkerError
-from .._jetstream.connection import Connection
-from .._jetstream.consume import PullConsumer
 from .._observability.logging import get_logger
 from .._scheduling.declare import DELAYED_SINCE, PERIODIC_SINCE
 from .._scheduling.leftovers import sweep_leftovers
 from .._scheduling.periodic import restore_missing
+from ..jetstream.connection import Connection
+from ..jetstream.consume import PullConsumer
 from .execution import JobRun
 
 if TYPE_CHECKING:

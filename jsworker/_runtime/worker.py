@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._errors import JsworkerError
-from .._jetstream.connection import Connection, ConnectOptions
-from .._jetstream.consume import ConsumeError, PullConsumer
-from .._jetstream.delivery import Delivery
 from .._observability.logging import get_logger
+from ..jetstream.connection import Connection, ConnectOptions
+from ..jetstream.consume import ConsumeError, PullConsumer
+from ..jetstream.delivery import Delivery
 from . import interceptors, startup
 from .announcer import WorkerAnnouncer
 from .execution import Executor, JobRun, as_job_run

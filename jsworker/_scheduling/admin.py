@@ -6,8 +6,6 @@ import time
 
 from .._enqueue.calls import new_job_id
 from .._enqueue.receipt import Job
-from .._jetstream.publish import OutMessage, Publisher, SubjectTaken
-from .._jetstream.session import OperatorSession
 from .._wire.headers import (
     CONTENT_TYPE,
     ENQUEUED_AT,
@@ -17,6 +15,8 @@ from .._wire.headers import (
     SCHEDULE_NAME,
     TASK,
 )
+from ..jetstream.publish import OutMessage, Publisher, SubjectTaken
+from ..jetstream.session import OperatorSession
 from .declare import PERIODIC_SINCE, SchedulingApp
 from .periodic import (
     ScheduleNotFound,

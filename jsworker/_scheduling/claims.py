@@ -21,11 +21,11 @@ worker down for a week) is dead-lettered as one no schedule fired, and can be re
 from __future__ import annotations
 
 from .._errors import WriteRefused
-from .._jetstream.connection import Connection
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.stored import SubjectMoved, write
-from .._jetstream.topology import StreamSpec
 from .._wire.names import Namespace
+from ..jetstream.connection import Connection
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.stored import SubjectMoved, write
+from ..jetstream.topology import StreamSpec
 
 CLAIM_AGE = 7 * 86400.0
 CANCELLED = "cancelled"

@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from .._jetstream.limits_stream import LimitsStream
-from .._jetstream.message import OutMessage
 from .._observability.metrics import UNKNOWN
 from .._wire.headers import (
     EXPECTED_LAST_SUBJECT_SEQ,
@@ -23,13 +21,15 @@ from .._wire.headers import (
 )
 from .._wire.names import is_name
 from ..events._emit import EventEmitter
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.message import OutMessage
 from .claims import CANCELLED, claim
 from .declare import DELAYED_SINCE, at_expression
 
 if TYPE_CHECKING:
     from .._core.view import AppView
-    from .._jetstream.connection import Connection
     from .._wire.names import Namespace
+    from ..jetstream.connection import Connection
 
 
 def due_ms(due: datetime) -> int:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import random
 import time
 
-from .._jetstream.connection import Connection
-from .._jetstream.inspect import stream_facts
-from .._jetstream.limits_stream import LimitsStream
 from .._wire.headers import SCHEDULE
 from .._wire.names import Namespace
+from ..jetstream.connection import Connection
+from ..jetstream.inspect import stream_facts
+from ..jetstream.limits_stream import LimitsStream
 from .claims import claim_of
 
 #: How long past its due time a schedule must be before a sweep looks at it (milliseconds).

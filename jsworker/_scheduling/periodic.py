@@ -23,10 +23,6 @@ from .._errors import ScheduleNotFound as ScheduleNotFound
 from .._errors import ScheduleRefused as ScheduleRefused
 from .._errors import SchedulesRefused as SchedulesRefused
 from .._errors import SyncReport as SyncReport
-from .._jetstream.inspect import stream_facts
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.message import OutMessage, PayloadTooLargeError, check_size
-from .._jetstream.stored import SubjectMoved, WriteRefused, write
 from .._wire.headers import (
     CONTENT_TYPE,
     EXPECTED_LAST_SUBJECT_SEQ,
@@ -45,11 +41,15 @@ from .._wire.headers import (
     caller_headers,
 )
 from .._wire.names import validate_name
+from ..jetstream.inspect import stream_facts
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.message import OutMessage, PayloadTooLargeError, check_size
+from ..jetstream.stored import SubjectMoved, WriteRefused, write
 from .cron import Cron, duration_seconds, zone
 from .declare import NEXT_TICK, Schedule, SchedulingApp
 
 if TYPE_CHECKING:
-    from .._jetstream.connection import Connection
+    from ..jetstream.connection import Connection
 
 # Writers racing on one schedule settle in one or two rounds; more means something keeps
 # rewriting it.

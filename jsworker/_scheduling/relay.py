@@ -26,10 +26,6 @@ from typing import TYPE_CHECKING
 from .._core.layout import FIRED_CONSUMER, LATER_CONSUMER
 from .._deadletters.format import dead_letter_message
 from .._errors import JsworkerError, RefusedError, WriteRefused
-from .._jetstream.consume import ConsumeError, PullConsumer
-from .._jetstream.message import OutMessage, Stored
-from .._jetstream.pipeline import store_each
-from .._jetstream.stored import WRONG_LAST_SEQUENCE, write
 from .._observability.logging import get_logger
 from .._observability.metrics import UNKNOWN
 from .._wire.headers import (
@@ -42,14 +38,18 @@ from .._wire.headers import (
     SCHEDULER,
     TASK,
 )
+from ..jetstream.consume import ConsumeError, PullConsumer
+from ..jetstream.message import OutMessage, Stored
+from ..jetstream.pipeline import store_each
+from ..jetstream.stored import WRONG_LAST_SEQUENCE, write
 from .claims import CANCELLED, CLAIM_MARK, claim
 from .delayed import schedule_message
 from .firing import Firing, firing
 
 if TYPE_CHECKING:
     from .._core.view import AppView
-    from .._jetstream.connection import Connection
-    from .._jetstream.delivery import Delivery
+    from ..jetstream.connection import Connection
+    from ..jetstream.delivery import Delivery
 
 log = get_logger("jsworker.schedules")
 

@@ -23,11 +23,6 @@ from .._deadletters.letter import DeadLetter
 from .._enqueue.receipt import Job
 from .._enqueue.task import check_job_id
 from .._errors import ConfigurationError
-from .._jetstream.connection import Connection
-from .._jetstream.health import StreamHealth, stream_health
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.pause import PauseState
-from .._jetstream.session import OperatorSession, SessionRole
 from .._lifecycle.cancel import cancel_job
 from .._lifecycle.lookup import job_status
 from .._lifecycle.state import JobStatus
@@ -38,6 +33,11 @@ from .._wire.names import validate_name
 from ..events._window import BUCKET, COUNT_LIMIT, TIMELINE_LIMIT, WINDOW, EventCounts, JobTimeline
 from ..events._window import count_events as _count_events
 from ..events._window import job_timeline as _job_timeline
+from ..jetstream.connection import Connection
+from ..jetstream.health import StreamHealth, stream_health
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.pause import PauseState
+from ..jetstream.session import OperatorSession, SessionRole
 from ..workflows._definition import FLOW, def_subject
 from ..workflows._handle import Workflow, WorkflowStatus
 from . import _operations as operations

@@ -28,7 +28,7 @@ failed     The dead-letter stream through a consumer of the page's own from the 
 
 Newest first, the server has no "previous message": the job stream is read in windows of
 sequences below the cursor, each forward, doubling while they hold too few
-(:mod:`jsworker._jetstream.pages`); a scheduled page keeps the latest due instead.
+(:mod:`jsworker.jetstream.pages`); a scheduled page keeps the latest due instead.
 A task filter is the server's for jobs and dead letters (their subjects name the task) and
 the client's for delayed jobs (read and passed over). Memory is one page whatever the
 stream holds.
@@ -48,18 +48,18 @@ from typing import TYPE_CHECKING
 from .._core.paging import Page, seq_cursor
 from .._deadletters.admin import DeadLetters
 from .._errors import ConfigurationError, ServerVersionError
-from .._jetstream.api import StreamRequestError
-from .._jetstream.connection import Connection
-from .._jetstream.inspect import consumer_facts, delivered_seq
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.pages import Reads, SubjectReader, subject_pages, take
-from .._jetstream.service import gather
 from .._lifecycle.bucket import Records
 from .._lifecycle.lookup import holder_said, progress_said
 from .._lifecycle.state import JobRecord, JobState
 from .._registry.entries import REGISTRY_SINCE, live_workers
 from .._wire.headers import MOVED, TASK
 from .._wire.names import validate_name
+from ..jetstream.api import StreamRequestError
+from ..jetstream.connection import Connection
+from ..jetstream.inspect import consumer_facts, delivered_seq
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.pages import Reads, SubjectReader, subject_pages, take
+from ..jetstream.service import gather
 from ._summary import (
     JobPage,
     JobSummary,

@@ -3,7 +3,7 @@ own calls: pause, resume and purge a queue, run a retrying job now, and read wha
 keeps of one job (its message, its result).
 
 * **pause / resume**: the server's pause of the queue's consumer (``CONSUMER.PAUSE``,
-  nats-server 2.11+, :mod:`jsworker._jetstream.pause`). While paused, the consumer hands out
+  nats-server 2.11+, :mod:`jsworker.jetstream.pause`). While paused, the consumer hands out
   nothing: workers keep their pull requests open and take the queue's jobs again once it is
   resumed; jobs already handed out run to the end. The pause is kept by the server (a
   restarted worker does not end it) and ends by itself at its ``until``.
@@ -30,17 +30,17 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError, JsworkerError, NoWorkerRunning, ScheduleNotFound
-from .._jetstream.connection import Connection
-from .._jetstream.inspect import consumer_facts
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.pause import PauseState, pause_consumer
-from .._jetstream.publish import OutMessage, Publisher
-from .._jetstream.service import NobodyAnswered, ask
 from .._lifecycle.bucket import RECORDS_SINCE, Records
 from .._lifecycle.lookup import current_message
 from .._observability.logging import get_logger
 from .._wire import headers as wire
 from .._wire.names import validate_name
+from ..jetstream.connection import Connection
+from ..jetstream.inspect import consumer_facts
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.pause import PauseState, pause_consumer
+from ..jetstream.publish import OutMessage, Publisher
+from ..jetstream.service import NobodyAnswered, ask
 
 if TYPE_CHECKING:
     from .._app import App

@@ -8,12 +8,12 @@ from typing import Any, Literal
 
 from .._core.paging import Page
 from .._deadletters.letter import DeadLetter
-from .._jetstream.limits_stream import StoredMessage
 from .._lifecycle.lookup import WAITING_TURN
 from .._lifecycle.state import JobState
 from .._scheduling.firing import firing
 from .._wire.headers import ENQUEUED_AT, FIRED_BY, JOB_ID, MSG_ID, TASK
 from .._wire.names import Namespace
+from ..jetstream.limits_stream import StoredMessage
 
 #: The states :meth:`Admin.jobs <jsworker.admin.Admin.jobs>` lists: the ones a job is in
 #: while the server holds it (``failed``: its dead letter).

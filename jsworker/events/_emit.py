@@ -12,9 +12,9 @@ from .._wire.headers import ENQUEUED_AT, JOB_ID, MSG_ID, SCHEDULED_FOR, TASK, ca
 from ._schema import MAX_REASON, EventKind, JobEvent, encode_event
 
 if TYPE_CHECKING:
-    from .._jetstream.connection import Connection
     from .._observability.metrics import Metrics
     from .._wire.names import Namespace
+    from ..jetstream.connection import Connection
 
 
 _name: tuple[int, str] = (0, "")

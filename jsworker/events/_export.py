@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._core.view import AppView
-from .._jetstream.connection import Connection
+from ..jetstream.connection import Connection
 from ._reader import When, read_event_rows
 from ._rows import Row, arrow_schema, require_pyarrow, rows_to_batch
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .._errors import EventsNotFound as EventsNotFound
-from .._jetstream.connection import Connection
-from .._jetstream.history import read_history, stream_bounds
 from .._wire.names import Namespace
+from ..jetstream.connection import Connection
+from ..jetstream.history import read_history, stream_bounds
 from ._rows import Row, event_row
 
 #: A point in time: unix seconds, an aware or naive (read as UTC) datetime, or text for

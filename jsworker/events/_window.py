@@ -28,10 +28,10 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .._errors import EventsNotFound, StreamNotFoundError
-from .._jetstream.connection import Connection
-from .._jetstream.history import stream_bounds
-from .._jetstream.span import Span
 from .._wire.names import Namespace
+from ..jetstream.connection import Connection
+from ..jetstream.history import stream_bounds
+from ..jetstream.span import Span
 from ._schema import JobEvent, decode_event
 
 #: The window and bucket of the dashboard's charts (seconds).

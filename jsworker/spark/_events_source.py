@@ -27,11 +27,11 @@ from pyspark.sql.types import StructType
 
 from .._app import App
 from .._errors import ConfigurationError
-from .._jetstream.connection import Connection
-from .._jetstream.history import seq_at_time, stream_bounds
 from .._wire.names import validate_app_name
 from ..events._reader import EventsNotFound, read_event_rows, to_unix
 from ..events._rows import SPARK_SCHEMA, arrow_schema, rows_to_batch
+from ..jetstream.connection import Connection
+from ..jetstream.history import seq_at_time, stream_bounds
 from ._options import Connect, integer
 
 NAME = "jsworker-events"

@@ -9,7 +9,7 @@ from typing import Any
 from .._app import App
 from .._config import option_fields
 from .._errors import ConfigurationError
-from .._jetstream.connection import ConnectOptions, parse_servers
+from ..jetstream.connection import ConnectOptions, parse_servers
 
 # Options naming credentials and the inbox prefix, as the command-line flags do ("creds",
 # "nkey_seed", "inbox_prefix"), and the ConnectOptions field each sets.

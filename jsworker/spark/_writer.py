@@ -25,13 +25,13 @@ from pyspark.sql.types import StructType
 from .._app import App
 from .._core.view import AppView
 from .._errors import ConfigurationError
-from .._jetstream.connection import Connection
-from .._jetstream.message import OutMessage, Stored
-from .._jetstream.pipeline import AckPipeline, StoredHook
-from .._jetstream.topology import stream_exists
 from .._wire.headers import MSG_ID
 from .._wire.names import validate_app_name, validate_name
 from ..events._emit import EventEmitter
+from ..jetstream.connection import Connection
+from ..jetstream.message import OutMessage, Stored
+from ..jetstream.pipeline import AckPipeline, StoredHook
+from ..jetstream.topology import stream_exists
 from ._jobs import RowEncoder
 from ._options import Connect, integer, names
 from ._schema import plan_columns

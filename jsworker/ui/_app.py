@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from .._jetstream.session import SessionRole
+from ..jetstream.session import SessionRole
 from ._pages import dead_letters, job, jobs, overview, queues, schedules, workers
 from ._security import Credentials, Gate, parse_auth
 from ._web import SECURITY_HEADERS, Dashboard, Settings, problem_page

@@ -25,7 +25,7 @@ from .._errors import (
     StreamRequestError,
     TopologyError,
 )
-from .._jetstream.connection import redact_urls
+from ..jetstream.connection import redact_urls
 
 
 @dataclass(frozen=True, slots=True)

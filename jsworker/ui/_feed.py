@@ -27,11 +27,11 @@ from typing import Any
 
 from .._core.queues import QueueStatus
 from .._errors import EventsNotFound, JsworkerError, ServerVersionError
-from .._jetstream.health import StreamHealth
 from .._observability.logging import get_logger
 from .._registry.entries import WorkerEntry
 from ..admin import Admin
 from ..events._window import BUCKET, WINDOW, EventCounts
+from ..jetstream.health import StreamHealth
 from ._errors import describe
 
 log = get_logger("jsworker.ui")

@@ -27,9 +27,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from .._core.paging import is_seq
 from .._core.queues import QueueStatus, format_age
 from .._errors import ConfigurationError
-from .._jetstream.session import SessionRole
 from .._observability.logging import get_logger
 from ..admin import Admin
+from ..jetstream.session import SessionRole
 from ._errors import describe, refuse
 from ._feed import Feed
 from ._security import CSRF_FIELD, FLASH_COOKIE, SESSION_COOKIE, Signer, cookie_path, new_session

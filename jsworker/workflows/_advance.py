@@ -29,13 +29,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import JsworkerError, SerializationError
-from .._jetstream.atomic import BatchConflict, publish_atomic
-from .._jetstream.counter import increment
-from .._jetstream.limits_stream import LimitsStream
-from .._jetstream.message import OutMessage
-from .._jetstream.stored import SubjectMoved, write
 from .._observability.logging import get_logger
 from .._wire.headers import EXPECTED_LAST_SUBJECT_SEQ, caller_headers
+from ..jetstream.atomic import BatchConflict, publish_atomic
+from ..jetstream.counter import increment
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.message import OutMessage
+from ..jetstream.stored import SubjectMoved, write
 from ._build import step_message
 from ._definition import (
     FLOW,
@@ -51,7 +51,7 @@ from ._trust import forged_reason
 
 if TYPE_CHECKING:
     from .._enqueue.task import TaskOwner
-    from .._jetstream.connection import Connection
+    from ..jetstream.connection import Connection
 
 log = get_logger("jsworker.workflows")
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._enqueue.by_name import named_task
 from .._enqueue.calls import Call, due_time
-from .._jetstream.message import OutMessage
+from ..jetstream.message import OutMessage
 from ._definition import FLOW, FLOW_STEP, step_id
 
 if TYPE_CHECKING:

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .._core.serializers import Serializer
-from .._jetstream.atomic import MAX_BATCH
-from .._jetstream.limits_stream import LimitsStream, StoredMessage
-from .._jetstream.message import OutMessage
 from .._wire.headers import CONTENT_TYPE, EXPECTED_LAST_SUBJECT_SEQ
 from .._wire.names import Namespace
+from ..jetstream.atomic import MAX_BATCH
+from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from ..jetstream.message import OutMessage
 
 #: Header naming the workflow a job is a step of, and which step (``0``, ``1``... of a
 #: chain; ``m0``, ``m1``... of a group; ``cb`` a chord's callback; ``err`` an error callback).

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._errors import JobNotFound, JsworkerError, WorkflowFailed
-from .._jetstream.limits_stream import LimitsStream
+from ..jetstream.limits_stream import LimitsStream
 from ._definition import FlowDef, FlowState, def_subject, done_subject, read_result, read_state, step_id
 
 if TYPE_CHECKING:

@@ -11,16 +11,16 @@ from .._enqueue.calls import check_job_id
 from .._enqueue.receipt import Job
 from .._enqueue.task import Signature
 from .._errors import ConfigurationError, EnqueueError, PermissionDeniedError, TopologyError, WriteRefused
-from .._jetstream.atomic import MAX_BATCH, BatchConflict, publish_atomic
-from .._jetstream.message import OutMessage
+from ..jetstream.atomic import MAX_BATCH, BatchConflict, publish_atomic
+from ..jetstream.message import OutMessage
 from ._build import step_message
 from ._definition import FLOW, FLOW_STEP, WORKFLOWS_SINCE, FlowDef, OnFailure
 
 if TYPE_CHECKING:
     from .._enqueue.calls import Call
     from .._enqueue.task import Task, TaskOwner
-    from .._jetstream.connection import Connection
-    from .._jetstream.message import Stored
+    from ..jetstream.connection import Connection
+    from ..jetstream.message import Stored
 
 
 def new_flow_id(flow_id: str | None) -> str:

@@ -25,7 +25,7 @@ import nats.js.errors
 import pytest
 
 from jsworker import Job
-from jsworker._jetstream.connection import Connection
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from ..support import connected, wait_until_async

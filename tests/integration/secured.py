@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from jsworker import App
-from jsworker._jetstream.connection import Connection
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from .workers import worker_env

@@ -13,9 +13,9 @@ import anyio.lowlevel
 import pytest
 
 from jsworker._errors import EnqueueError
-from jsworker._jetstream.acked import AckedPublisher
-from jsworker._jetstream.connection import Connection, ConnectOptions
-from jsworker._jetstream.message import OutMessage
+from jsworker.jetstream.acked import AckedPublisher
+from jsworker.jetstream.connection import Connection, ConnectOptions
+from jsworker.jetstream.message import OutMessage
 
 from ..support import wait_until_async
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import nats
 from nats.aio.msg import Msg
 
-from jsworker._jetstream.connection import Connection
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async

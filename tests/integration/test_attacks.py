@@ -16,10 +16,10 @@ import nats.js.errors
 import pytest
 
 from jsworker import App, JobCancelled, PermissionDeniedError
-from jsworker._jetstream.api import api_subject, request_json
-from jsworker._jetstream.connection import Connection
-from jsworker._jetstream.service import gather
 from jsworker._lifecycle.state import JobRecord, JobState
+from jsworker.jetstream.api import api_subject, request_json
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.service import gather
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async

@@ -9,9 +9,9 @@ import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
-from jsworker._jetstream import client as client_module
-from jsworker._jetstream.client import Internal, JetStreamClient, internals_problems
-from jsworker._jetstream.connection import Connection, ConnectOptions
+from jsworker.jetstream import client as client_module
+from jsworker.jetstream.client import Internal, JetStreamClient, internals_problems
+from jsworker.jetstream.connection import Connection, ConnectOptions
 
 from ..support import wait_until_async
 

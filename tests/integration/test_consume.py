@@ -1,7 +1,7 @@
-"""The continuous pull engine (``jsworker._jetstream.consume.PullConsumer``) against real servers.
+"""The continuous pull engine (``jsworker.jetstream.consume.PullConsumer``) against real servers.
 
 Every test talks to a nats-server started by the ``jsworker.testing`` fixtures; nothing about
-the server is mocked. Streams and consumers are made with ``jsworker._jetstream.topology``
+the server is mocked. Streams and consumers are made with ``jsworker.jetstream.topology``
 (WorkQueue stream, durable pull consumer with explicit ack).
 """
 
@@ -20,10 +20,10 @@ import anyio.to_thread
 import nats.errors
 import pytest
 
-from jsworker._jetstream.connection import Connection, ConnectOptions
-from jsworker._jetstream.consume import ConsumeError, EngineEvent, PullConsumer
-from jsworker._jetstream.delivery import Delivery
-from jsworker._jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
+from jsworker.jetstream.connection import Connection, ConnectOptions
+from jsworker.jetstream.consume import ConsumeError, EngineEvent, PullConsumer
+from jsworker.jetstream.delivery import Delivery
+from jsworker.jetstream.topology import ConsumerSpec, StreamSpec, ensure_consumer, ensure_stream
 
 from ..support import (
     UNSETTLED,

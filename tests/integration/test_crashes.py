@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from jsworker import App, Task, current_job
-from jsworker._jetstream.service import gather
 from jsworker._lifecycle.lookup import holder_said
 from jsworker._runtime.holders import attempts_said
 from jsworker._runtime.settings import WorkerSettings
 from jsworker._runtime.worker import Worker
+from jsworker.jetstream.service import gather
 from jsworker.testing import NatsServer
 
 from ..support import connected, consumer_state_async, stream_messages_async, wait_until_async

@@ -13,10 +13,10 @@ import structlog
 from nats.aio.msg import Msg
 
 from jsworker import App, PermissionDeniedError
-from jsworker._jetstream.api import api_subject, request_json
-from jsworker._jetstream.connection import Connection
 from jsworker._lifecycle.state import JobRecord, JobState
 from jsworker.admin import Admin
+from jsworker.jetstream.api import api_subject, request_json
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 

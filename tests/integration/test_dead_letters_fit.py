@@ -10,7 +10,7 @@ import structlog
 
 from jsworker import App, Reject
 from jsworker._deadletters import DeadLetters
-from jsworker._jetstream.connection import Connection
+from jsworker.jetstream.connection import Connection
 
 from ..support import stream_messages_async, wait_until_async
 from .workers import in_process_worker

@@ -30,8 +30,8 @@ from jsworker._deadletters import (
     ReplayedJob,
 )
 from jsworker._deadletters.format import dead_letter_message
-from jsworker._jetstream.limits_stream import LimitsStream
 from jsworker._wire.names import Namespace
+from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer, parse_execution
 
 from ..support import REFUSED_QUICKLY, stream_messages, wait_consumer_settled, wait_until

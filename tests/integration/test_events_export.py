@@ -16,11 +16,11 @@ from click.testing import CliRunner
 
 from jsworker import App
 from jsworker._cli import cli
-from jsworker._jetstream.connection import Connection
 from jsworker._server import NatsServer
 from jsworker.events import JobEvent, encode_event
 from jsworker.events._export import export_events
 from jsworker.events._reader import EventsNotFound
+from jsworker.jetstream.connection import Connection
 
 from ..events_data import moment_after, store_events
 from ..support import REFUSED_QUICKLY, stream_state_async, wait_until_async

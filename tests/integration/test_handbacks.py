@@ -10,12 +10,12 @@ from collections import Counter
 import pytest
 
 from jsworker import App, current_job
-from jsworker._jetstream.connection import Connection
-from jsworker._jetstream.delivery import Delivery
-from jsworker._jetstream.limits_stream import LimitsStream
 from jsworker._runtime.handbacks import HandBackCounts
 from jsworker._runtime.settings import WorkerSettings
 from jsworker._runtime.worker import Worker
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.delivery import Delivery
+from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer
 
 from ..support import stream_messages_async, wait_until_async

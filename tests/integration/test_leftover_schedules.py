@@ -20,11 +20,11 @@ import pytest
 
 from jsworker import App, current_job
 from jsworker._core.queues import queue_status
-from jsworker._jetstream.connection import Connection
 from jsworker._runtime import upkeep
 from jsworker._scheduling.claims import CANCELLED, claim
 from jsworker._scheduling.delayed import due_ms
 from jsworker._scheduling.leftovers import GRACE_MS, sweep_leftovers
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from ..support import connected, wait_until_async

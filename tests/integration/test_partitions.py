@@ -16,11 +16,11 @@ import pytest
 
 from jsworker import App, JobState
 from jsworker._core.layout import LEASES_MAX_AGE
-from jsworker._jetstream.limits_stream import LimitsStream
-from jsworker._jetstream.stored import write
 from jsworker._limits.partitions import LEASE_TTL, release_lease, renew_lease, take_lease
 from jsworker._limits.spec import partition_token
 from jsworker.admin import Admin
+from jsworker.jetstream.limits_stream import LimitsStream
+from jsworker.jetstream.stored import write
 from jsworker.testing import NatsServer
 
 from ..support import connected, wait_until, wait_until_async

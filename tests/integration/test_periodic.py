@@ -14,10 +14,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from jsworker import App, ConfigurationError, current_job
-from jsworker._jetstream.connection import Connection
 from jsworker._runtime import upkeep
 from jsworker._scheduling.admin import Schedules
 from jsworker._scheduling.periodic import ScheduleNotFound, read_schedules, sync_schedules
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 

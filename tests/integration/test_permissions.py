@@ -20,8 +20,8 @@ from nats.aio.msg import Msg
 from jsworker import App, EnqueueError, PermissionDeniedError
 from jsworker._core.permissions import server_config
 from jsworker._core.queues import queue_status
-from jsworker._jetstream.api import api_subject, request_json
-from jsworker._jetstream.connection import Connection
+from jsworker.jetstream.api import api_subject, request_json
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from ..support import connections, wait_until, wait_until_async

@@ -13,9 +13,9 @@ import pytest
 
 from jsworker import PermissionDeniedError
 from jsworker._core.permissions import server_config
-from jsworker._jetstream.api import api_subject, request_json
-from jsworker._jetstream.connection import Connection
 from jsworker._wire.names import Role
+from jsworker.jetstream.api import api_subject, request_json
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from ..support import wait_until

@@ -19,9 +19,6 @@ import structlog
 
 from jsworker import App
 from jsworker._config import LATEST_TEXT
-from jsworker._jetstream.connection import Connection
-from jsworker._jetstream.message import OutMessage
-from jsworker._jetstream.stored import WriteRefused
 from jsworker._scheduling.admin import Schedules
 from jsworker._scheduling.cron import MAX_EVERY, Cron, go_duration
 from jsworker._scheduling.declare import Schedule
@@ -33,6 +30,9 @@ from jsworker._scheduling.periodic import (
     written_header_block,
 )
 from jsworker._wire.headers import SCHEDULE, SCHEDULE_TARGET, SCHEDULE_TIME_ZONE
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.message import OutMessage
+from jsworker.jetstream.stored import WriteRefused
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async

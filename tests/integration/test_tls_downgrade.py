@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jsworker import ConnectError
-from jsworker._jetstream.connection import Connection, ConnectOptions
+from jsworker.jetstream.connection import Connection, ConnectOptions
 
 from ..support import need
 from .workers import worker_env

@@ -12,10 +12,10 @@ import pytest
 from nats.js.api import RetentionPolicy, StreamConfig
 
 from jsworker import App, EnqueueError, TopologyError
-from jsworker._jetstream.connection import Connection
-from jsworker._jetstream.publish import OutMessage, Publisher
 from jsworker._runtime.settings import WorkerSettings
 from jsworker._runtime.worker import Worker
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.publish import OutMessage, Publisher
 from jsworker.testing import NatsServer
 
 from ..support import consumer_state_async, wait_consumer_settled_async, wait_until_async

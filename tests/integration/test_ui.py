@@ -19,9 +19,9 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from jsworker import App, DeadLetterNotFound, Job, Retry
-from jsworker._jetstream.session import SessionRole
 from jsworker._lifecycle.state import JobState
 from jsworker.admin import Admin
+from jsworker.jetstream.session import SessionRole
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 

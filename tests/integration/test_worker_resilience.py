@@ -9,8 +9,8 @@ import time
 import pytest
 
 from jsworker import App
-from jsworker._jetstream.connection import Connection
-from jsworker._jetstream.consume import ConsumeError, PullConsumer
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.consume import ConsumeError, PullConsumer
 from jsworker.testing import NatsServer
 
 from ..support import stream_messages_async, wait_until_async

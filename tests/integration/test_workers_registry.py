@@ -23,9 +23,9 @@ import nats.js.errors
 import pytest
 
 from jsworker import App, __version__
-from jsworker._jetstream.connection import Connection
 from jsworker._registry.entries import WorkerEntry, live_workers
 from jsworker._runtime.announcer import WorkerAnnouncer
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
 from ..support import connected, wait_until, wait_until_async

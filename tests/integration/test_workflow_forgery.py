@@ -14,9 +14,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from jsworker import App, current_job
-from jsworker._jetstream.limits_stream import LimitsStream
 from jsworker._wire.headers import CONTENT_TYPE, ENQUEUED_AT, JOB_ID, MSG_ID, TASK
 from jsworker.admin import Admin
+from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer
 from jsworker.workflows import chain, chord
 from jsworker.workflows._definition import FLOW, FLOW_STEP, FlowDef, done_subject, state_subject

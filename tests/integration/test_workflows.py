@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jsworker import App, Reject, WorkflowFailed, current_job
-from jsworker._jetstream.limits_stream import LimitsStream
+from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer
 from jsworker.workflows import batch, chain, chord, group
 from jsworker.workflows._definition import FlowDef, done_subject

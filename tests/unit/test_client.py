@@ -11,8 +11,8 @@ import pytest
 import structlog
 from nats.aio.client import Client
 
-from jsworker._jetstream import client as client_module
-from jsworker._jetstream.client import (
+from jsworker.jetstream import client as client_module
+from jsworker.jetstream.client import (
     INTERNALS,
     SUBSCRIPTION_ID,
     Internal,
@@ -22,7 +22,7 @@ from jsworker._jetstream.client import (
 )
 
 ROOT = Path(__file__).parents[2]
-CLIENT_PY = ROOT / "jsworker" / "_jetstream" / "client.py"
+CLIENT_PY = ROOT / "jsworker" / "jetstream" / "client.py"
 
 
 def _parse(client: Client, block: bytes) -> dict[str, str] | None:

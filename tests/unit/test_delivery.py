@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jsworker._errors import Retry
-from jsworker._jetstream.delivery import Delivery, _parse_reply
 from jsworker._runtime.outcomes import Outcome, OutcomeKind, RetryPolicy, decide
+from jsworker.jetstream.delivery import Delivery, _parse_reply
 
 pytestmark = pytest.mark.anyio
 

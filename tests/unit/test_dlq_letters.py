@@ -17,7 +17,7 @@ from jsworker._deadletters import (
 )
 from jsworker._deadletters.admin import _as_seq
 from jsworker._deadletters.format import dead_letter_message
-from jsworker._jetstream.limits_stream import StoredMessage
+from jsworker.jetstream.limits_stream import StoredMessage
 
 APP = App("shop", "nats://127.0.0.1:1")
 BODY = b'{"args":[42,"\xc3\xa9"],"kwargs":{}}'

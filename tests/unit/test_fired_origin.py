@@ -8,7 +8,6 @@ import time
 import pytest
 
 from jsworker import App
-from jsworker._jetstream.delivery import Delivery
 from jsworker._runtime.execution import as_job_run
 from jsworker._runtime.interceptors.fired import FiredJobs
 from jsworker._wire.headers import (
@@ -20,6 +19,7 @@ from jsworker._wire.headers import (
     SCHEDULED_FOR,
     TASK,
 )
+from jsworker.jetstream.delivery import Delivery
 
 APP = App("origin")
 PAST = int(time.time() * 1000) - 60_000

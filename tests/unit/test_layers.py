@@ -7,7 +7,8 @@ The layers, from the ground up (README: "Project layout"):
    running job's context (``_current.py``), logs and metrics (``_observability/``), the wire
    format's names and headers (``_wire/``); what every layer speaks, knowing neither NATS nor
    apps;
-1. ``_jetstream/``: the only code that talks to NATS;
+1. ``jetstream/``: the only code that talks to NATS (private, as every module of the package
+   outside the public ones, though its name, the layer's, has no underscore);
 2. core: what the app is made of (``_core/``; the App itself, ``_app.py``), the enqueue side
    (``_enqueue/``), rate and partition limits and fair turns (``_limits/``), the worker
    registry (``_registry/``);
@@ -44,7 +45,7 @@ BASE_MODULES = {"_errors.py", "_config.py", "_version.py", "_current.py"}
 FOLDERS = {
     "_observability": BASE,
     "_wire": BASE,
-    "_jetstream": JETSTREAM,
+    "jetstream": JETSTREAM,
     "_core": CORE,
     "_enqueue": CORE,
     "_limits": CORE,

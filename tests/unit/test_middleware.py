@@ -12,11 +12,11 @@ import pytest
 from jsworker import App, ConfigurationError, Reject, current_job
 from jsworker._core.middleware import Middleware, MiddlewareChain, OutgoingJob, Settled
 from jsworker._enqueue.receipt import JobContext
-from jsworker._jetstream.delivery import Delivery
 from jsworker._runtime.execution import JobRun
 from jsworker._runtime.interceptors.middleware import AppMiddleware
 from jsworker._runtime.outcomes import ACK, Outcome, OutcomeKind, Settlement
 from jsworker._runtime.pipeline import Pipeline
+from jsworker.jetstream.delivery import Delivery
 from jsworker.testing import job_context
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""Only jsworker/_jetstream/ talks to nats-py: everything else goes through its primitives.
+"""Only jsworker/jetstream/ talks to nats-py: everything else goes through its primitives.
 
 Read from the source (``ast``), so a module nobody imports in a test is checked too.
 """
@@ -9,16 +9,16 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[2] / "jsworker"
-BOUNDARY = PACKAGE / "_jetstream"
+BOUNDARY = PACKAGE / "jetstream"
 # The nats-py objects a Connection hands out; outside the boundary nothing reaches for them.
 CLIENT_ATTRIBUTES = {"nc", "js"}
-# Modules outside _jetstream/ still allowed to use nats-py (path under jsworker/: why). Empty:
+# Modules outside jetstream/ still allowed to use nats-py (path under jsworker/: why). Empty:
 # keep it so; an entry is a debt, and the test below fails once it is paid.
 ALLOWED: dict[str, str] = {}
 
 
 def _modules() -> dict[str, ast.Module]:
-    """Every module of the package outside _jetstream/, by path under jsworker/."""
+    """Every module of the package outside jetstream/, by path under jsworker/."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         if not path.is_relative_to(BOUNDARY):
@@ -60,7 +60,7 @@ def _client_uses(tree: ast.Module) -> list[str]:
 def test_the_package_is_read() -> None:
     modules = _modules()
     assert "_lifecycle/waiter.py" in modules and "_app.py" in modules
-    assert not any(path.startswith("_jetstream/") for path in modules)
+    assert not any(path.startswith("jetstream/") for path in modules)
 
 
 def test_only_jetstream_imports_nats() -> None:
@@ -69,7 +69,7 @@ def test_only_jetstream_imports_nats() -> None:
         for path, tree in _modules().items()
         if path not in ALLOWED and (imports := _nats_imports(tree))
     }
-    assert offending == {}, "use (or add) a primitive in jsworker/_jetstream/ instead"
+    assert offending == {}, "use (or add) a primitive in jsworker/jetstream/ instead"
 
 
 def test_only_jetstream_reaches_for_the_nats_client() -> None:
@@ -78,7 +78,7 @@ def test_only_jetstream_reaches_for_the_nats_client() -> None:
         for path, tree in _modules().items()
         if path not in ALLOWED and (uses := _client_uses(tree))
     }
-    assert offending == {}, "use (or add) a primitive in jsworker/_jetstream/ instead"
+    assert offending == {}, "use (or add) a primitive in jsworker/jetstream/ instead"
 
 
 def test_every_allowed_module_still_needs_it() -> None:

@@ -17,8 +17,8 @@ from jsworker._core.layout import dlq_spec
 from jsworker._core.options import ALIASES, AppArguments, AppOptions
 from jsworker._core.task_options import TaskArguments, TaskOptions
 from jsworker._errors import ConfigurationError
-from jsworker._jetstream.connection import ConnectOptions
 from jsworker._runtime.settings import WorkerSettings
+from jsworker.jetstream.connection import ConnectOptions
 from jsworker.spark._options import CREDENTIAL_OPTIONS
 
 # Flags of `jsworker run` that are about the process, not a setting of the worker or the app.

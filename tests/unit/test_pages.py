@@ -7,8 +7,8 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from jsworker._jetstream.limits_stream import StoredMessage
-from jsworker._jetstream.pages import merged, newest_first, take
+from jsworker.jetstream.limits_stream import StoredMessage
+from jsworker.jetstream.pages import merged, newest_first, take
 
 pytestmark = pytest.mark.anyio
 

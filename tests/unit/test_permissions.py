@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from jsworker._cli import cli
 from jsworker._core.permissions import grants, permissions, role_table, server_config
 from jsworker._errors import PermissionDeniedError
-from jsworker._jetstream.denials import Denial, Denials, parse_denial
 from jsworker._wire.names import ROLES
+from jsworker.jetstream.denials import Denial, Denials, parse_denial
 
 from ..support import wait_until_async
 

@@ -9,7 +9,6 @@ import pytest
 
 from jsworker import App, ConfigurationError
 from jsworker._enqueue.calls import due_time
-from jsworker._jetstream.delivery import Delivery
 from jsworker._runtime.execution import JobRun, as_job_run
 from jsworker._scheduling.cron import Cron, duration_seconds, every_seconds, go_duration
 from jsworker._scheduling.declare import at_expression
@@ -24,6 +23,7 @@ from jsworker._wire.headers import (
     SCHEDULED_FOR,
     TASK,
 )
+from jsworker.jetstream.delivery import Delivery
 
 
 def _utc(

@@ -1,4 +1,4 @@
-"""An administrative session's connection (jsworker/_jetstream/session.py), without a server."""
+"""An administrative session's connection (jsworker/jetstream/session.py), without a server."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from jsworker import App
 from jsworker._errors import ConnectError
-from jsworker._jetstream.connection import Connection, ConnectOptions
-from jsworker._jetstream.session import OperatorSession
+from jsworker.jetstream.connection import Connection, ConnectOptions
+from jsworker.jetstream.session import OperatorSession
 
 pytestmark = pytest.mark.anyio
 

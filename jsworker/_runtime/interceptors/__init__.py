@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..._jetstream.connection import Connection
 from ..._limits.partitions import Partitions
 from ..._limits.rates import RateLimiter
 from ...events._emit import EventEmitter
+from ...jetstream.connection import Connection
 from ...workflows._advance import Continuations
 from ..jobbook import JobBook
 from ..limited import Holding

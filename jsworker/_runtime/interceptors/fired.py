@@ -9,19 +9,19 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..._errors import JsworkerError
-from ..._jetstream.limits_stream import LimitsStream
 from ..._observability.logging import get_logger
 from ..._observability.metrics import UNKNOWN
 from ..._scheduling.claims import claim_holder
 from ..._scheduling.declare import NEXT_TICK, tick_limit
 from ..._wire.headers import FIRED_BY, FIRED_CLAIM, FIRED_NEXT, SCHEDULE, SCHEDULE_NAME, TICK_EXPIRES
+from ...jetstream.limits_stream import LimitsStream
 from ..execution import JobRun
 from ..outcomes import Outcome, OutcomeKind
 from ..pipeline import Interceptor
 
 if TYPE_CHECKING:
     from ..._app import App
-    from ..._jetstream.connection import Connection
+    from ...jetstream.connection import Connection
 
 log = get_logger("jsworker.worker")
 

@@ -1,6 +1,6 @@
 """Writing a message only where the writer last saw its subject: what schedules and claims
 are built on (one message a subject, created or replaced by compare-and-set; reads and deletes
-are :class:`~jsworker._jetstream.limits_stream.LimitsStream`'s)."""
+are :class:`~jsworker.jetstream.limits_stream.LimitsStream`'s)."""
 
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ class AckedPublisher:
         error)`` with the error :meth:`publish` would raise; ``done`` runs in the connection's
         read loop and must not raise (``arg`` spares the caller a closure per message). The
         caller vouches for the message's size (see
-        :func:`~jsworker._jetstream.message.check_size`): one too large fails its whole write."""
+        :func:`~jsworker.jetstream.message.check_size`): one too large fails its whole write."""
         self._queued.append(_Pending(msg, done, arg, asyncio.get_running_loop().time()))
         if not self._flush_soon:
             self._flush_later()

@@ -4,7 +4,7 @@ nats-py only offers ``fetch``, which blocks between batches. This loop keeps pul
 outstanding while the caller works, the way the Go and JavaScript clients' ``Consume`` do:
 
 * one inbox subscription, fed straight from the client's read loop
-  (:meth:`~jsworker._jetstream.client.JetStreamClient.subscribe_direct`); pull requests
+  (:meth:`~jsworker.jetstream.client.JetStreamClient.subscribe_direct`); pull requests
   ``{batch, expires, idle_heartbeat}`` sent with that inbox as reply subject;
 * ``pending`` counts messages requested and not yet handed to the caller (buffered ones
   included), so what this loop holds never exceeds its bound (``max_messages``): a buffered
