@@ -14,25 +14,6 @@ if TYPE_CHECKING:
     from .receipt import Job
 
 
-class _Applies(Protocol):
-    name: str
-
-    def apply(
-        self,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        job_id: str | None = None,
-        countdown: float | None = None,
-        eta: datetime | None = None,
-        expires: float | None = None,
-        queue: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        link: Any = None,
-        link_error: Any = None,
-    ) -> Job: ...
-
-
 class _Ported(Protocol):
     def apply_async(
         self, args: Sequence[Any] = ..., kwargs: Mapping[str, Any] | None = ..., **options: Any
@@ -56,34 +37,6 @@ class _Signed(Protocol):
     def countdown(self) -> float | None: ...
     @property
     def job_id(self) -> str | None: ...
-
-
-class CelerySpelling:
-    """Celery's ``apply_async`` on a task."""
-
-    def apply_async(
-        self: _Applies,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        countdown: float | None = None,
-        eta: datetime | None = None,
-        expires: float | timedelta | datetime | None = None,
-        task_id: str | None = None,
-        queue: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        link: Any = None,
-        link_error: Any = None,
-        **unsupported: Any,
-    ) -> Job:
-        """Celery's ``apply_async``: :meth:`~jsworker.Task.apply` with ``task_id`` as the job
-        id and ``expires`` in seconds, a timedelta or a datetime. Sync, as Celery's is (``aapply`` from
-        async code). Options Celery has and jsworker does not are refused by name."""
-        refuse(self.name, "apply_async", unsupported)
-        return self.apply(
-            args, kwargs, job_id=task_id, countdown=countdown, eta=eta, expires=seconds_until(expires),
-            queue=queue, headers=headers, link=link, link_error=link_error,
-        )  # fmt: skip
 
 
 class SignatureSpelling:

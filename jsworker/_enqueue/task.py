@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from .._config import check_ahead, check_seconds
@@ -26,7 +26,7 @@ from ..jetstream.message import OutMessage
 from .arguments import TypedArguments, positional_names
 from .calls import Call, CallArgs, due_time, new_job_id
 from .calls import check_job_id as check_job_id
-from .ported import CelerySpelling, SignatureSpelling
+from .ported import SignatureSpelling, refuse, seconds_until
 from .receipt import Job
 
 P = ParamSpec("P")
@@ -119,7 +119,7 @@ def _check_process_function(name: str, fn: Callable[..., Any], is_async: bool) -
         )
 
 
-class Task(CelerySpelling, Generic[P, R]):
+class Task(Generic[P, R]):
     """A function registered with an :class:`~jsworker.App`.
 
     Calling the task runs the function inline, untouched. ``delay``/``adelay`` enqueue a job
@@ -362,6 +362,30 @@ class Task(CelerySpelling, Generic[P, R]):
         linked, errback = _one_link(self, "link", link), _one_link(self, "link_error", link_error)
         call = self.make_call(args, kwargs, job_id, due_time(countdown, eta), expires, queue, headers)
         return self.app.bridge.run_sync(self._send, call, linked, errback, timeout)
+
+    def apply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | None = None,
+        eta: datetime | None = None,
+        expires: float | timedelta | datetime | None = None,
+        task_id: str | None = None,
+        queue: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        link: Links = None,
+        link_error: Links = None,
+        **unsupported: Any,
+    ) -> Job:
+        """Celery's ``apply_async``: :meth:`apply` with ``task_id`` as the job id and ``expires``
+        in seconds, a timedelta or a datetime. Sync, as Celery's is (``aapply`` from async
+        code). Options Celery has and jsworker does not are refused by name."""
+        refuse(self.name, "apply_async", unsupported)
+        return self.apply(
+            args, kwargs, job_id=task_id, countdown=countdown, eta=eta, expires=seconds_until(expires),
+            queue=queue, headers=headers, link=link, link_error=link_error,
+        )  # fmt: skip
 
     def delay_many(self, items: Iterable[CallArgs]) -> list[Job]:
         """Sync form of :meth:`adelay_many`."""
