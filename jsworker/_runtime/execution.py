@@ -17,9 +17,9 @@ from .._observability.metrics import UNKNOWN
 from .._scheduling.firing import Firing, firing
 from .._wire.headers import ENQUEUED_AT, FIRED_BY, JOB_ID, MSG_ID, QUEUE, SCHEDULE, TASK
 from .outcomes import Outcome, OutcomeKind, crashed_too_often
+from .process_pool import ProcessRunner
 from .processes import (
     ProcessExited,
-    ProcessRunner,
     ResultError,
     TaskProcessError,
     check_findable,

@@ -17,19 +17,18 @@ Unlike a thread, a process can be stopped: a call past the task's timeout, or wh
 cancelled (``app.cancel``, or a shutdown past its grace), has its process killed, and a new
 one is started on next need. The timeout counts from when the process starts the call: the
 wait for a free process, and a new process's start-up, are not part of it.
+
+This module is what crosses and what runs in a task process; :mod:`.process_pool` is the
+worker's side, the pool of processes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import functools
 import importlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -42,20 +41,18 @@ from .._enqueue.task import Task
 from .._errors import ConfigurationError, Reject, Retry, Snooze
 from .._errors import ProcessExited as ProcessExited
 from .._observability.logging import get_logger
-from .limiter import Limiter
-from .recycling import Recycling
 
 log = get_logger("jsworker.worker")
 
 # What a process sends when it has found the task and starts the call: the timeout runs from here.
-_STARTED = "started"
+STARTED = "started"
 
 # A task process's program: a fresh interpreter that imports only jsworker (not the worker's
 # __main__, as multiprocessing's spawn would: a script that runs a worker would run one
 # again), with the worker's sys.path, which is the first thing sent. Ctrl-C in a terminal
 # signals the whole process group: what happens to a running job is for the worker to decide
 # (its grace period), so the process ignores it from its first statement.
-_BOOTSTRAP = (
+BOOTSTRAP = (
     "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "from multiprocessing.connection import Connection; "
     "requests = Connection(int(sys.argv[1]), writable=False); sys.path[:] = requests.recv(); "
@@ -201,7 +198,7 @@ def _run(call: ProcessCall, replies: Connection) -> Returned | Raised:
             )
     except Exception as exc:
         return _raised("error", exc)
-    replies.send(_STARTED)
+    replies.send(STARTED)
     context = JobContext(**call.job)
     token = running_job.set(lambda: context)
     try:
@@ -268,7 +265,7 @@ def _rebuild(raised: Raised, content_type: str) -> BaseException:
     return _named(TaskProcessError, *name)(raised.message, raised.retryable)
 
 
-def _unpack(answer: Returned | Raised, content_type: str, serializer: Serializer) -> Any:
+def unpack(answer: Returned | Raised, content_type: str, serializer: Serializer) -> Any:
     """The value a call returned, decoded; or its stand-in exception, raised."""
     if isinstance(answer, Raised):
         raise _rebuild(answer, content_type) from RemoteTraceback(answer.traceback)
@@ -279,175 +276,3 @@ def _unpack(answer: Returned | Raised, content_type: str, serializer: Serializer
     except Exception as exc:  # a decoder may raise anything on bytes it does not expect
         reason = f"return value cannot be decoded with {serializer.content_type}: {exc}"
         raise ResultError(str(exc), reason) from exc
-
-
-class _Process:
-    """One task process, its pipes, and the thread that hands what it sends to the event loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        their_requests, requests = os.pipe()
-        replies, their_replies = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", _BOOTSTRAP, str(their_requests), str(their_replies)],
-                pass_fds=(their_requests, their_replies),
-                stdin=subprocess.DEVNULL,
-            )
-        finally:
-            os.close(their_requests)  # the process holds these now; closed here, its exit is an EOF
-            os.close(their_replies)
-        self.requests = Connection(requests, readable=False)
-        self.replies = Connection(replies, writable=False)
-        self.requests.send(sys.path)
-        self._loop = loop
-        self.inbox: asyncio.Queue[object] = asyncio.Queue()
-        #: Set (by the reading thread) once the process has closed its end: it has exited.
-        self.gone = False
-        #: Jobs it ran to their end.
-        self.jobs = 0
-        threading.Thread(target=self._read, name=f"jsworker-task-{self.pid}", daemon=True).start()
-
-    @property
-    def pid(self) -> int:
-        """The process's id."""
-        return self.process.pid
-
-    async def call(self, call: ProcessCall, timeout: float | None) -> Returned | Raised:
-        """Send ``call`` and wait for its answer; TimeoutError after ``timeout`` seconds of its
-        run, ProcessExited when the process ends first."""
-        try:
-            self.requests.send(call)
-        except OSError as exc:
-            raise ProcessExited(self._exit_text()) from exc
-        answer = await self.inbox.get()
-        if answer == _STARTED:
-            if timeout is None:
-                answer = await self.inbox.get()
-            else:
-                async with asyncio.timeout(timeout):
-                    answer = await self.inbox.get()
-        if isinstance(answer, Returned | Raised):
-            return answer
-        raise ProcessExited(self._exit_text())
-
-    def stop(self) -> None:
-        """Kill the process, whatever it is doing."""
-        self.process.kill()
-
-    def retire(self) -> None:
-        """Let an idle process end: it exits when it reads the end of its pipe."""
-        self.requests.close()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                message: object = self.replies.recv()
-            except (EOFError, OSError):
-                break
-            self._post(message)
-        self.gone = True
-        self.process.wait()  # reaped here, off the event loop
-        self.replies.close()
-        self._post(None)
-
-    def _post(self, message: object) -> None:
-        # A closed loop (RuntimeError): nobody waits for this process any more.
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self.inbox.put_nowait, message)
-
-    def _exit_text(self) -> str:
-        code = self.process.returncode
-        how = f"exited with code {code}"
-        if code is None or code < 0:
-            how = "is gone" if code is None else f"was killed by {signal.Signals(-code).name}"
-        return f"the task's process (pid {self.pid}) {how} before the call returned"
-
-
-class ProcessRunner:
-    """Up to ``processes`` processes that run process tasks for one event loop."""
-
-    def __init__(self, processes: int, recycling: Recycling | None = None) -> None:
-        if processes < 1:
-            raise ValueError("processes must be >= 1")
-        self.processes = processes
-        self._recycling = recycling
-        self._slots = Limiter(processes)
-        # Jobs that hold a slot before their run comes (see reserve).
-        self._reserved: set[object] = set()
-        self._idle: list[_Process] = []
-        self._busy: set[_Process] = set()
-
-    def try_reserve(self, owner: object) -> bool:
-        """Hold a slot for ``owner``'s run if one is free now; True if held."""
-        if self._slots.try_acquire():
-            self._reserved.add(owner)
-            return True
-        return False
-
-    async def reserve(self, owner: object) -> None:
-        """Wait for a free slot and hold it for ``owner``'s run (:meth:`run` with ``owner``)."""
-        await self._slots.acquire()
-        self._reserved.add(owner)
-
-    def release(self, owner: object) -> None:
-        """Give back the slot held for ``owner`` if its run did not take it."""
-        if owner in self._reserved:
-            self._reserved.discard(owner)
-            self._slots.release()
-
-    async def run(
-        self, call: ProcessCall, timeout: float | None, serializer: Serializer, owner: object = None
-    ) -> Any:
-        """Run ``call`` in a process (in the slot held for ``owner``, else the next free one)
-        and return (or raise, as a stand-in) what its function did.
-
-        TimeoutError when the call ran longer than ``timeout`` seconds, ProcessExited when its
-        process ended first; the process is killed on a timeout and on cancellation.
-        """
-        if owner is not None and owner in self._reserved:
-            self._reserved.discard(owner)
-        else:
-            await self._slots.acquire()
-        try:
-            process = self._take()
-            self._busy.add(process)
-            answer: Returned | Raised | None = None
-            try:
-                answer = await process.call(call, timeout)
-            finally:
-                self._busy.discard(process)
-                if answer is not None:
-                    self._done(process)
-                elif not process.gone:
-                    log.info("task_process.killed", pid=process.pid, task=call.task)
-                    process.stop()
-        finally:
-            self._slots.release()
-        return _unpack(answer, call.content_type, serializer)
-
-    def _done(self, process: _Process) -> None:
-        """Take ``process`` back after a job: idle again, or replaced when its limits say."""
-        process.jobs += 1
-        why = self._recycling.due(process.jobs, process.pid) if self._recycling is not None else None
-        if why is None:
-            self._idle.append(process)
-            return
-        log.info("task_process.recycled", pid=process.pid, reason=why, jobs=process.jobs)
-        process.retire()
-
-    def close(self) -> None:
-        """End the processes: idle ones at the end of their pipe, busy ones killed."""
-        for process in self._idle:
-            process.retire()
-        for process in self._busy:
-            process.stop()
-        self._idle.clear()
-
-    def _take(self) -> _Process:
-        while self._idle:
-            process = self._idle.pop()
-            if not process.gone:
-                return process
-        process = _Process(asyncio.get_running_loop())
-        log.debug("task_process.started", pid=process.pid)
-        return process

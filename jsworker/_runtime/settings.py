@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._config import option
+from .recycling import Recycling
 
 #: The most jobs a pull loop of a worker without ``--max-messages`` holds ahead of its slots.
 PREFETCH_GROWS_TO = 1024
@@ -91,3 +92,9 @@ class WorkerSettings:
     def prefetch_grows_to(self) -> int | None:
         """The most a pull loop may hold while jobs go fast; None for a fixed ``--max-messages``."""
         return None if self.max_messages is not None else PREFETCH_GROWS_TO
+
+    @property
+    def recycling(self) -> Recycling:
+        """When a task process is replaced (``--max-jobs-per-task-process``,
+        ``--max-memory-per-task-process``)."""
+        return Recycling(self.task_process_max_jobs, self.task_process_max_memory)

@@ -36,7 +36,6 @@ from .observe import PullObserver
 from .outcomes import Outcome, OutcomeKind, Settlement
 from .pipeline import Interceptor, Pipeline, run_shutdown, run_startup
 from .questions import answer_questions
-from .recycling import Recycling
 from .settings import WorkerSettings
 from .settle import Settle
 from .upkeep import heartbeats, leftover_schedules, missing_schedules, server_stats, watch_event_loop
@@ -140,18 +139,16 @@ class Worker:
         self._limiter = Limiter(settings.concurrency)
         # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
         self._create_task = asyncio.get_running_loop().create_task
-        recycling = Recycling(settings.task_process_max_jobs, settings.task_process_max_memory)
-        self._executor = Executor(app, settings.threads, settings.task_processes, recycling)
+        self._executor = Executor(app, settings.threads, settings.task_processes, settings.recycling)
         self._records_conn = await startup.records_connection(app, conn, options, self.queues)
         self._book = book = JobBook(app, conn, self._jobs, self._records_conn, self._buffered)
         await book.start()
         self._handbacks = HandBackCounts(app, conn)
         limits = startup.rate_limiters(app, conn)
         self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
+        pool = self._executor.processes
         self.pipeline = pipeline = Pipeline(
-            interceptors.assemble(
-                app, conn, book, limits, self.counts, self._executor.processes, self._extra
-            ),
+            interceptors.assemble(app, conn, book, limits, self.counts, pool, self._extra),
             self._executor.call,
             self._executor.check,
             functools.partial(startup.recheck, self._handbacks, book),
@@ -160,8 +157,7 @@ class Worker:
         # The four stages of a job (see _run_job), looked up once.
         self._admit, self._run, self._after = pipeline.admit, pipeline.run, pipeline.after
         self._settle = Settle(app, conn, book, self._handbacks, pipeline.finals)
-        # Hooks after a settlement that must come after the ack, which a kept result's record
-        # holds back, need to know when it was sent.
+        # A kept result's ack waits for its record: hooks that must follow the ack are told it.
         book.track_acks = pipeline.waits_for_acks
         self._services = [*pipeline.services, *startup.services(app, conn, self.queues)]
         self._registry = WorkerAnnouncer(app, conn, self)

@@ -24,7 +24,7 @@ from ...workflows._advance import Continuations
 from ..jobbook import JobBook
 from ..limited import Holding
 from ..pipeline import Interceptor
-from ..processes import ProcessRunner
+from ..process_pool import ProcessRunner
 from .cancels import CancelsAndExpiry
 from .events import JobEvents
 from .fired import FiredJobs

@@ -12,7 +12,7 @@ from ..jobbook import JobBook
 from ..limited import held_back
 from ..outcomes import Settlement
 from ..pipeline import Interceptor
-from ..processes import ProcessRunner
+from ..process_pool import ProcessRunner
 
 #: What the status of a process task's job says while it waits for a process.
 WAITING = "waiting for a task process"
