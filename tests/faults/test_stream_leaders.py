@@ -183,6 +183,8 @@ async def produce(app: ModuleType, load: Load, stop: threading.Event) -> None:
             if flow is not None:
                 load.chords[f"chord{k}-cb"] = (flow, sum(values))
         next_round += ROUND
+        # The load's schedule: a round is due ROUND seconds after the one before (a round held
+        # up by an election is followed at once by those it delayed). The clock is the condition.
         await asyncio.sleep(max(0.0, next_round - time.monotonic()))
 
 

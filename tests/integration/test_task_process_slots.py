@@ -4,6 +4,8 @@ two slots, the second job waits as queued ("waiting for a task process"), and it
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +27,13 @@ async def test_a_process_tasks_job_waits_for_a_free_process_before_it_starts(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     app, gate = slots_app.app, tmp_path / "gate"
+    os.mkfifo(gate)
     app.servers = [nats_server.url]
+
+    def let_one_through() -> None:
+        # Returns once a job's run has opened the gate for reading, and lets that one go on.
+        os.close(os.open(gate, os.O_WRONLY))
+
     slots_app.begun.ids.clear()
     async with in_process_worker(app, concurrency=2, task_processes=1):
         first = await slots_app.gated.adelay(str(tmp_path / "first"), str(gate))
@@ -40,6 +48,8 @@ async def test_a_process_tasks_job_waits_for_a_free_process_before_it_starts(
         assert waiting.started_at is None
         # Taken up by the worker, but not begun: its around_run has not run.
         assert slots_app.begun.ids == [first.id]
-        gate.touch()
-        assert await second.aresult(timeout=30) == await first.aresult(timeout=30)  # one process
+        await asyncio.wait_for(asyncio.to_thread(let_one_through), 30)
+        first_pid = await first.aresult(timeout=30)
+        await asyncio.wait_for(asyncio.to_thread(let_one_through), 30)
+        assert await second.aresult(timeout=30) == first_pid  # one process ran both
     assert slots_app.begun.ids == [first.id, second.id]

@@ -1,11 +1,10 @@
 """A process task for tests/integration/test_task_process_slots.py: it writes the pid of the
-process running it to ``pidfile``, then waits until ``gate`` exists. Its middleware records
-which jobs' runs began."""
+process running it to ``pidfile``, then waits at ``gate``, a FIFO, until the test opens it for
+writing. Its middleware records which jobs' runs began."""
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,6 @@ app = App("slots", middleware=[begun])
 @app.task(executor="process", store_result=True)
 def gated(pidfile: str, gate: str) -> int:
     Path(pidfile).write_text(str(os.getpid()))
-    while not os.path.exists(gate):
-        time.sleep(0.01)  # a process task blocks: it has no event loop to wait on
+    # Opening a FIFO for reading returns once a writer opens it: the test's "go".
+    os.close(os.open(gate, os.O_RDONLY))
     return os.getpid()
