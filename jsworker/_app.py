@@ -7,19 +7,20 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal, ParamSpec, TypeVar, Unpack, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, Unpack, overload
 
 from prometheus_client import CollectorRegistry
 
 from ._config import from_environment
 from ._core.bridge import SyncBridge
 from ._core.connections import ConnectionPool
-from ._core.hooks import H, Hooks, State
+from ._core.hooks import F, H, Hooks, State
 from ._core.job_status import JobStatus
 from ._core.layout import (
     consumer_spec,
     dlq_spec,
     events_spec,
+    final_state_spec,
     job_stream_spec,
     leases_spec,
     rates_spec,
@@ -32,7 +33,9 @@ from ._core.options import AppArguments as AppArguments
 from ._core.options import AppOptions, QueueOptions, split_arguments
 from ._core.serializers import JSONSerializer, Serializer
 from ._core.task_options import TaskArguments, TaskOptions
-from ._enqueue.by_name import named_task
+from ._enqueue.async_result import AsyncResult
+from ._enqueue.bound import Given
+from ._enqueue.by_name import check_task_name, named_task
 from ._enqueue.calls import Call, check_job_id
 from ._enqueue.ported import ArqSpelling
 from ._enqueue.producer import Producer
@@ -50,7 +53,14 @@ from ._scheduling.periodic import check_schedule_size
 from ._wire.names import Namespace, Role, validate_app_name, validate_name
 from .events._emit import emit_enqueued
 from .jetstream.connection import Connection, ConnectOptions
-from .jetstream.topology import ReplicasDiffer, StreamSpec, ensure_consumer, ensure_stream
+from .jetstream.topology import (
+    ConsumerSpec,
+    ReplicasDiffer,
+    StreamSpec,
+    apply_consumer,
+    ensure_consumer,
+    ensure_stream,
+)
 from .workflows._handle import Workflow
 from .workflows._start import start_linked
 
@@ -167,6 +177,31 @@ class App(ArqSpelling):
         self.hooks.shutdown.append(fn)
         return fn
 
+    def on_final_state(self, name: str) -> Callable[[F], F]:
+        """Declare a final-state handler named ``name`` (``@app.on_final_state("tracking")``):
+        ``jsworker run`` calls it with the :class:`JobStatus` of each job that ended
+        (succeeded, failed, cancelled or expired), wherever it ended: a cancel in a producer, an
+        expiry, a worker killed right after its ack. It needs ``App(final_states=True)``.
+
+        At least once: the workers share one durable consumer a handler, so a restarted fleet
+        goes on where it stopped, and a handler that raises hears that job again later. Make
+        it idempotent (an upsert by ``status.id``). See the README, "Final states".
+        """
+        if not self.options.final_states:
+            raise ConfigurationError(
+                f"on_final_state({name!r}) needs App(final_states=True): only then does every job "
+                "get a record of its final state before its ack"
+            )
+        final_state_spec(self, name)  # checks the name
+        if name in self.hooks.final_states:
+            raise ConfigurationError(f"a final-state handler named {name!r} is declared already")
+
+        def declare(fn: F) -> F:
+            self.hooks.final_states[name] = fn
+            return fn
+
+        return declare
+
     # -- declaring tasks ------------------------------------------------------------------
 
     @overload
@@ -178,6 +213,48 @@ class App(ArqSpelling):
         fn: None = None,
         /,
         *,
+        bind: Literal[True],
+        ctx: Literal[False] = False,
+        name: str | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        unique: bool = False,
+        unique_key: Callable[..., str] | None = None,
+        rate_limit: str | None = None,
+        partition_key: Callable[..., Any] | None = None,
+        max_running_per_partition: int | None = None,
+        rate_limit_per_partition: str | None = None,
+        **options: Unpack[TaskArguments],
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        bind: Literal[False] = False,
+        ctx: Literal[True],
+        name: str | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        unique: bool = False,
+        unique_key: Callable[..., str] | None = None,
+        rate_limit: str | None = None,
+        partition_key: Callable[..., Any] | None = None,
+        max_running_per_partition: int | None = None,
+        rate_limit_per_partition: str | None = None,
+        **options: Unpack[TaskArguments],
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        bind: Literal[False] = False,
+        ctx: Literal[False] = False,
         name: str | None = None,
         cron: str | None = None,
         tz: str | None = None,
@@ -195,6 +272,8 @@ class App(ArqSpelling):
         fn: Callable[P, R] | None = None,
         /,
         *,
+        bind: bool = False,
+        ctx: bool = False,
         name: str | None = None,
         cron: str | None = None,
         tz: str | None = None,
@@ -205,7 +284,7 @@ class App(ArqSpelling):
         max_running_per_partition: int | None = None,
         rate_limit_per_partition: str | None = None,
         **options: Unpack[TaskArguments],
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> Task[P, R] | Callable[[Callable[..., R]], Task[Any, R]]:
         """Register a function as a task, bare (``@app.task``) or with options.
 
         Async functions run on the worker's event loop; sync functions run in the worker's
@@ -219,9 +298,15 @@ class App(ArqSpelling):
         receipt with ``duplicate=True`` naming it. ``rate_limit`` (``"10/s"``, ``"N/m"``,
         ``"N/h"``) caps the starts of its jobs across every worker; a job waiting for its turn
         holds its worker slot (a queue's ``rate_limit`` holds jobs back before they are taken:
-        give such a task a queue of its own). Names and values are checked now, so a bad
-        one fails at import, not at enqueue.
+        give such a task a queue of its own). ``bind=True`` (Celery's) passes the function's
+        first parameter an object with ``request`` and ``retry``, ``ctx=True`` (arq's) a
+        mapping of the job and ``app.state`` (see :mod:`jsworker._enqueue.bound`); enqueues
+        take the parameters after it. Names and values are checked now, so a bad one fails at
+        import, not at enqueue.
         """
+        if bind and ctx:
+            raise ConfigurationError("bind=True and ctx=True both pass the function's first parameter")
+        given: Given | None = "bind" if bind else "ctx" if ctx else None
         if unique_key is not None and not callable(unique_key):
             raise ConfigurationError(f"unique_key must be a function of the arguments, not {unique_key!r}")
         unknown = set(options) - set(TaskArguments.__annotations__)
@@ -231,7 +316,7 @@ class App(ArqSpelling):
         task_options = dataclasses.replace(self.defaults, **chosen)
 
         def register(func: Callable[P, R]) -> Task[P, R]:
-            task_name = validate_name("task", name or func.__name__)
+            task_name = check_task_name(name or func.__name__)
             if task_name in self.tasks and self.tasks[task_name].fn is not func:
                 raise ConfigurationError(
                     f"app {self.name} already has a task named {task_name!r}; "
@@ -245,7 +330,7 @@ class App(ArqSpelling):
             ):
                 # The app's default executor is for its sync tasks: an async one runs on the loop.
                 declared = dataclasses.replace(declared, executor="thread")
-            task = Task(self, func, task_name, declared, unique_key or bool(unique))
+            task = Task(self, func, task_name, declared, unique_key or bool(unique), given)
             if rate_limit is not None:
                 task.rate_limit = parse_rate(rate_limit, f"task {task_name}: rate_limit")
             limits = partition_limits(
@@ -341,6 +426,10 @@ class App(ArqSpelling):
         """A handle on job ``job_id`` from an id kept elsewhere (a web request, another
         process): the same ``result``/``status``/``cancel`` as an enqueue's receipt."""
         return Job(id=check_job_id(job_id), task="", queue="", seq=0, app=self)
+
+    def AsyncResult(self, job_id: str) -> AsyncResult:
+        """Celery's ``app.AsyncResult(id)``: :meth:`job`'s state in Celery's names, result, revoke."""
+        return AsyncResult(self.job(job_id))
 
     async def send_linked(
         self, task: Task[Any, Any], call: Call, link: Signature | None, link_error: Signature | None
@@ -504,7 +593,17 @@ class App(ArqSpelling):
             await ensure_consumer(conn, consumer_spec(self, queue))
         for spec in relay_specs(self, conn.server_version):
             await ensure_consumer(conn, spec)
+        for spec in self.final_state_specs(conn.server_version):
+            # Read first: where only the provisioner may create one, a worker finds it made.
+            await apply_consumer(conn, spec)
         return differ
+
+    def final_state_specs(self, server_version: tuple[int, ...]) -> list[ConsumerSpec]:
+        """The consumers of the app's final-state handlers (none on a server without the
+        jobs bucket, before 2.11)."""
+        if server_version < RECORDS_SINCE:
+            return []
+        return [final_state_spec(self, name) for name in self.hooks.final_states]
 
     # -- lifecycle ------------------------------------------------------------------------
 

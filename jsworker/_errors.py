@@ -91,25 +91,36 @@ class PermissionDeniedError(JsworkerError):
 
 
 class ProvisioningNeeded(PermissionDeniedError):
-    """A stream of the app is missing (``change`` ``"create"``) or differs from what the app
-    declares (``"update"``), and this user may not change it: streams are made by the
-    provisioning step (``jsworker provision``), run with the ``provisioner`` role's
+    """A stream of the app (or, when ``consumer`` is given, that consumer of it) is missing
+    (``change`` ``"create"``) or differs from what the app declares (``"update"``), and this
+    user may not change it: streams and the consumers workers do not make themselves are made
+    by the provisioning step (``jsworker provision``), run with the ``provisioner`` role's
     credentials. ``module`` is the app's module when known, for the command to give."""
 
-    def __init__(self, stream: str, change: str, subject: str, module: str | None = None) -> None:
+    def __init__(
+        self,
+        stream: str,
+        change: str,
+        subject: str,
+        module: str | None = None,
+        *,
+        consumer: str | None = None,
+    ) -> None:
         state = "does not exist" if change == "create" else "differs from what the app declares"
+        what = f"stream {stream}" if consumer is None else f"consumer {consumer} of stream {stream}"
         JsworkerError.__init__(
             self,
-            f"stream {stream} {state} and this user may not {change} it (refused {subject!r}): "
+            f"{what} {state} and this user may not {change} it (refused {subject!r}): "
             f"run `jsworker provision {module or 'MODULE'}` with the provisioner's credentials first "
             "(README: Security)",
         )
         self.operation, self.subject = "publish", subject
         self.stream, self.change, self.module = stream, change, module
+        self.consumer = consumer
 
     def of_module(self, module: str) -> ProvisioningNeeded:
         """The same refusal, its command naming app module ``module``."""
-        return ProvisioningNeeded(self.stream, self.change, self.subject, module)
+        return ProvisioningNeeded(self.stream, self.change, self.subject, module, consumer=self.consumer)
 
 
 class EnqueueError(JsworkerError):

@@ -1,5 +1,6 @@
-"""Task tracking with one middleware: an embedded nats-server, a worker, a few jobs that
-succeed, retry, fail and are cancelled, then the table the middleware kept.
+"""Task tracking: an embedded nats-server, a worker, a few jobs that succeed, retry, fail and
+are cancelled (one while it runs, one before any worker received it), then the table the
+middleware and the final-state handler kept.
 
     python examples/task_tracking/run.py
 
@@ -46,13 +47,15 @@ def main() -> int:
         try:
             jobs = [tracking.charge.delay(1), tracking.charge.delay(2), tracking.ship.delay(3)]
             long = tracking.report.delay("2026-11-26")
+            later = tracking.charge.apply(args=(4,), countdown=3600)  # no worker ever receives it
             ok = wait_for({long.id: "started"})
-            ok = ok and long.cancel()
+            ok = ok and long.cancel() and later.cancel()
             want = {
                 jobs[0].id: "succeeded",
                 jobs[1].id: "succeeded",
                 jobs[2].id: "failed",
                 long.id: "cancelled",
+                later.id: "cancelled",
             }
             ok = ok and wait_for(want)
         finally:

@@ -1,6 +1,11 @@
-"""A task-tracking table kept by one middleware: every job's row goes enqueued -> started ->
-succeeded / retrying / failed / cancelled / expired, as a Celery app's ``before_task_publish``
-/ ``task_prerun`` / ``task_postrun`` / ``task_failure`` / ``task_revoked`` handlers kept it.
+"""A task-tracking table: every job's row goes enqueued -> started -> retrying -> succeeded /
+failed / cancelled / expired, as a Celery app's ``before_task_publish`` / ``task_prerun`` /
+``task_postrun`` / ``task_failure`` / ``task_revoked`` handlers kept it.
+
+A middleware writes the steps on the way (cheap, in the process that takes them); the final
+state comes from a final-state handler, which hears every job at least once wherever it
+ended: a job cancelled before any worker received it, or one acked by a worker killed right
+after, whose ``on_settled`` never runs.
 
 The table is SQLite here (``TRACKING_DB`` names the file) so the example runs anywhere; a
 real app would write to its own database through a pool its start hook opens.
@@ -16,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from jsworker import App, JobContext, Middleware, OutgoingJob, Reject, Settled, current_job
+from jsworker import App, JobContext, JobStatus, Middleware, OutgoingJob, Reject, Settled, current_job
 
 SCHEMA = """
 create table if not exists jobs (
@@ -37,8 +42,13 @@ def _write(sql: str, **params: Any) -> None:
         conn.execute(sql, {**params, "now": time.time()})
 
 
+# A step on the way never overwrites a final state the handler wrote first (it runs in
+# another process, and may be quicker).
+_NOT_FINAL = "state not in ('succeeded', 'failed', 'cancelled', 'expired')"
+
+
 class TrackJobs(Middleware):
-    """Keeps one row per job id with its latest state."""
+    """Keeps one row per job id with the steps on the way: enqueued, started, retrying."""
 
     def on_enqueue(self, job: OutgoingJob) -> None:
         # In the caller's process, before the job is sent: a row exists before any worker
@@ -56,18 +66,22 @@ class TrackJobs(Middleware):
                 _write,
                 "insert into jobs (id, task, queue, state, attempts, updated_at) "
                 "values (:id, :task, :queue, 'started', :attempt, :now) "
-                "on conflict(id) do update set state = 'started', attempts = :attempt, updated_at = :now",
+                "on conflict(id) do update set state = 'started', attempts = :attempt, updated_at = :now "
+                f"where {_NOT_FINAL}",
                 id=job.id, task=job.task, queue=job.queue, attempt=job.attempt,
             )
         )  # fmt: skip
         return await call_next()
 
     async def on_settled(self, job: JobContext, settled: Settled) -> None:
+        if settled.state not in ("retrying", "snoozed"):
+            return  # a final state: the handler below writes it
         error = None if settled.error is None else f"{type(settled.error).__name__}: {settled.error}"
         await asyncio.to_thread(
             functools.partial(
                 _write,
-                "update jobs set state = :state, error = :error, updated_at = :now where id = :id",
+                "update jobs set state = :state, error = :error, updated_at = :now "
+                f"where id = :id and {_NOT_FINAL}",
                 state=settled.state, error=error, id=job.id,
             )
         )  # fmt: skip
@@ -79,7 +93,21 @@ def show() -> list[tuple[str, str, str, int, str | None]]:
         return list(conn.execute("select id, task, state, attempts, error from jobs order by updated_at"))
 
 
-app = App("tracking", middleware=[TrackJobs()], max_retries=1, retry_backoff=0.1)
+app = App("tracking", middleware=[TrackJobs()], max_retries=1, retry_backoff=0.1, final_states=True)
+
+
+@app.on_final_state("tracking")
+def track_final(status: JobStatus) -> None:
+    """Each job's final state, at least once (an upsert: hearing it twice changes nothing)."""
+    error = None if status.error is None else f"{status.error.type}: {status.error.message}"
+    _write(
+        "insert into jobs (id, task, queue, state, attempts, error, updated_at) "
+        "values (:id, :task, :queue, :state, :attempts, :error, :now) "
+        "on conflict(id) do update set state = :state, attempts = coalesce(:attempts, attempts), "
+        "error = :error, updated_at = :now",
+        id=status.id, task=status.task, queue=status.queue, state=status.state.value,
+        attempts=status.attempts, error=error,
+    )  # fmt: skip
 
 
 @app.task

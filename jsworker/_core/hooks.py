@@ -1,10 +1,13 @@
-"""Worker start and stop hooks, and the state they share with tasks.
+"""Worker start and stop hooks, the state they share with tasks, and final-state handlers.
 
 ``@app.on_startup`` functions run once per worker process before its first job (each
 process of ``--processes``), ``@app.on_shutdown`` functions once after its last job settled.
 What a start hook opens (a database pool, an HTTP client) goes on ``app.state``, where tasks
 read it and the stop hook closes it: one per worker process, with no module global built
 lazily on first use.
+
+``@app.on_final_state(name)`` handlers hear each job's final state from the server, at least
+once, wherever the job ended (see :mod:`jsworker._lifecycle.finals`).
 """
 
 from __future__ import annotations
@@ -12,19 +15,26 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from .job_status import JobStatus
+
 T = TypeVar("T")
 
 #: A start or stop hook: a function of no arguments, sync or async.
 Hook = Callable[[], Awaitable[None] | None]
 H = TypeVar("H", bound=Hook)
+#: A final-state handler: a function of the job's final status, sync or async.
+FinalStateHandler = Callable[[JobStatus], Awaitable[None] | None]
+F = TypeVar("F", bound=FinalStateHandler)
 
 
 class Hooks:
-    """The start and stop hooks of an app, in the order they were declared."""
+    """The start and stop hooks of an app, in the order they were declared, and its
+    final-state handlers by name."""
 
     def __init__(self) -> None:
         self.startup: list[Hook] = []
         self.shutdown: list[Hook] = []
+        self.final_states: dict[str, FinalStateHandler] = {}
 
 
 class State:

@@ -16,6 +16,7 @@ tell it are the lifecycle feature's (:mod:`jsworker._lifecycle`).
 from __future__ import annotations
 
 import enum
+import traceback
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -57,6 +58,13 @@ _RESTING = frozenset({JobState.RETRYING, JobState.SNOOZED})
 Form = Literal["scheduled", "waiting"]
 
 
+#: A failure's message is cut to this many characters, and its traceback to its last this many
+#: (where the error is), wherever they are kept (a record, a dead letter, an error callback's
+#: details): a huge one must not make what carries it unstorable.
+MAX_MESSAGE = 1000
+MAX_TRACEBACK = 8000
+
+
 @dataclass(frozen=True, slots=True)
 class JobError:
     """Why a job failed: the exception's type and message, and its traceback when it raised."""
@@ -64,6 +72,14 @@ class JobError:
     type: str
     message: str
     traceback: str | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException, fallback: str = "") -> JobError:
+        """``exc`` as kept (``fallback`` for an exception with no message), its texts cut."""
+        text = None
+        if exc.__traceback__ is not None:
+            text = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK:]
+        return cls(type(exc).__qualname__, (str(exc) or fallback)[:MAX_MESSAGE], text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,28 @@ def relay_specs(app: AppView, server_version: tuple[int, ...]) -> list[ConsumerS
     ]
 
 
+#: A final-state handler's consumer on the jobs bucket is named this and the handler's name.
+FINAL_STATE_CONSUMER = "_jsw_final_"
+# The record a handler is called with is told in progress while the call lasts (see
+# jsworker._lifecycle.finals): this is how soon records a killed worker held come back.
+_FINAL_STATE_ACK_WAIT = 15.0
+_FINAL_STATE_PENDING = 1000
+
+
+def final_state_spec(app: AppView, handler: str) -> ConsumerSpec:
+    """The durable consumer through which workers hand the final-state handler ``handler``
+    every record the jobs bucket stores: a handler declared later starts with the records
+    the bucket still keeps, and one that stopped goes on where it stopped. Made by the
+    provisioning step: workers only pull from it."""
+    return ConsumerSpec(
+        stream=app.namespace.jobs_stream,
+        name=FINAL_STATE_CONSUMER + validate_name("final-state handler", handler),
+        filter_subject=app.namespace.record_subject(),
+        ack_wait=_FINAL_STATE_ACK_WAIT,
+        max_ack_pending=_FINAL_STATE_PENDING,
+    )
+
+
 def dlq_spec(app: AppView) -> StreamSpec:
     """The dead-letter stream."""
     ns, options = app.namespace, app.options

@@ -55,9 +55,11 @@ class Settled:
 
     ``state`` is ``succeeded``; ``retrying`` (it runs again in ``retry_in`` seconds);
     ``snoozed`` (its task raised ``Snooze``: again in ``retry_in`` seconds, no attempt spent);
-    ``failed`` (dead-lettered: ``reason`` says why); ``cancelled`` (on request, before or
-    while it ran); ``expired`` (not started in time); or ``handed_back`` (the worker stopped
-    while it ran: another worker runs it again, and this run counts as no attempt).
+    ``failed`` (dead-lettered: ``reason`` says why); ``cancelled`` (on request, while this
+    worker held it: in its buffer or running); ``expired`` (not started in time); or
+    ``handed_back`` (the worker stopped while it ran: another worker runs it again, and this
+    run counts as no attempt). A job that ends where no worker holds it (cancelled while
+    delayed or queued) has no delivery to settle: ``@app.on_final_state`` hears it.
     ``value`` is what the task returned, ``error`` what it raised (None when it raised
     nothing), ``duration`` the seconds this delivery took in the worker.
     """
@@ -89,7 +91,9 @@ class Middleware:
 
     async def on_settled(self, job: JobContext, settled: Settled) -> None:
         """Called once the server was told how this delivery ended (see :class:`Settled`).
-        What it raises is logged; the job is neither lost nor run again for it."""
+        What it raises is logged; the job is neither lost nor run again for it. At most once:
+        a worker killed between the server's acknowledgement and this call never makes it
+        (a table of final states that must be complete uses ``@app.on_final_state``)."""
 
 
 def overrides(middleware: Middleware, hook: str) -> bool:

@@ -46,6 +46,11 @@ class AppOptions:
         env="EVENTS_MAX_BYTES",
         help="Bytes the job-event stream may hold (-1: no limit); past it the oldest events go.",
     )
+    final_states: bool = option(
+        False,
+        help="Every job's final state is stored as its record before its ack, so handlers declared "
+        "with @app.on_final_state hear each job at least once (a record write per job).",
+    )
     max_ack_pending: int = option(
         20_000, help="Jobs a queue may have delivered and not yet settled, across all workers."
     )
@@ -80,6 +85,7 @@ class AppOptions:
         for what in ("dlq_max_bytes", "events_max_bytes"):
             object.__setattr__(self, what, parse_size(what, getattr(self, what)))
         object.__setattr__(self, "events", bool(self.events))
+        object.__setattr__(self, "final_states", bool(self.final_states))
         object.__setattr__(self, "validate_arguments", bool(self.validate_arguments))
         object.__setattr__(self, "workflows", bool(self.workflows))
 
@@ -138,6 +144,7 @@ class AppArguments(TypedDict, total=False):
     events: bool
     events_max_age: float
     events_max_bytes: int
+    final_states: bool
     max_ack_pending: int
     publish_timeout: float
     validate_arguments: bool

@@ -13,8 +13,9 @@ Six roles use an app (see :data:`~jsworker._wire.names.ROLES`):
 * **worker** runs jobs: it checks the app's streams and creates its queue consumers, pulls
   and settles jobs, writes records, claims, dead letters and events, makes delayed jobs
   schedules and moves fired jobs into their queues, installs periodic schedules, keeps its
-  registry entry, carries out the cancels and answers the questions of producers and
-  dashboards.
+  registry entry, carries out the cancels, answers the questions of producers and
+  dashboards, and hands job records to the app's final-state handlers (through consumers
+  only the provisioner makes).
 * **operator** looks after an app (``jsworker status``, ``dlq``, ``events``, ``schedules``,
   ``workers``, ``queues``, ``ui``): it reads everything, replays and removes dead letters,
   writes and removes schedules, pauses, resumes and purges queues, and may cancel jobs
@@ -225,6 +226,24 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         Grant(ns.ask_subject("*"), "answer status and cancel questions", _WORKER, True),
         Grant(ns.halt_subject(), "hear of cancelled jobs it may hold", _WORKER, True),
         Grant(ns.held_subject(), "say which jobs it runs", _WORKER, True),
+        Grant(
+            f"{_API}.CONSUMER.INFO.{kv}.*",
+            "check the final-state handlers' consumers (`App(final_states=True)`)",
+            _CONSUMING,
+        ),
+        *(
+            Grant(
+                subject,
+                "create the final-state handlers' consumers (`jsworker provision`; workers only pull "
+                "from them, so none can point one elsewhere)",
+                _PROVISIONER,
+            )
+            for subject in (f"{_API}.CONSUMER.CREATE.{kv}.>", f"{_API}.CONSUMER.DURABLE.CREATE.{kv}.*")
+        ),
+        *(
+            Grant(subject, "hand job records to the final-state handlers", _WORKER)
+            for subject in (f"{_API}.CONSUMER.MSG.NEXT.{kv}.*", f"$JS.ACK.{kv}.>")
+        ),
         # -- operators -------------------------------------------------------------------
         *(Grant(f"{_API}.STREAM.MSG.GET.{s}", "read dead letters and events", _OPERATING) for s in kept),
         *(

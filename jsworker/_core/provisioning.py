@@ -39,8 +39,9 @@ async def provision_app(
     app: AppView, conn: Connection, queues: Iterable[str] | None = None
 ) -> list[Provisioned]:
     """Create or update every stream of ``app`` (its own, its features', the worker
-    registry's), the consumers of ``queues`` (default: every queue a task uses) and those
-    through which workers move delayed and fired jobs, in that order; idempotent."""
+    registry's), the consumers of ``queues`` (default: every queue a task uses), those
+    through which workers move delayed and fired jobs and those of the final-state handlers,
+    in that order; idempotent."""
     specs = app.stream_specs(conn.server_version)
     # The registry's bucket is made by workers as they announce themselves on a server without
     # authentication; where they may not, it has to be here.
@@ -52,6 +53,7 @@ async def provision_app(
         done.append(Provisioned("stream", spec.name, change, differ))
     consumers = [consumer_spec(app, queue) for queue in (queues if queues is not None else app.queues)]
     consumers += relay_specs(app, conn.server_version)  # the moves of delayed and fired jobs
+    consumers += app.final_state_specs(conn.server_version)
     for consumer in consumers:
         change = await apply_consumer(conn, consumer)
         done.append(Provisioned("consumer", f"{consumer.stream} > {consumer.name}", change))

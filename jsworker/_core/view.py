@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from .._observability.metrics import Metrics
 from .._wire.names import Namespace, Role
 from ..jetstream.connection import Connection, ConnectOptions
-from ..jetstream.topology import ReplicasDiffer, StreamSpec
+from ..jetstream.topology import ConsumerSpec, ReplicasDiffer, StreamSpec
 from .bridge import SyncBridge
 from .connections import ConnectionPool
 from .job_status import Form, JobStatus
@@ -114,6 +114,10 @@ class AppView(Protocol):
 
     def stream_specs(self, server_version: tuple[int, ...]) -> list[StreamSpec]:
         """Every stream of the app on a server of ``server_version``."""
+        ...
+
+    def final_state_specs(self, server_version: tuple[int, ...]) -> list[ConsumerSpec]:
+        """The consumers of the app's final-state handlers."""
         ...
 
     async def provision_streams(self, conn: Connection) -> list[ReplicasDiffer]:

@@ -13,6 +13,7 @@ import time
 import traceback
 from collections.abc import Mapping
 
+from .._core.job_status import MAX_TRACEBACK
 from .._errors import ConfigurationError
 from .._wire.headers import (
     BODY_TRUNCATED,
@@ -42,7 +43,6 @@ _DROPPED_PREFIXES = (_SERVER_PREFIX, DLQ_PREFIX.lower())
 # JetStream refuses a message whose header block exceeds 64 KiB (error 10097).
 MAX_HEADER_BYTES = 64 * 1024
 _MAX_LINE = 1000
-_MAX_TRACEBACK = 8000
 
 
 def _one_line(text: str, limit: int = _MAX_LINE) -> str:
@@ -116,7 +116,7 @@ def dead_letter_message(
     if error is not None:
         out[DLQ_ERROR_TYPE] = type(error).__qualname__
         out[DLQ_ERROR] = _one_line(str(error))
-        tb = "".join(traceback.format_exception(error))[-_MAX_TRACEBACK:]
+        tb = "".join(traceback.format_exception(error))[-MAX_TRACEBACK:]
         # JSON keeps the traceback's newlines without putting one in the header.
         out[DLQ_TRACEBACK] = json.dumps(tb)
     # The job's own headers, not the ones set above, are what may be dropped to fit.

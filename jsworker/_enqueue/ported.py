@@ -4,6 +4,7 @@ id stays taken) is in the README's "Porting from Celery and arq"."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -67,6 +68,19 @@ def refuse(task: str, spelling: str, unsupported: Mapping[str, Any]) -> None:
             f"task {task}: {spelling} takes no {', '.join(sorted(unsupported))} here "
             "(README: Porting from Celery and arq)"
         )
+
+
+# The first parameters of an errback Celery calls with the failed task's request, its
+# exception and its traceback.
+_CELERY_ERRBACK = ("request", "exc", "traceback")
+
+
+def takes_celery_failure(signature: inspect.Signature) -> bool:
+    """Whether a function of ``signature`` is an errback as Celery calls one: its first three
+    parameters named ``request``, ``exc``, ``traceback``, each taken by position."""
+    by_position = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    first = list(signature.parameters.values())[:3]
+    return tuple(p.name for p in first) == _CELERY_ERRBACK and all(p.kind in by_position for p in first)
 
 
 def seconds_until(when: float | datetime | timedelta | None) -> float | None:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from .._config import check_ahead, check_seconds
+from .._core.hooks import State
 from .._core.middleware import MiddlewareChain
 from .._core.task_options import TaskArguments as TaskArguments
 from .._core.task_options import TaskOptions
@@ -24,9 +25,11 @@ from .._wire.headers import check_headers
 from .._wire.names import validate_name
 from ..jetstream.message import OutMessage
 from .arguments import TypedArguments, positional_names
+from .async_result import AsyncResult
+from .bound import Given, given_first
 from .calls import Call, CallArgs, due_time, new_job_id
 from .calls import check_job_id as check_job_id
-from .ported import SignatureSpelling, refuse, seconds_until
+from .ported import SignatureSpelling, refuse, seconds_until, takes_celery_failure
 from .receipt import Job
 
 P = ParamSpec("P")
@@ -51,7 +54,7 @@ class Sender(Protocol):
 
 class TaskOwner(AppView, Protocol):
     """An app as its tasks see it: an :class:`~jsworker._core.view.AppView` with the producer
-    that stores their jobs and the middleware that stamps them."""
+    that stores their jobs, the middleware that stamps them and the state its start hooks keep."""
 
     @property
     def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
@@ -61,6 +64,9 @@ class TaskOwner(AppView, Protocol):
 
     @property
     def middleware(self) -> MiddlewareChain: ...
+
+    @property
+    def state(self) -> State: ...
 
     async def send_linked(
         self, task: Task[Any, Any], call: Call, link: Signature | None, link_error: Signature | None
@@ -122,8 +128,9 @@ def _check_process_function(name: str, fn: Callable[..., Any], is_async: bool) -
 class Task(Generic[P, R]):
     """A function registered with an :class:`~jsworker.App`.
 
-    Calling the task runs the function inline, untouched. ``delay``/``adelay`` enqueue a job
-    with the function's own parameter types and return a :class:`~jsworker.Job` receipt.
+    Calling the task runs the function inline (given its first argument for ``bind=True`` or
+    ``ctx=True``, see :mod:`.bound`). ``delay``/``adelay`` enqueue a job with the function's
+    own parameter types and return a :class:`~jsworker.Job` receipt.
     """
 
     def __init__(
@@ -133,6 +140,7 @@ class Task(Generic[P, R]):
         name: str,
         options: TaskOptions,
         unique: bool | Callable[..., str] = False,
+        given: Given | None = None,
     ) -> None:
         self.app = app
         #: True (key: the arguments) or a function of the arguments giving the key: while a
@@ -154,6 +162,13 @@ class Task(Generic[P, R]):
         if self.in_process:
             _check_process_function(name, fn, self.is_async)
         self.signature = inspect.signature(fn)
+        #: What a worker calls with a job's arguments: the function, or (``given``: ``bind``,
+        #: ``ctx``) the function given its first argument, whose parameters then follow it.
+        self.run: Callable[P, R] = fn
+        if given is not None:
+            self.signature, self.run = given_first(name, fn, given, app)
+        #: An errback Celery-style, given ``(request, exc, traceback)`` for a failure's details.
+        self.celery_errback = takes_celery_failure(self.signature)
         self._arity = _simple_arity(self.signature)
         #: The annotated parameters checked at enqueue and converted at run (None: none, or
         #: the app turned it off with ``validate_arguments=False``).
@@ -167,7 +182,7 @@ class Task(Generic[P, R]):
         return self.options.queue
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.fn(*args, **kwargs)
+        return self.run(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue} app={self.app.name}>"
@@ -298,8 +313,9 @@ class Task(Generic[P, R]):
         its dead letter (names starting ``Nats-`` or ``Jsw-`` are refused).
 
         ``link`` runs once after the job succeeded, with its result first in its arguments;
-        ``link_error`` once after it failed for good, with the failure's details (a dict:
-        flow, step, task, reason). Either makes the job a two-step workflow
+        ``link_error`` once after it failed for good, with the failure's details (a dict, see
+        :func:`~jsworker.workflows._errbacks.failure_details`; an errback of ``request, exc,
+        traceback`` gets them as Celery gives them). Either makes the job a two-step workflow
         (``App(workflows=True)``, see :mod:`jsworker.workflows`) whose id is the job's. Each
         takes one signature, or a list of one as Celery spells it.
 
@@ -392,6 +408,10 @@ class Task(Generic[P, R]):
         calls = self._calls(items)
         return self.app.bridge.run_sync(self.app.producer.send_many, self, calls)
 
+    def AsyncResult(self, job_id: str) -> AsyncResult:
+        """Celery's ``task.AsyncResult(id)``: job ``job_id``'s state, result and revoke."""
+        return AsyncResult.of(self.app, job_id)
+
     # -- workflow steps -------------------------------------------------------------------
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
@@ -449,16 +469,19 @@ class Signature(SignatureSpelling):
             job_id=check_job_id(job_id) if job_id is not None else self.job_id,
         )
 
-    def describe(self, after_result: bool) -> dict[str, Any]:
+    def describe(self, after_result: bool, errback: bool = False) -> dict[str, Any]:
         """What a workflow's definition keeps of this signature, for a step that is given a
         previous result (or a failure's details) first when it runs (``after_result``: a
         chain's later steps and every callback) or is not (a group's members, a chain's first
-        step). Its arguments are encoded through the task's annotations as a call's are,
+        step). An ``errback`` Celery-style is given ``(request, exc, traceback)`` instead of
+        the details. Its arguments are encoded through the task's annotations as a call's are,
         ``TypeError`` naming the parameter whose value does not fit."""
         args, kwargs = self.args, dict(self.kwargs)
         typed = self.task.typed
         if typed is not None:
             given = int(after_result and not self.immutable)
+            if given and errback and self.task.celery_errback:
+                given = 3
             # Only arguments that fit the function are encoded by position: the result to come
             # is counted in.
             self.task.check_arguments((*(None,) * given, *args), kwargs)

@@ -6,8 +6,10 @@ state      read from
 scheduled  a delayed job's schedule subject (``sched.at.<queue>.<due>.<job id>``)
 queued     the job's message (its subject ends in the job id), past the consumer's
            delivered sequence; or in a fair queue's intake, waiting for its turn
-running    the job's message at or before the delivered sequence: handed out, not settled
-           (queued, with the reason, while its worker holds it back for a limit)
+running    the job's message at or before the delivered sequence, and the worker holding it
+           says it started it (see :func:`holder_state`); handed out and not started yet (in
+           a worker's buffer, held back for a limit, waiting for a task process, or held by
+           a worker that does not answer) it is queued, with the reason
 retrying   the same, with a ``retrying`` record whose next attempt is still to come
 succeeded  the job's record (written for tasks that keep results, and for a success after
            retries)
@@ -40,6 +42,13 @@ if TYPE_CHECKING:
 
 #: The ``reason`` of a queued job that waits for its partition's turn on a fair queue.
 WAITING_TURN = "waiting for its partition's turn (fair queue)"
+#: The ``reason`` of a queued job a worker reserved and has not started (in its buffer).
+RESERVED = "reserved by a worker, not started yet"
+#: The ``reason`` of a queued job handed out that no worker says it holds.
+UNHELD = (
+    "handed to a worker that does not answer (gone, or its event loop busy): the server hands it "
+    "out again when its ack wait ends"
+)
 # How long a status waits for the worker running a job to say so: a live one answers within
 # milliseconds.
 _HELD_WAIT = 0.5
@@ -147,30 +156,42 @@ async def _in_stream(
     if message.seq > delivered or not ask_holder:
         state = JobState.QUEUED if message.seq > delivered else JobState.RUNNING
         return JobStatus(job_id, state, queue=queue, task=task, attempts=attempts, seq=message.seq)
-    # Handed out: the worker running it says who it is, when it started and which attempt
-    # this is (no answer: it waits in a worker's buffer, or its worker is gone).
+    # Handed out: the worker holding it says who it is, whether and when it started it and
+    # which attempt this is.
     held = await gather(conn, ns.held_subject(job_id), str(message.seq).encode(), wait=_HELD_WAIT, linger=0.0)
     holder = holder_said(held)
-    waiting = holder.get("waiting")
-    if isinstance(waiting, str):
-        # In a worker's slot, waiting for a limit (a rate, a partition's lease): not started.
-        attempt = holder.get("attempt", attempts)
-        return JobStatus(
-            job_id, JobState.QUEUED, queue=queue, task=task, attempts=attempt, seq=message.seq, reason=waiting
-        )
+    state, reason = holder_state(holder)
+    worker = holder.get("worker")
     progress, progress_message = progress_said(holder)
     return JobStatus(
         job_id,
-        JobState.RUNNING,
+        state,
         queue=queue,
         task=task,
         attempts=holder.get("attempt", attempts),
-        started_at=datetime.fromtimestamp(holder["started_at"], UTC) if holder.get("started_at") else None,
-        worker=holder.get("worker"),
+        started_at=datetime.fromtimestamp(holder["started_at"], UTC) if state is JobState.RUNNING else None,
+        worker=worker if isinstance(worker, str) else None,
+        reason=reason,
         seq=message.seq,
         progress=progress,
         progress_message=progress_message,
     )
+
+
+def holder_state(holder: dict[str, Any]) -> tuple[JobState, str | None]:
+    """What the answer of the worker holding a job handed out (:func:`holder_said`) makes of
+    it: running once that worker started it; else queued, with why it has not started (in
+    the worker's buffer or slot, held back for a limit, waiting for a task process, or no
+    worker says it holds it)."""
+    if not holder:
+        return JobState.QUEUED, UNHELD
+    waiting = holder.get("waiting")
+    if isinstance(waiting, str):
+        return JobState.QUEUED, waiting
+    started = holder.get("started_at")
+    if not isinstance(started, int | float) or isinstance(started, bool):
+        return JobState.QUEUED, RESERVED
+    return JobState.RUNNING, None
 
 
 def progress_said(holder: dict[str, Any]) -> tuple[float | None, str | None]:

@@ -137,12 +137,13 @@ class JobRecord:
 
 
 class SuccessRecords:
-    """Encodes the records of successes with a value as :meth:`JobRecord.encode` does (the
-    times to the microsecond), in a sixth of its time: a worker writes one for every job of
-    a task that keeps its results."""
+    """Encodes the records of successes as :meth:`JobRecord.encode` does (the times to the
+    microsecond), in a sixth of its time: a worker writes one for every job of a task that
+    keeps its results, and for every job when final states are kept."""
 
     def __init__(self, worker: str, content_type: str) -> None:
-        self._tail = f',"worker":{json.dumps(worker)},"content_type":{json.dumps(content_type)},'.encode()
+        self._worker = f',"worker":{json.dumps(worker)}'.encode()
+        self._typed = f',"content_type":{json.dumps(content_type)},'.encode()
         self._inline = content_type == "application/json"
         self._heads: dict[tuple[str, str], bytes] = {}
 
@@ -154,24 +155,26 @@ class SuccessRecords:
         attempts: int,
         started_us: int,
         finished_us: int,
-        value: bytes,
+        value: bytes | None,
     ) -> bytes:
-        """The record of a success of ``task`` from ``queue`` that returned ``value``; the
-        times are Unix times in microseconds."""
+        """The record of a success of ``task`` from ``queue`` that returned ``value`` (None:
+        a success whose value is not kept); the times are Unix times in microseconds."""
         head = self._heads.get((queue, task))
         if head is None:
             head = self._heads[queue, task] = (
                 f'{{"state":"succeeded","queue":{json.dumps(queue)},"task":{json.dumps(task)},"seq":'
             ).encode()
-        if self._inline:
-            key, end = b'"value":', b"}"
+        if value is None:
+            tail = b"}"
+        elif self._inline:
+            tail = b'%s"value":%s}' % (self._typed, value)
         else:
-            key, end, value = b'"value_b64":"', b'"}', base64.b64encode(value)
+            tail = b'%s"value_b64":"%s"}' % (self._typed, base64.b64encode(value))
         # Seconds written as integer parts: a float's repr costs more (bench/README.md,
         # "Hot-path choices").
-        return b'%s%d,"attempts":%d,"started_at":%d.%06d,"finished_at":%d.%06d%s%s%s%s' % (
+        return b'%s%d,"attempts":%d,"started_at":%d.%06d,"finished_at":%d.%06d%s%s' % (
             head, seq, attempts, started_us // 1_000_000, started_us % 1_000_000,
-            finished_us // 1_000_000, finished_us % 1_000_000, self._tail, key, value, end,
+            finished_us // 1_000_000, finished_us % 1_000_000, self._worker, tail,
         )  # fmt: skip
 
 

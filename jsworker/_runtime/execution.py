@@ -16,6 +16,8 @@ from .._observability.logging import get_logger
 from .._observability.metrics import UNKNOWN
 from .._scheduling.firing import Firing, firing
 from .._wire.headers import ENQUEUED_AT, FIRED_BY, JOB_ID, MSG_ID, QUEUE, SCHEDULE, TASK
+from ..workflows._definition import FLOW_STEP
+from ..workflows._errbacks import celery_failure
 from .outcomes import Outcome, OutcomeKind, crashed_too_often
 from .process_pool import ProcessRunner
 from .processes import (
@@ -223,6 +225,8 @@ class Executor:
         except SerializationError as exc:
             return Outcome(OutcomeKind.BAD_INPUT, str(exc), error=exc)
         try:
+            if task.celery_errback and job.delivery.headers.get(FLOW_STEP) == "err":
+                args = celery_failure(args)
             task.check_arguments(args, kwargs)
             if task.typed is not None:
                 typed_args, kwargs = task.typed.decode(args, kwargs)
@@ -248,15 +252,15 @@ class Executor:
                 # them, both measurable in a short job's cost (bench/README.md, "Hot-path
                 # choices").
                 if task.is_async:
-                    value = await task.fn(*args, **kwargs)
+                    value = await task.run(*args, **kwargs)
                 else:
-                    value = await self.threads.run(task.fn, *args, **kwargs)
+                    value = await self.threads.run(task.run, *args, **kwargs)
             elif task.is_async:
                 async with asyncio.timeout(timeout) as scope:
-                    value = await task.fn(*args, **kwargs)
+                    value = await task.run(*args, **kwargs)
             else:
                 # Shielded: a timeout must not drop the thread's call, see _outlive.
-                thread = self.threads.submit(task.fn, *args, **kwargs)
+                thread = self.threads.submit(task.run, *args, **kwargs)
                 async with asyncio.timeout(timeout) as scope:
                     value = await asyncio.shield(thread)
         except TimeoutError as exc:

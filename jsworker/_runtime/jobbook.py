@@ -22,11 +22,11 @@ import json
 import os
 import socket
 import time
-import traceback
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from .._core.job_status import MAX_MESSAGE
 from .._errors import EnqueueError, JsworkerError, StalledError
 from .._lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, Records, record_message, ttl_headers
 from .._lifecycle.cancel import DROPPED, FINISHED, STOPPED
@@ -61,10 +61,6 @@ _RECORD_PATIENCE = 5.0
 # A kept result is the job's point: its record is written again for this long (a leader
 # election takes seconds) while the worker holds the job, which is then given back.
 _RESULT_PATIENCE = 120.0
-# A failure's texts are cut to these lengths (the traceback keeps its end, where the error
-# is), as in a dead letter: a huge exception message must not make its record unstorable.
-_MAX_TEXT = 1000
-_MAX_TRACEBACK = 8000
 
 
 #: The key of an answer to a ``held`` question from a worker that settled the job for good.
@@ -219,21 +215,28 @@ class JobBook:
         record = found[1] if found is not None else None
         return record if record is not None and record.seq == job.delivery.stream_seq else None
 
-    def keep_result(self, job: JobRun, outcome: Outcome, started: float) -> Outcome:
-        """Write the record of ``job``'s success with its return value, and ack the job once
-        it is stored (the run ends without waiting for that): the common path of a task that
-        keeps results. ``started`` is the run's ``time.monotonic()``. Returns ``outcome``, or
-        a failure never retried when the value cannot be encoded or stored."""
-        serializer = self.app.serializer
-        try:
-            value = serializer.dumps(outcome.value)
-        except Exception as exc:  # an encoder may raise anything on a foreign object
-            return _unstorable(f"return value cannot be encoded with {serializer.content_type}: {exc}", exc)
-        limit = self.conn.max_payload
-        if len(value) + 1024 > limit:
-            return _unstorable(
-                f"return value of {len(value)} bytes does not fit a message (max_payload {limit})", None
-            )
+    def keep_result(
+        self, job: JobRun, outcome: Outcome, started: float, *, value_kept: bool = True
+    ) -> Outcome:
+        """Write the record of ``job``'s success, with its return value when ``value_kept``,
+        and ack the job once it is stored (the run ends without waiting for that): the common
+        path of a task that keeps results, and of every success when final states are kept.
+        ``started`` is the run's ``time.monotonic()``. Returns ``outcome``, or a failure never
+        retried when the value cannot be encoded or stored."""
+        value: bytes | None = None
+        if value_kept:
+            serializer = self.app.serializer
+            try:
+                value = serializer.dumps(outcome.value)
+            except Exception as exc:  # an encoder may raise anything on a foreign object
+                return _unstorable(
+                    f"return value cannot be encoded with {serializer.content_type}: {exc}", exc
+                )
+            limit = self.conn.max_payload
+            if len(value) + 1024 > limit:
+                return _unstorable(
+                    f"return value of {len(value)} bytes does not fit a message (max_payload {limit})", None
+                )
         if self.track_acks:
             job.acked = asyncio.get_running_loop().create_future()
         if not self.records:
@@ -348,7 +351,7 @@ class JobBook:
             next_attempt_at=next_at,
             worker=self.worker,
             error=error,
-            reason=(decision.reason or outcome.reason)[:_MAX_TEXT] or None,
+            reason=(decision.reason or outcome.reason)[:MAX_MESSAGE] or None,
         )
         msg = record_message(self.app.namespace, job.job_id, record, options.result_ttl)
         if msg.size > self.conn.max_payload and error is not None:
@@ -384,8 +387,5 @@ def _error(outcome: Outcome) -> JobError | None:
     if exc is None:
         if outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.EXPIRED):
             return None
-        return JobError(outcome.kind.value, outcome.reason[:_MAX_TEXT])
-    text = (
-        "".join(traceback.format_exception(exc))[-_MAX_TRACEBACK:] if exc.__traceback__ is not None else None
-    )
-    return JobError(type(exc).__qualname__, (str(exc) or outcome.reason)[:_MAX_TEXT], text)
+        return JobError(outcome.kind.value, outcome.reason[:MAX_MESSAGE])
+    return JobError.of(exc, outcome.reason)

@@ -41,6 +41,8 @@ from .._enqueue.task import Task
 from .._errors import ConfigurationError, Reject, Retry, Snooze
 from .._errors import ProcessExited as ProcessExited
 from .._observability.logging import get_logger
+from ..workflows._definition import FLOW_STEP
+from ..workflows._errbacks import celery_failure
 
 log = get_logger("jsworker.worker")
 
@@ -203,10 +205,12 @@ def _run(call: ProcessCall, replies: Connection) -> Returned | Raised:
     token = running_job.set(lambda: context)
     try:
         args, kwargs = decode_call(serializer, call.body)
+        if task.celery_errback and context.headers.get(FLOW_STEP) == "err":
+            args = celery_failure(args)
         if task.typed is not None:
             typed_args, kwargs = task.typed.decode(args, kwargs)
             args = list(typed_args)
-        value = task.fn(*args, **kwargs)
+        value = task.run(*args, **kwargs)
     except Retry as exc:
         return _raised("retry", exc, message=exc.reason, delay=exc.delay)
     except Snooze as exc:

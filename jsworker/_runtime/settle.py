@@ -73,6 +73,8 @@ class Settle:
         self._handbacks = handbacks
         self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
         self._policies: dict[str, RetryPolicy] = {}
+        # Final states kept: every success has a record, stored before its ack.
+        self._every = app.options.final_states and book.records
 
     def _policy(self, job: JobRun) -> RetryPolicy:
         policy = self._policies.get(job.task_name)
@@ -89,10 +91,11 @@ class Settle:
         if outcome.kind is OutcomeKind.SUCCEEDED and not job.cancel_requested:
             task = job.task
             assert task is not None  # only a known task's run succeeds
-            if task.options.store_result:
+            kept = task.options.store_result
+            if kept or self._every:
                 # The record, then the ack once it is stored, outside this run; a value that
                 # cannot be kept makes the run a failure.
-                outcome = self._book.keep_result(job, outcome, job.started)
+                outcome = self._book.keep_result(job, outcome, job.started, value_kept=kept)
                 if outcome.kind is OutcomeKind.SUCCEEDED:
                     return self._succeeded(job, outcome)
             elif job.attempt == 1:
@@ -134,8 +137,8 @@ class Settle:
         return Settlement(outcome, decision, time.monotonic() - job.started)
 
     async def _not_succeeded(self, job: JobRun, outcome: Outcome, decision: Decision) -> Decision:
-        """Settle a job that did not succeed: what must come before a final verb, the verb,
-        the record; returns what was done."""
+        """Settle a job that did not succeed: what must come before a final verb (the
+        interceptors' part, its dead letter), its record, the verb; returns what was done."""
         kind = outcome.kind
         if self._finals and decision.verb is not Verb.NAK and kind is not OutcomeKind.CANCELLED:
             for final in self._finals:
@@ -143,8 +146,15 @@ class Settle:
                     # Not recorded where it had to be: the job ends later, when that works.
                     decision = Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"end not recorded: {decision.reason}")
                     break
-        decision = await self._tell(job, outcome, decision)
+        if decision.verb is Verb.DEAD_LETTER and not await self._store_dead_letter(
+            job, outcome, decision.reason
+        ):
+            # Reported (and counted) as a retry, never as a dead letter that does not exist.
+            decision = Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"dead letter not stored: {decision.reason}")
+        # The record before the server is told: a worker that dies in between leaves the job
+        # to run again, never ended with no record of how (final-state handlers read it).
         await self._book.record(job, outcome, decision, self._wall(job))
+        await self._tell(job, outcome, decision)
         if decision.verb is not Verb.NAK and kind not in _NOT_FINISHED:
             self._finished.append(job.delivery.stream_seq)
         return decision
@@ -154,9 +164,9 @@ class Settle:
         """When ``job`` was taken up, in unix seconds."""
         return time.time() - (time.monotonic() - job.started)
 
-    async def _tell(self, job: JobRun, outcome: Outcome, decision: Decision) -> Decision:
-        """Tell the server ``decision``; returns what was done, which differs when a dead
-        letter could not be stored (then the job comes back later instead)."""
+    async def _tell(self, job: JobRun, outcome: Outcome, decision: Decision) -> None:
+        """Tell the server ``decision`` (a dead letter's is stored by now: a crash before its
+        term redelivers the job instead of losing it)."""
         delivery = job.delivery
         if decision.verb is Verb.ACK:
             await delivery.ack()
@@ -164,14 +174,8 @@ class Settle:
             await self._handbacks.give_back([delivery])  # the worker is stopping
         elif decision.verb is Verb.NAK:
             await delivery.nak(decision.delay)
-        elif await self._store_dead_letter(job, outcome, decision.reason):
-            # Stored first, then terminated: a crash in between redelivers instead of losing.
-            await delivery.term(decision.reason)
         else:
-            # Reported (and counted) as a retry, never as a dead letter that does not exist.
-            await delivery.nak(_DLQ_RETRY_DELAY)
-            return Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"dead letter not stored: {decision.reason}")
-        return decision
+            await delivery.term(decision.reason)
 
     async def _store_dead_letter(self, job: JobRun, outcome: Outcome, reason: str) -> bool:
         d = job.delivery

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .._errors import ConfigurationError, JsworkerError, ProvisioningNeeded, ServerVersionError, TopologyError
+from .._lifecycle.finals import FinalStates
 from .._limits.fair import FairMover
 from .._limits.rates import RateLimiter
 from .._observability.logging import get_logger
@@ -103,9 +104,12 @@ async def provision(app: App, conn: Connection, queues: list[str]) -> None:
 async def records_connection(
     app: App, conn: Connection, options: ConnectOptions, queues: list[str]
 ) -> Connection:
-    """The connection job records are written on: one of their own when a task of ``queues``
-    keeps results (a record per job), else ``conn``."""
-    if not any(t.options.store_result for t in app.tasks.values() if t.queue in queues):
+    """The connection job records are written on: one of their own when every job has one
+    (final states kept, or a task of ``queues`` keeps results), else ``conn``."""
+    every = app.options.final_states or any(
+        t.options.store_result for t in app.tasks.values() if t.queue in queues
+    )
+    if not every:
         return conn
     # The server reads a connection's messages in order: a batch of records being stored
     # would hold up the pull requests and acks behind it (bench lifecycle: 3 % of the rate).
@@ -115,12 +119,15 @@ async def records_connection(
 
 def services(app: App, conn: Connection, queues: list[str]) -> list[Service]:
     """What the features run beside the pull loops that is no job's (a job's are its
-    interceptors'): the relays of delayed and fired jobs, and a mover for each fair queue of
-    ``queues`` (standing by while another worker's moves)."""
+    interceptors'): the relays of delayed and fired jobs, a mover for each fair queue of
+    ``queues`` (standing by while another worker's moves), and the app's final-state
+    handlers."""
     found: list[Service] = []
     if conn.server_version >= DELAYED_SINCE:
         # Delayed jobs into schedules, fired jobs into their queues: whichever worker is free.
         found += relays(app, conn)
+    if app.final_state_specs(conn.server_version):
+        found += [FinalStates(app, conn, name, fn).run for name, fn in app.hooks.final_states.items()]
     for queue in sorted(app.fair_queues.intersection(queues)):
         found.append(FairMover(conn, app.namespace, queue, _fair_report(app, queue)).run)
     return found

@@ -145,8 +145,9 @@ class Admin(OperatorSession):
         *,
         newest_first: bool = False,
     ) -> JobPage:
-        """One page of the jobs in ``state`` (``scheduled``, ``queued``, ``running``,
-        ``retrying``, or ``failed``: dead letters), of ``queue`` and ``task`` when given.
+        """One page of the jobs in ``state`` (``scheduled``, ``queued``, ``reserved``: handed
+        to a worker that has not started them, ``running``, ``retrying``, or ``failed``: dead
+        letters), of ``queue`` and ``task`` when given.
 
         Oldest first by stream sequence (``scheduled``: by due time), or newest first. Pass
         the page's ``next_after`` as ``after`` for the next one: a stream sequence, for
@@ -203,10 +204,15 @@ class Admin(OperatorSession):
         return await operations.job_result(self.app, await self.connection(), check_job_id(job_id))
 
     async def running_jobs(self, queue: str | None = None, limit: int = 1000) -> RunningJobs:
-        """The running jobs (of ``queue`` when given), at most ``limit`` (1 to 10,000), grouped
-        by the worker running each: one :meth:`jobs` page of ``running`` (the module
-        :mod:`jsworker.admin._listing` says what it costs)."""
-        return RunningJobs.of(await self.jobs(queue, "running", limit=limit))
+        """The jobs workers hold, running or reserved (of ``queue`` when given), at most
+        ``limit`` (1 to 10,000), grouped by the worker holding each: what one :meth:`jobs`
+        page of ``running`` and ``reserved`` together costs (the module
+        :mod:`jsworker.admin._listing` says what)."""
+        check_limit(limit)
+        if queue is not None:
+            validate_name("queue", queue)
+        listing = JobListing(self.app, await self.connection(), self._letters)
+        return RunningJobs.of(await listing.page("handed_out", queue, None, limit, None, False))
 
     async def workflow(self, flow_id: str) -> WorkflowStatus:
         """The status of workflow ``flow_id`` (a chain, group or chord; ``app.workflow(id)``'s

@@ -11,13 +11,15 @@ queued     The job stream on the queue's subjects (all queues: ``jsw.<app>.q.>``
            A fair queue's intake is read beside it the same way (its markers passed over):
            the jobs waiting for their partition's turn, with that reason.
 running    The jobs each queue's consumer has handed out and the server still holds (sequence
-retrying   at most its delivered one): one ``MSG.GET`` a job, one read of its record in the
-           jobs bucket (a ``retrying`` record of this very message whose next attempt is
-           still to come: retrying; else running), and for a running job one question on
+reserved   at most its delivered one): one ``MSG.GET`` a job, one read of its record in the
+retrying   jobs bucket (a ``retrying`` record of this very message whose next attempt is
+           still to come: retrying), and for the others one question on
            ``jsw.<app>.held.<id>`` that every worker hears and the one holding it answers
            (who, since when, which attempt, or why it holds it back; up to half a second
-           when none does), then one read of the worker registry to name the worker.
-           Bounded by the jobs in flight.
+           when none does), then one read of the worker registry to name the worker. Running
+           are those a worker says it started; reserved the others, with why they have not
+           started (see :func:`~jsworker._lifecycle.lookup.holder_state`). Bounded by the
+           jobs in flight.
 scheduled  ``STREAM.INFO`` listing the delayed jobs' subjects (``...sched.at.<queue>.<due>.<id>``:
            due time and id are in the subject), one answer per 100,000 subjects (about 60
            bytes each), of which the ``limit`` next by due time are kept; then one
@@ -43,13 +45,13 @@ import heapq
 import itertools
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .._core.paging import Page, seq_cursor
 from .._deadletters.admin import DeadLetters
 from .._errors import ConfigurationError, ServerVersionError
 from .._lifecycle.bucket import Records
-from .._lifecycle.lookup import holder_said, progress_said
+from .._lifecycle.lookup import holder_said, holder_state, progress_said
 from .._lifecycle.state import JobRecord, JobState
 from .._registry.entries import REGISTRY_SINCE, live_workers
 from .._wire.headers import MOVED, TASK
@@ -75,6 +77,10 @@ from ._summary import (
 if TYPE_CHECKING:
     from .._app import App
 
+#: What a listing of jobs handed out keeps: the running, the reserved, the retrying, or all of
+#: them but the retrying (``handed_out``: what the workers hold, for the workers' view).
+HandedOut = Literal["running", "reserved", "retrying", "handed_out"]
+
 # How long a running job's holder gets to say so: a live worker answers within milliseconds.
 _HELD_WAIT = 0.5
 #: A delayed job's place in due order: (due in unix ms, queue, job id), its subject's tokens.
@@ -95,7 +101,7 @@ class JobListing:
 
     async def page(
         self,
-        state: ListedState,
+        state: ListedState | Literal["handed_out"],
         queue: str | None,
         task: str | None,
         limit: int,
@@ -110,7 +116,7 @@ class JobListing:
             return await self._scheduled(queue, task, limit, _due_cursor(after), newest)
         if state == "queued":
             return await self._queued(queue, task, limit, seq_cursor(after), newest)
-        return await self._handed_out(JobState(state), queue, task, limit, seq_cursor(after), newest)
+        return await self._handed_out(state, queue, task, limit, seq_cursor(after), newest)
 
     def _filters(self, queue: str | None, task: str | None) -> list[str]:
         # A periodic tick fired to its task's subject has no id token: a task's jobs are on
@@ -167,7 +173,7 @@ class JobListing:
     # -- running and retrying -------------------------------------------------------------
 
     async def _handed_out(
-        self, state: JobState, queue: str | None, task: str | None, limit: int, cursor: int, newest: bool
+        self, state: HandedOut, queue: str | None, task: str | None, limit: int, cursor: int, newest: bool
     ) -> JobPage:
         delivered = {q: seq for q, seq in (await self._delivered(queue)).items() if seq > 0}
         reads = Reads()
@@ -192,8 +198,8 @@ class JobListing:
             position = chunk[-1].seq
         return Page(tuple(items), str(position) if len(items) == limit else None, reads.count)
 
-    async def _sort_out(self, chunk: list[StoredMessage], state: JobState, reads: Reads) -> list[JobSummary]:
-        """The jobs of ``chunk`` in ``state`` (running or retrying), in the chunk's order."""
+    async def _sort_out(self, chunk: list[StoredMessage], state: HandedOut, reads: Reads) -> list[JobSummary]:
+        """The jobs of ``chunk`` in ``state``, in the chunk's order."""
         found = await asyncio.gather(*(self.records.read(job_id_in(msg)) for msg in chunk))
         reads.count += len(chunk)
         now = time.time()
@@ -201,14 +207,18 @@ class JobListing:
         for msg, entry in zip(chunk, found, strict=True):
             record = entry[1] if entry is not None and entry[1].seq == msg.seq else None
             resting = record is not None and record.state.resting and (record.next_attempt_at or 0.0) > now
-            if resting == (state is JobState.RETRYING):
-                kept.append((waiting_job(self.ns, msg, state), record))
-        if state is JobState.RETRYING:
+            if resting == (state == "retrying"):
+                kept.append((waiting_job(self.ns, msg, JobState.RETRYING), record))
+        if state == "retrying":
             return [_retrying(job, record) for job, record in kept if record is not None]
-        return await self._holders([(job, record) for job, record in kept])
+        held = await self._holders([(job, record) for job, record in kept])
+        if state == "handed_out":
+            return held
+        return [job for job in held if (job.state is JobState.RUNNING) == (state == "running")]
 
     async def _holders(self, jobs: list[tuple[JobSummary, JobRecord | None]]) -> list[JobSummary]:
-        """Running jobs with what the workers holding them say (one question each, at once)."""
+        """Jobs handed out with what the workers holding them say (one question each, at
+        once): running, or reserved (queued, with the reason)."""
         answers = await asyncio.gather(
             *(
                 gather(
@@ -222,18 +232,19 @@ class JobListing:
         out = []
         for (job, record), holder in zip(jobs, holders, strict=True):
             worker, started, attempt = holder.get("worker"), holder.get("started_at"), holder.get("attempt")
-            waiting = holder.get("waiting")  # held back in its slot by a limit: not started
+            state, reason = holder_state(holder)
             if not isinstance(attempt, int):
                 attempt = record.attempts or None if record is not None else None
             out.append(
                 dataclasses.replace(
                     job,
+                    state=state,
                     attempts=attempt,
-                    started_at=utc(started) if isinstance(started, int | float) else None,
+                    started_at=utc(started) if state is JobState.RUNNING else None,
                     worker=names.get(worker, worker) if isinstance(worker, str) else None,
                     progress=progress_said(holder)[0],
                     progress_message=progress_said(holder)[1],
-                    reason=waiting if isinstance(waiting, str) else None,
+                    reason=reason,
                 )
             )
         return out

@@ -16,9 +16,11 @@ from .._wire.names import Namespace
 from ..jetstream.limits_stream import StoredMessage
 
 #: The states :meth:`Admin.jobs <jsworker.admin.Admin.jobs>` lists: the ones a job is in
-#: while the server holds it (``failed``: its dead letter).
-ListedState = Literal["scheduled", "queued", "running", "retrying", "failed"]
-LISTED_STATES: tuple[ListedState, ...] = ("scheduled", "queued", "running", "retrying", "failed")
+#: while the server holds it (``failed``: its dead letter). ``reserved`` lists jobs handed to a
+#: worker that has not started them (queued, each with the reason), apart from ``queued``,
+#: those no worker has taken yet.
+ListedState = Literal["scheduled", "queued", "reserved", "running", "retrying", "failed"]
+LISTED_STATES: tuple[ListedState, ...] = ("scheduled", "queued", "reserved", "running", "retrying", "failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +32,12 @@ class JobSummary:
     stream (failed). ``enqueued_at`` is when the producer sent it; ``scheduled_for`` when a
     delayed job is (or was) due. ``attempts`` is known for running, retrying and failed jobs
     (a running job's from the worker holding it). ``worker`` is the worker registry's id of
-    the worker running it (``host:pid`` when its entry is not found); ``started_at`` is None
-    while it waits in that worker's buffer. ``next_attempt_at`` and ``reason`` come with a
-    retrying job, ``finished_at`` and ``reason`` with a failed one, ``reason`` with a queued
-    one waiting for its partition's turn on a fair queue, and with a running one its worker
-    holds back for a limit (a task's rate, a partition's lease; not started yet).
+    the worker running or holding it (``host:pid`` when its entry is not found).
+    ``next_attempt_at`` and ``reason`` come with a retrying job, ``finished_at`` and ``reason``
+    with a failed one, ``reason`` with a queued one waiting for its partition's turn on a fair
+    queue, and with a reserved one (listed as queued) why it has not started: in its worker's
+    buffer, held back for a limit (a task's rate, a partition's lease), waiting for a task
+    process, or held by no worker that answers.
     """
 
     id: str
@@ -69,7 +72,8 @@ JobPage = Page[JobSummary]
 
 @dataclass(frozen=True, slots=True)
 class RunningJobs:
-    """The running jobs, by the registry id (or ``host:pid``) of the worker running each.
+    """The jobs workers hold, running or reserved (see :class:`JobSummary`), by the registry
+    id (or ``host:pid``) of the worker holding each.
 
     ``unheld`` are jobs handed out that no worker says it holds: their worker is gone (they are
     handed out again after their ``ack_wait``) or did not answer in time. ``more`` is True when

@@ -247,7 +247,10 @@ async def apply_consumer(conn: Connection, spec: ConsumerSpec) -> Change:
     try:
         current = (await conn.js.consumer_info(spec.stream, spec.name)).config
     except nats.js.errors.NotFoundError:
-        await ensure_consumer(conn, spec)
+        try:
+            await ensure_consumer(conn, spec)
+        except PermissionDeniedError as exc:
+            raise ProvisioningNeeded(spec.stream, "create", exc.subject, consumer=spec.name) from exc
         return Change.CREATED
     except nats.errors.Error as exc:
         raise _failed(f"cannot read consumer {spec.name} on {spec.stream}", exc) from exc
@@ -260,7 +263,10 @@ async def apply_consumer(conn: Connection, spec: ConsumerSpec) -> Change:
         and current.ack_policy == wanted.ack_policy
     ):
         return Change.AS_IS
-    await ensure_consumer(conn, spec)
+    try:
+        await ensure_consumer(conn, spec)
+    except PermissionDeniedError as exc:
+        raise ProvisioningNeeded(spec.stream, "update", exc.subject, consumer=spec.name) from exc
     return Change.UPDATED
 
 

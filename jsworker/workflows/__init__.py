@@ -93,7 +93,7 @@ class Chain(_Startable):
         if not self.steps[0].immutable and self.steps[0].task is not None:
             # The first step takes no previous result: its arguments must be whole now.
             self.steps[0].task.check_arguments(self.steps[0].args, self.steps[0].kwargs)
-        error = self.on_error.describe(after_result=True) if self.on_error is not None else None
+        error = self.on_error.describe(after_result=True, errback=True) if self.on_error is not None else None
         flow = FlowDef(self.id, "chain", described, None, error)
         return _app_of(self.steps), flow, {"0": described[0]}
 
@@ -167,7 +167,9 @@ def chain(*steps: Signature, on_error: Signature | None = None, id: str | None =
     """Steps that run one after the other, each after the one before it succeeded, with its
     result as the first argument (``.si()`` for a step that takes none). A step that ends
     dead-lettered, cancelled or expired stops the chain; ``on_error`` then runs once with the
-    failure's details (a dict: flow, step, task, reason) as its first argument."""
+    failure's details (a dict: flow, step, job_id, task, reason, error_type, error_message,
+    traceback) as its first argument, or for an errback of ``request, exc, traceback`` with
+    those three as Celery gives them (see :mod:`._errbacks`)."""
     return Chain(list(steps), on_error, id)
 
 
@@ -180,9 +182,26 @@ def group(members: Iterable[Signature], *, on_failure: OnFailure = "stop", id: s
 
 
 def chord(
-    members: Group | Iterable[Signature], callback: Signature, *, on_error: Signature | None = None
+    members: Group | Iterable[Signature] | None = None,
+    callback: Signature | None = None,
+    *,
+    on_error: Signature | None = None,
+    header: Group | Iterable[Signature] | None = None,
+    body: Signature | None = None,
 ) -> Chord:
     """``callback`` runs exactly once, after every member ended, with their results in order
     as its first argument; when the group fails (see :func:`group`'s ``on_failure``) it does
-    not run, and ``on_error`` runs once instead."""
-    return Chord(members if isinstance(members, Group) else group(members), callback, on_error)
+    not run, and ``on_error`` runs once instead. ``header`` and ``body`` are Celery's names
+    of ``members`` and ``callback`` (``chord(header=..., body=...)``)."""
+    given: Group | Iterable[Signature] = _one_of("members", members, "header", header)
+    after: Signature = _one_of("callback", callback, "body", body)
+    return Chord(given if isinstance(given, Group) else group(given), after, on_error)
+
+
+def _one_of(name: str, given: Any, celery: str, celery_given: Any) -> Any:
+    """The one of ``given`` and ``celery_given`` (Celery's name for it) that was passed."""
+    found = [value for value in (given, celery_given) if value is not None]
+    if len(found) != 1:
+        missing = "not both" if found else "one is missing"
+        raise ConfigurationError(f"chord takes {name} or {celery} (Celery's name for it): {missing}")
+    return found[0]

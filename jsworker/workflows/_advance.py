@@ -47,6 +47,7 @@ from ._definition import (
     read_result,
     read_state,
 )
+from ._errbacks import failure_details
 from ._trust import forged_reason
 
 if TYPE_CHECKING:
@@ -145,11 +146,11 @@ class Continuations:
         if step.startswith("m") and step[1:].isdigit() and flow.kind == "group":
             await self._member(flow, int(step[1:]), succeeded, value, state, reason, error, carried)
         elif step.isdigit() and flow.kind == "chain":
-            await self._step(flow, int(step), succeeded, value, state, reason, carried)
+            await self._step(flow, int(step), succeeded, value, state, reason, error, carried)
         # The callbacks' own ends (cb, err) advance nothing.
 
     async def _step(
-        self, flow: FlowDef, index: int, succeeded: bool, value: Any, state: str, reason: str,
+        self, flow: FlowDef, index: int, succeeded: bool, value: Any, state: str, reason: str, error: Any,
         carried: dict[str, str],
     ) -> None:  # fmt: skip
         now = await self.state(flow.id)
@@ -182,7 +183,7 @@ class Continuations:
                 batch = []
         if not succeeded:
             now.ended, now.at, now.reason = state, str(index), reason
-            batch += self._on_error(flow, index, state, reason, carried)
+            batch += self._on_error(flow, index, state, reason, error, carried)
         with contextlib.suppress(_Lost):  # another delivery of this step recorded it first
             await self._write(flow, now, batch)
 
@@ -204,7 +205,9 @@ class Continuations:
             succeeded, state, reason = False, "failed", f"member {index} returned what cannot be kept: {exc}"
             body = b""
         if not succeeded and flow.on_failure == "stop":
-            await self._settle(flow, lambda now: self._stopped(flow, now, index, state, reason, carried))
+            await self._settle(
+                flow, lambda now: self._stopped(flow, now, index, state, reason, error, carried)
+            )
             return
         # The result first: the tally counts only members whose result is stored.
         first = await self._store_result(flow, index, body)
@@ -254,8 +257,9 @@ class Continuations:
         raise JsworkerError(f"workflow {flow.id}: its state could not be written")
 
     async def _stopped(
-        self, flow: FlowDef, now: FlowState, index: int, state: str, reason: str, carried: dict[str, str]
-    ) -> list[OutMessage] | None:
+        self, flow: FlowDef, now: FlowState, index: int, state: str, reason: str, error: Any,
+        carried: dict[str, str],
+    ) -> list[OutMessage] | None:  # fmt: skip
         """A member ended without a result under ``stop``: the group fails (once)."""
         if index in now.failed:
             return None
@@ -263,7 +267,7 @@ class Continuations:
         if now.ended is not None:
             return []
         now.ended, now.at, now.reason = state, f"m{index}", reason
-        return self._on_error(flow, index, state, reason, carried)
+        return self._on_error(flow, index, state, reason, error, carried)
 
     async def _completed(
         self, flow: FlowDef, now: FlowState, index: int, kept: dict[str, Any], carried: dict[str, str]
@@ -311,12 +315,11 @@ class Continuations:
         return OutMessage(done_subject(self.app.namespace, flow.id, index), body, headers)
 
     def _on_error(
-        self, flow: FlowDef, index: int, state: str, reason: str, carried: dict[str, str]
+        self, flow: FlowDef, index: int, state: str, reason: str, error: Any, carried: dict[str, str]
     ) -> list[OutMessage]:
         if flow.on_error is None or state != "failed":
             return []
-        failed_step = flow.steps[index]
-        details = {"flow": flow.id, "step": index, "task": failed_step["task"], "reason": reason}
+        details = failure_details(flow, index, reason, error if isinstance(error, BaseException) else None)
         return [step_message(self.app, flow.id, "err", flow.on_error, [details], carried)]
 
     async def _write(self, flow: FlowDef, state: FlowState, batch: list[OutMessage]) -> None:

@@ -101,7 +101,7 @@ def group_flow(
     return FlowDef(
         new_flow_id(flow_id), "group", steps,
         callback.describe(after_result=True) if callback is not None else None,
-        on_error.describe(after_result=True) if on_error is not None else None,
+        on_error.describe(after_result=True, errback=True) if on_error is not None else None,
         on_failure,
     )  # fmt: skip
 
@@ -120,7 +120,7 @@ async def start_linked(
         "kwargs": dict(call.kwargs), "immutable": True, "headers": dict(call.headers or {}),
     }  # fmt: skip
     steps = [first] + ([link.describe(after_result=True)] if link is not None else [])
-    error = link_error.describe(after_result=True) if link_error else None
+    error = link_error.describe(after_result=True, errback=True) if link_error else None
     flow = FlowDef(call.job_id, "chain", steps, None, error)
     msg = app.producer.message(task, call)
     job = OutMessage(msg.subject, msg.body, {**msg.headers, FLOW: flow.id, FLOW_STEP: "0"})

@@ -24,6 +24,7 @@ import nats
 import pytest
 
 from jsworker import JobCancelled, JobFailed, JobState
+from jsworker._lifecycle.lookup import UNHELD
 from jsworker._server import ServerNotFoundError, find_nats_server
 from jsworker.testing import Execution, NatsServer
 
@@ -129,7 +130,9 @@ def test_unique_key_held_through_sigkill_until_the_redelivered_run_ends(
     assert a.proc.returncode == -9
     while_dead = task.delay("k")
     assert while_dead.duplicate and (while_dead.id, while_dead.seq) == (first.id, first.seq)
-    assert life_app.app.status(first.id).state is JobState.RUNNING  # delivered to A, never settled
+    # Delivered to A, never settled, and held by no live worker: queued, saying why.
+    held = life_app.app.status(first.id)
+    assert (held.state, held.reason) == (JobState.QUEUED, UNHELD)
 
     b = start(workers, url, "b", "-c", "5")
     redelivered = wait_until(
@@ -223,7 +226,7 @@ def test_cancel_running_job_while_its_worker_restarts(
             lambda: runs(records, "start", witness.id, a.pid), timeout=15, message="A to start the witness"
         )
         a.kill()
-        assert app.status(target.id).state is JobState.RUNNING
+        assert app.status(target.id).reason == UNHELD  # handed out, its worker gone
         began = time.monotonic()
         assert app.cancel(target.id)
         figures["cancel_s"] = round(time.monotonic() - began, 3)

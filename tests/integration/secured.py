@@ -4,8 +4,10 @@ with; and apps and commands that connect as one of those users."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from jsworker import App
@@ -88,3 +90,13 @@ def role_app(url: str, user: str, name: str = "perm") -> App:
         return gate
 
     return app
+
+
+@contextlib.asynccontextmanager
+async def role_session(url: str, user: str) -> AsyncIterator[App]:
+    """App ``perm`` as ``user`` (see :func:`role_app`), closed however the block ends."""
+    app = role_app(url, user)
+    try:
+        yield app
+    finally:
+        await app.aclose()

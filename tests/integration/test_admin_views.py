@@ -10,13 +10,14 @@ import time
 import pytest
 
 from jsworker import App, EventsNotFound, JobNotFound, Reject, Retry, current_job
+from jsworker._lifecycle.lookup import RESERVED, UNHELD
 from jsworker._lifecycle.state import JobState
 from jsworker.admin import Admin
 from jsworker.events._window import EventCounts, JobTimeline
 from jsworker.testing import NatsServer
 from jsworker.workflows import chain, group
 
-from ..support import wait_until_async
+from ..support import connected, wait_until_async
 from .workers import in_process_worker
 
 pytestmark = pytest.mark.anyio
@@ -202,6 +203,49 @@ async def test_running_jobs_are_grouped_by_their_worker(nats_server: NatsServer)
         assert [j.id for j in running.workers[worker.id]] == [j.id for j in held]
         assert all(j.started_at is not None and j.attempts == 1 for j in running.workers[worker.id])
         assert (await admin.running_jobs(limit=2)).more
+        gate.set()
+
+
+async def test_reserved_jobs_are_told_apart_from_running_ones(nats_server: NatsServer) -> None:
+    """A job a live worker started is running; one in its buffer, not started, is reserved
+    (queued, with the reason), and so is one handed to a consumer that no worker answers for
+    (its worker gone): neither is listed as running."""
+    app = App("rsv", nats_server.url)
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    @app.task
+    async def hold(n: int) -> None:
+        started.append(n)
+        await gate.wait()
+
+    await app.provision()
+    gone = [await hold.adelay(n) for n in range(2)]
+    # A worker that took two jobs and died: the server still counts them handed out.
+    async with connected(nats_server.url) as nc:
+        taken = await nc.jetstream().pull_subscribe_bind("default", stream="JSW_RSV")
+        assert len(await taken.fetch(2, timeout=5)) == 2
+    held = [await hold.adelay(n) for n in range(2, 4)]
+    await app.aclose()
+    async with in_process_worker(app, concurrency=1, max_messages=2), Admin(app) as admin:
+        await wait_until_async(lambda: started == [2], timeout=10, message="one job to start")
+        running = (await admin.jobs(state="running")).items
+        assert [(j.id, j.state, j.reason) for j in running] == [(held[0].id, JobState.RUNNING, None)]
+        reserved = await wait_until_async(
+            lambda: admin.jobs(state="reserved"), until=lambda p: len(p.items) == 3, timeout=10
+        )
+        reasons = {j.id: (j.state, j.reason, j.worker is not None) for j in reserved.items}
+        assert reasons == {
+            **{j.id: (JobState.QUEUED, UNHELD, False) for j in gone},
+            **{j.id: (JobState.QUEUED, RESERVED, True) for j in held[1:]},
+        }
+        statuses = [await app.astatus(j.id) for j in (gone[0], held[0], held[1])]
+        assert [(s.state, s.reason) for s in statuses] == [
+            (JobState.QUEUED, UNHELD),
+            (JobState.RUNNING, None),
+            (JobState.QUEUED, RESERVED),
+        ]
+        assert statuses[1].started_at is not None and statuses[2].started_at is None
         gate.set()
 
 

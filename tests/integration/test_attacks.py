@@ -5,10 +5,8 @@ once, its waiter gets the real result, nothing vanishes without a record)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -23,7 +21,7 @@ from jsworker.jetstream.service import gather
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
-from .secured import ADMIN, PASSWORD, as_user, provision, role_app
+from .secured import ADMIN, PASSWORD, as_user, provision, role_app, role_session
 from .workers import records, start_worker, stop
 
 DUE = "Jsw-Scheduled-For"
@@ -31,16 +29,6 @@ DUE = "Jsw-Scheduled-For"
 SCHEDULES_DISABLED = 10188
 # Its answers to a rollup, a time to live and a scheduler's purge (by server version).
 REFUSED_HEADERS = {10111, 10166, SCHEDULES_DISABLED, 10212}
-
-
-@contextlib.asynccontextmanager
-async def _role(url: str, user: str) -> AsyncIterator[App]:
-    """App ``perm`` as ``user``, closed however the block ends."""
-    app = role_app(url, user)
-    try:
-        yield app
-    finally:
-        await app.aclose()
 
 
 async def _connect(app: App) -> Connection:
@@ -86,7 +74,7 @@ def test_a_producer_can_only_add_work(secured: NatsServer, tmp_path: Path) -> No
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
-        async with _role(url, "perm-producer") as producer:
+        async with role_session(url, "perm-producer") as producer:
             running = await producer.tasks["hold"].adelay(str(gate))
             delayed = await producer.tasks["add"].aapply((20, 22), countdown=1)
             assert delayed.scheduled_for is not None
@@ -140,7 +128,7 @@ def test_a_halt_the_server_does_not_confirm_changes_nothing(secured: NatsServer,
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
-        async with _role(url, "perm-producer") as producer:
+        async with role_session(url, "perm-producer") as producer:
             running = await producer.tasks["hold"].adelay(str(gate))
             await _started(record, running.id)
             operator = role_app(url, "perm-operator")
@@ -172,7 +160,7 @@ def test_a_producer_installs_no_schedule_and_passes_no_job_off_as_fired(
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> str:
-        async with _role(url, "perm-producer") as producer:
+        async with role_session(url, "perm-producer") as producer:
             victim = await producer.tasks["add"].aapply((5, 5), countdown=2)
             assert victim.scheduled_for is not None
             victim_due = round(victim.scheduled_for.timestamp() * 1000)
@@ -228,7 +216,7 @@ def test_no_header_of_a_producer_removes_anything(secured: NatsServer, tmp_path:
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
-        async with _role(url, "perm-producer") as producer:
+        async with role_session(url, "perm-producer") as producer:
             running, queued = [await producer.tasks["hold"].adelay(str(gate)) for _ in range(2)]
             await _started(record, running.id)
             scheduled = await producer.tasks["add"].aapply((1, 1), countdown=300)
@@ -290,7 +278,7 @@ def test_the_servers_own_answer_on_a_claim_drops_no_firing(secured: NatsServer, 
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> str:
-        async with _role(url, "perm-producer") as producer:
+        async with role_session(url, "perm-producer") as producer:
             victim = await producer.tasks["add"].aapply((5, 5), countdown=2)
             assert victim.scheduled_for is not None
             subject = producer.namespace.claim_subject(
@@ -341,7 +329,7 @@ def test_a_canceller_cancels_and_does_nothing_more(secured: NatsServer, tmp_path
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def scenario() -> None:
-        async with _role(url, "perm-canceller") as canceller:
+        async with role_session(url, "perm-canceller") as canceller:
             hold = canceller.tasks["hold"]
             running = await hold.adelay(str(gate))
             queued = await hold.adelay(str(gate))  # waits behind the running one (max_running=1)
@@ -387,7 +375,7 @@ def test_a_producer_enqueues_unique_jobs_without_reading_the_job_stream(
     url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
 
     async def alone() -> str:
-        async with _role(url, "perm-producer") as producer:
+        async with role_session(url, "perm-producer") as producer:
             once = producer.tasks["hold_once"]
             first = await once.adelay(str(gate))
             again = await once.adelay(str(gate))
@@ -399,7 +387,7 @@ def test_a_producer_enqueues_unique_jobs_without_reading_the_job_stream(
     worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
 
     async def with_worker() -> None:
-        async with _role(url, "perm-producer") as producer:
+        async with role_session(url, "perm-producer") as producer:
             once = producer.tasks["hold_once"]
             await _started(record, job_id)
             running = await once.adelay(str(gate))
@@ -424,7 +412,7 @@ def test_flow_control_and_workflow_grants_cannot_be_misused(secured: NatsServer)
     url = secured.url
 
     async def attack() -> None:
-        async with _role(url, "perm-producer") as producer:
+        async with role_session(url, "perm-producer") as producer:
             conn = await Connection.open(producer.connect_options("producer", "attack"))
             try:
                 for subject in (
@@ -437,7 +425,7 @@ def test_flow_control_and_workflow_grants_cannot_be_misused(secured: NatsServer)
                     await request_json(conn, "$JS.API.DIRECT.GET.JSW_PERM_LEASES", {"seq": 1})
             finally:
                 await conn.close()
-        async with _role(url, "perm-worker") as worker:
+        async with role_session(url, "perm-worker") as worker:
             conn = await Connection.open(worker.connect_options("worker", "attack"))
             try:
                 for verb, stream in (

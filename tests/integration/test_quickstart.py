@@ -34,11 +34,13 @@ def test_quickstart_runs_every_job() -> None:
 
 
 def test_the_task_tracking_example_keeps_every_jobs_final_state(tmp_path: Path) -> None:
-    """examples/task_tracking: one middleware keeps a row per job, from enqueued to its end."""
+    """examples/task_tracking: a middleware and a final-state handler keep a row per job, from
+    enqueued to its end, a job cancelled before any worker received it included."""
     result = run_example("task_tracking", {"TRACKING_DB": str(tmp_path / "tracking.sqlite3")})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [line.split()[1:4] for line in result.stdout.splitlines()[1:]]
     assert sorted(rows) == [
+        ["charge", "cancelled", "0"],  # a delayed job: never ran
         ["charge", "succeeded", "1"],
         ["charge", "succeeded", "2"],  # failed once, retried
         ["report", "cancelled", "1"],

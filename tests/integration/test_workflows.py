@@ -84,7 +84,13 @@ async def test_a_failed_step_stops_the_chain_and_runs_the_error_callback_once(
             await flow.aresult(timeout=30)
         await wait_until_async(lambda: errors, timeout=10, message="the error callback")
     assert (failed.value.step, failed.value.state) == ("1", "failed") and "no 2" in failed.value.reason
-    assert errors == [{"flow": flow.id, "step": 1, "task": "refuse", "reason": "no 2"}]
+    assert len(errors) == 1 and "Reject: no 2" in errors[0].pop("traceback")
+    assert errors == [
+        {
+            "flow": flow.id, "step": 1, "job_id": f"{flow.id}-1", "task": "refuse", "reason": "no 2",
+            "error_type": "Reject", "error_message": "no 2",
+        }
+    ]  # fmt: skip
     assert "double 4" not in ran  # the chain stopped
 
 
@@ -180,7 +186,13 @@ async def test_link_runs_after_a_job_and_link_error_after_its_failure(nats_serve
             await app.workflow(failed.id).aresult(timeout=30)
         await wait_until_async(lambda: errors, timeout=10, message="link_error to run")
     assert ran["double 5"] == 1 and ran["double 7"] == 1 and "double 9" not in ran
-    assert errors == [{"flow": failed.id, "step": 0, "task": "refuse", "reason": "no 9"}]
+    assert len(errors) == 1 and "Reject: no 9" in errors[0].pop("traceback")
+    assert errors == [
+        {
+            "flow": failed.id, "step": 0, "job_id": failed.id, "task": "refuse", "reason": "no 9",
+            "error_type": "Reject", "error_message": "no 9",
+        }
+    ]  # fmt: skip
 
 
 async def test_a_step_whose_result_cannot_be_sent_on_ends_the_chain_with_that_reason(

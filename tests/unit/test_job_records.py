@@ -38,9 +38,10 @@ def test_records_keep_json_values_inline_and_others_as_base64() -> None:
         ("application/json", b'{"a":"\\u00e9"}'),
         ("application/json", b"null"),
         ("application/x-other", b"\x00\xff"),
+        ("application/json", None),  # a success whose value is not kept (final states kept)
     ],
 )
-def test_success_records_are_encoded_as_job_records_are(content_type: str, value: bytes) -> None:
+def test_success_records_are_encoded_as_job_records_are(content_type: str, value: bytes | None) -> None:
     fast = SuccessRecords('h"ost:12', content_type)
     for queue, task in (("q", "mod.t"), ("q", "mod.t"), ("émails", 'odd"name')):  # cached, then new
         expected = JobRecord(
@@ -52,7 +53,7 @@ def test_success_records_are_encoded_as_job_records_are(content_type: str, value
             started_at=1700000000.123456,
             finished_at=1700000001.5,
             worker='h"ost:12',
-            content_type=content_type,
+            content_type=content_type if value is not None else None,
             value=value,
         )
         fast_record = fast.encode(queue, task, 41, 2, 1700000000_123456, 1700000001_500000, value)

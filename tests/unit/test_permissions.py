@@ -151,9 +151,17 @@ def test_only_the_provisioner_creates_or_updates_streams() -> None:
         "$JS.API.CONSUMER.CREATE.JSW_SHOP_SCHED.>",
         "$JS.API.CONSUMER.DURABLE.CREATE.JSW_SHOP_SCHED.*",
         "$JS.API.CONSUMER.INFO.JSW_SHOP_SCHED.*",
+        # The final-state handlers' consumers on the jobs bucket.
+        "$JS.API.CONSUMER.CREATE.KV_jsw_shop_jobs.>",
+        "$JS.API.CONSUMER.DURABLE.CREATE.KV_jsw_shop_jobs.*",
+        "$JS.API.CONSUMER.INFO.KV_jsw_shop_jobs.*",
     }
-    # Workers still create their queues' consumers (a new queue comes with new code).
-    assert "$JS.API.CONSUMER.CREATE.JSW_SHOP.>" in permissions("shop", "worker").publish
+    # Workers still create their queues' consumers (a new queue comes with new code), but
+    # only pull from the final-state handlers': one they made could deliver anywhere.
+    worker = permissions("shop", "worker").publish
+    assert "$JS.API.CONSUMER.CREATE.JSW_SHOP.>" in worker
+    assert not any(s.startswith("$JS.API.CONSUMER.") and "CREATE.KV_" in s for s in worker)
+    assert "$JS.API.CONSUMER.MSG.NEXT.KV_jsw_shop_jobs.*" in worker
 
 
 def test_the_permissions_command_prints_the_provisioner() -> None:

@@ -1,0 +1,102 @@
+"""A task-tracking table against the ground truth, through a run with a worker killed -9,
+cancels before delivery, expiries and a server restart: the final-state handler hears every
+job's final state; the in-process ``on_settled`` hook is reported beside it."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from jsworker.testing import NatsServer
+
+from ..support import wait_until
+from .harness import Records, Workers, app_module, summarize
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+def track_app() -> Iterator[ModuleType]:
+    """The tracking app module, as producers in this process use it."""
+    yield from app_module("track_app")
+
+
+def tables(record: Path) -> dict[str, dict[str, list[str]]]:
+    """What each way of tracking heard (``settled``, ``final``): the states by job id."""
+    heard: dict[str, dict[str, list[str]]] = {"settled": defaultdict(list), "final": defaultdict(list)}
+    if record.exists():
+        for line in record.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] in heard:
+                heard[parts[0]][parts[1]].append(parts[2])
+    return heard
+
+
+@pytest.mark.timeout(240)
+def test_the_final_state_table_matches_the_ground_truth(
+    nats_server: NatsServer, track_app: ModuleType, workers: Workers, records: Records
+) -> None:
+    url = nats_server.url
+    app = track_app.app
+    app.servers = [url]
+    truth: dict[str, str] = {}
+    # Ended before any worker ran: cancelled while delayed or queued, and expired.
+    for i in range(10):
+        truth[track_app.work.apply(args=(i, 1), countdown=600, job_id=f"delayed-{i}").id] = "cancelled"
+        truth[track_app.work.apply(args=(i, 1), job_id=f"queued-{i}").id] = "cancelled"
+    for job_id in list(truth):
+        assert app.cancel(job_id), job_id
+    expiring = [track_app.work.apply(args=(i, 1), expires=0.5, job_id=f"expired-{i}") for i in range(10)]
+    truth.update((job.id, "expired") for job in expiring)
+    past = time.time() + 0.6
+    wait_until(lambda: time.time() > past, timeout=5, message="the expiry to pass")
+    rng = random.Random(4)
+    truth.update(
+        (job.id, "succeeded")
+        for job in track_app.work.delay_many([(i, rng.uniform(5, 20)) for i in range(2000)])
+    )
+    truth.update((job.id, "failed") for job in track_app.fail.delay_many([(i,) for i in range(50)]))
+
+    a = workers.start(url, "a", "-c", "50", module="track_app")
+    b = workers.start(url, "b", "-c", "50", module="track_app")
+    a.wait_started()
+    b.wait_started()
+    wait_until(lambda: len(records.done_ids()) >= 500, timeout=60, interval=0.01, message="500 runs")
+    a.kill()
+    c = workers.start(url, "c", "-c", "50", module="track_app")
+    c.wait_started()
+    wait_until(lambda: len(records.done_ids()) >= 1200, timeout=60, interval=0.01, message="1,200 runs")
+    nats_server.kill()
+    b.wait_logged("worker.disconnected")
+    c.wait_logged("worker.disconnected")
+    nats_server.restart()
+
+    record = workers.record
+    wait_until(
+        lambda: set(tables(record)["final"]) >= set(truth), timeout=120, message="every job's final state"
+    )
+    heard = tables(record)
+    final, settled = heard["final"], heard["settled"]
+    wrong = {job_id: states for job_id, states in final.items() if states[-1] != truth.get(job_id)}
+    summary = summarize(
+        "final_state_table",
+        (job_id for job_id, state in truth.items() if state == "succeeded"),
+        records,
+        (),
+        task="work",
+        by_state={s: sum(1 for v in truth.values() if v == s) for s in sorted(set(truth.values()))},
+        final_missing=len(set(truth) - set(final)),
+        final_wrong=len(wrong),
+        final_heard_more_than_once=sum(1 for states in final.values() if len(states) > 1),
+        settled_missing=len(set(truth) - set(settled)),
+        settled_wrong=sum(1 for job_id, states in settled.items() if truth.get(job_id) not in states),
+    )
+    assert wrong == {}
+    assert summary["final_missing"] == 0
+    assert b.alive() and c.alive(), (b.tail(), c.tail())
