@@ -10,7 +10,9 @@ same run:
   enqueue -> result. Baseline: a raw nats-py responder in a process of its own (a core
   subscription echoing each request) and ``await nc.request(...)`` from the same open loop.
 * **Processing with results.** Worker jobs/s on N pre-enqueued no-op jobs of a task that keeps
-  its results (the worker stores a record before each ack) and of one that does not, one
+  its results (the worker stores a record before each ack), of one that does not, and of that
+  one with final states kept (``App(final_states=True)`` in the worker: a record before each
+  ack, and a no-op final-state handler hearing each job in the same worker), one
   ``jsworker run -c 100`` each, drained as :mod:`figures.processing` drains (rate between the
   first and the last job record). Baseline: that module's raw continuous pull, same N.
 * **Enqueue opt-ins.** Sequential ``await task.adelay(i)`` of a plain task, of a unique task
@@ -52,11 +54,20 @@ from lib.context import Context
 from lib.procs import BENCH_DIR, Child, bench_env, start_worker
 from lib.stats import Measurement, percentile
 
-from jsworker import App
+from jsworker import App, JobStatus
 from jsworker._server import NatsServer
 from jsworker._wire.headers import CONTENT_TYPE, ENQUEUED_AT, EXPECTED_LAST_SUBJECT_SEQ, JOB_ID, MSG_ID, TASK
 
-app = App("benchlife")
+# Set in the worker of the final-states drain only: the producer and the other workers keep
+# no final states (the streams are the same either way).
+FINAL_STATES = os.environ.get("BENCH_FINAL_STATES") == "1"
+app = App("benchlife", final_states=FINAL_STATES)
+
+if FINAL_STATES:
+
+    @app.on_final_state("bench")
+    async def heard(status: JobStatus) -> None:
+        """Hears each job's end: what the handler's consumer costs beside the jobs."""
 
 
 @app.task(queue="results", store_result=True)
@@ -112,10 +123,11 @@ def _wait_counts(url: str, expected: tuple[int, int], timeout: float, what: str)
     apps.wait_counts(url, app, expected, timeout, what)
 
 
-def _worker(ctx: Context, rec: str, queue: str, name: str) -> Child:
+def _worker(ctx: Context, rec: str, queue: str, name: str, final_states: bool = False) -> Child:
     return start_worker(
-        ctx.url, rec, ctx.log_dir, queues=queue, concurrency=CONCURRENCY, module="lifecycle", name=name
-    )
+        ctx.url, rec, ctx.log_dir, queues=queue, concurrency=CONCURRENCY, module="lifecycle", name=name,
+        env={"BENCH_FINAL_STATES": "1"} if final_states else None,
+    )  # fmt: skip
 
 
 # -- result round trip ------------------------------------------------------------------------
@@ -246,12 +258,12 @@ async def _enqueue_many(task: Any, n: int) -> None:
         await task.adelay_many([(i,) for i in range(s, min(n, s + CHUNK))])
 
 
-def _drain(ctx: Context, task: Any, name: str, n: int) -> float:
+def _drain(ctx: Context, task: Any, name: str, n: int, final_states: bool = False) -> float:
     asyncio.run(_purge(ctx.url))
     asyncio.run(_using(ctx.url, lambda: _enqueue_many(task, n)))
     # drain() also checks the bench app's stream, which the raw baseline left empty.
-    rate = processing.drain(ctx, name, n, lambda rec: [_worker(ctx, rec, task.queue, name)])
-    kept = n if task.options.store_result else 0
+    rate = processing.drain(ctx, name, n, lambda rec: [_worker(ctx, rec, task.queue, name, final_states)])
+    kept = n if task.options.store_result or final_states else 0
     _wait_counts(ctx.url, (0, kept), 30, f"{name}: every job acked, {kept} records kept")
     return rate
 
@@ -259,25 +271,37 @@ def _drain(ctx: Context, task: Any, name: str, n: int) -> float:
 def _processing(ctx: Context) -> list[Measurement]:
     n = ctx.sizes.process_jobs
     raw = processing._raw(ctx, "life-raw", "continuous", n)
-    # Alternate which goes first, so load that drifts within a run hits both alike.
-    order = (noop_plain, noop_result) if ctx.run % 2 == 0 else (noop_result, noop_plain)
-    rates = {task.name: _drain(ctx, task, f"life-{task.queue}", n) for task in order}
+    # Alternate which goes first, so load that drifts within a run hits all alike.
+    drains = [(noop_plain, False), (noop_result, False), (noop_plain, True)]
+    if ctx.run % 2:
+        drains.reverse()
+    rates = {
+        (task.name, final): _drain(ctx, task, f"life-{task.queue}{'-final' if final else ''}", n, final)
+        for task, final in drains
+    }
     asyncio.run(_purge(ctx.url))
     info = {"jobs": n, "concurrency": CONCURRENCY}
     return [
         Measurement("lifecycle.processing.raw_continuous", raw, "jobs/s", "raw continuous pull + ack", info),
         Measurement(
             "lifecycle.processing.results_off",
-            rates[noop_plain.name],
+            rates[noop_plain.name, False],
             "jobs/s",
             "jsworker async no-op, no results, 1 worker",
             info,
         ),
         Measurement(
             "lifecycle.processing.results_on",
-            rates[noop_result.name],
+            rates[noop_result.name, False],
             "jobs/s",
             "jsworker async no-op, store_result=True, 1 worker",
+            info,
+        ),
+        Measurement(
+            "lifecycle.processing.final_states",
+            rates[noop_plain.name, True],
+            "jobs/s",
+            "jsworker async no-op, no results, App(final_states=True) and a no-op handler, 1 worker",
             info,
         ),
     ]

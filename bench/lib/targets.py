@@ -96,6 +96,7 @@ COMPARISONS = [
     Comparison("lifecycle.result_200.p99", "lifecycle.reqrep_200.p99", "ratio"),
     Comparison("lifecycle.processing.results_on", "lifecycle.processing.results_off", "ratio", ">=", 0.70),
     Comparison("lifecycle.processing.results_on", "lifecycle.processing.raw_continuous", "ratio"),
+    Comparison("lifecycle.processing.final_states", "lifecycle.processing.results_off", "ratio", ">=", 0.65),
     Comparison("lifecycle.processing.results_off", "lifecycle.processing.raw_continuous", "ratio"),
     Comparison("lifecycle.enqueue.adelay", "lifecycle.enqueue.raw_publish", "ratio"),
     Comparison("lifecycle.enqueue.expires", "lifecycle.enqueue.adelay", "ratio"),
