@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from ._config import from_environment
 from ._core.bridge import SyncBridge
 from ._core.connections import ConnectionPool
-from ._core.hooks import F, H, Hooks, State
+from ._core.hooks import HookDeclarations, Hooks, State
 from ._core.job_status import JobStatus
 from ._core.layout import (
     consumer_spec,
@@ -32,7 +32,7 @@ from ._core.middleware import Middleware, MiddlewareChain
 from ._core.options import AppArguments as AppArguments
 from ._core.options import AppOptions, QueueOptions, split_arguments
 from ._core.serializers import JSONSerializer, Serializer
-from ._core.task_options import TaskArguments, TaskOptions
+from ._core.task_options import TaskArguments, TaskDeclaration, TaskOptions
 from ._enqueue.async_result import AsyncResult
 from ._enqueue.bound import Given
 from ._enqueue.by_name import check_task_name, named_task
@@ -68,7 +68,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class App(ArqSpelling):
+class App(HookDeclarations, ArqSpelling):
     """A jsworker application: tasks declared with :meth:`task`, enqueued by producers and run
     by ``jsworker run``.
 
@@ -156,52 +156,6 @@ class App(ArqSpelling):
     def __repr__(self) -> str:
         return f"<App {self.name} tasks={len(self.tasks)}>"
 
-    def add_middleware(self, *middleware: Middleware) -> None:
-        """Add ``middleware`` after the app's own: innermost around a run, the last to see an
-        enqueue. For a layout where the middleware's module imports the app (or its tasks), so
-        that the app cannot be made with it. Enqueues from now on go through it, and so do the
-        jobs of workers that start after (add it at import time, as tasks are declared)."""
-        self.middleware = MiddlewareChain([*self.middleware, *middleware])
-
-    def on_startup(self, fn: H) -> H:
-        """Run ``fn`` (sync or async, no arguments) once in each worker process before its
-        first job, after the connection is up; keep what it opens on :attr:`state`. One that
-        raises stops the worker (exit code 1) and the hooks after it do not run."""
-        self.hooks.startup.append(fn)
-        return fn
-
-    def on_shutdown(self, fn: H) -> H:
-        """Run ``fn`` (sync or async, no arguments) once in each worker process after its
-        last job settled, when its start hooks all ran; one that raises is logged and the
-        others still run."""
-        self.hooks.shutdown.append(fn)
-        return fn
-
-    def on_final_state(self, name: str) -> Callable[[F], F]:
-        """Declare a final-state handler named ``name`` (``@app.on_final_state("tracking")``):
-        ``jsworker run`` calls it with the :class:`JobStatus` of each job that ended
-        (succeeded, failed, cancelled or expired), wherever it ended: a cancel in a producer, an
-        expiry, a worker killed right after its ack. It needs ``App(final_states=True)``.
-
-        At least once: the workers share one durable consumer a handler, so a restarted fleet
-        goes on where it stopped, and a handler that raises hears that job again later. Make
-        it idempotent (an upsert by ``status.id``). See the README, "Final states".
-        """
-        if not self.options.final_states:
-            raise ConfigurationError(
-                f"on_final_state({name!r}) needs App(final_states=True): only then does every job "
-                "get a record of its final state before its ack"
-            )
-        final_state_spec(self, name)  # checks the name
-        if name in self.hooks.final_states:
-            raise ConfigurationError(f"a final-state handler named {name!r} is declared already")
-
-        def declare(fn: F) -> F:
-            self.hooks.final_states[name] = fn
-            return fn
-
-        return declare
-
     # -- declaring tasks ------------------------------------------------------------------
 
     @overload
@@ -215,16 +169,7 @@ class App(ArqSpelling):
         *,
         bind: Literal[True],
         ctx: Literal[False] = False,
-        name: str | None = None,
-        cron: str | None = None,
-        tz: str | None = None,
-        unique: bool = False,
-        unique_key: Callable[..., str] | None = None,
-        rate_limit: str | None = None,
-        partition_key: Callable[..., Any] | None = None,
-        max_running_per_partition: int | None = None,
-        rate_limit_per_partition: str | None = None,
-        **options: Unpack[TaskArguments],
+        **options: Unpack[TaskDeclaration],
     ) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
 
     @overload
@@ -235,16 +180,7 @@ class App(ArqSpelling):
         *,
         bind: Literal[False] = False,
         ctx: Literal[True],
-        name: str | None = None,
-        cron: str | None = None,
-        tz: str | None = None,
-        unique: bool = False,
-        unique_key: Callable[..., str] | None = None,
-        rate_limit: str | None = None,
-        partition_key: Callable[..., Any] | None = None,
-        max_running_per_partition: int | None = None,
-        rate_limit_per_partition: str | None = None,
-        **options: Unpack[TaskArguments],
+        **options: Unpack[TaskDeclaration],
     ) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
 
     @overload
@@ -255,16 +191,7 @@ class App(ArqSpelling):
         *,
         bind: Literal[False] = False,
         ctx: Literal[False] = False,
-        name: str | None = None,
-        cron: str | None = None,
-        tz: str | None = None,
-        unique: bool = False,
-        unique_key: Callable[..., str] | None = None,
-        rate_limit: str | None = None,
-        partition_key: Callable[..., Any] | None = None,
-        max_running_per_partition: int | None = None,
-        rate_limit_per_partition: str | None = None,
-        **options: Unpack[TaskArguments],
+        **options: Unpack[TaskDeclaration],
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(

@@ -3,8 +3,9 @@ arguments of ``app.task(...)`` that set them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 from .._config import check_ahead, check_seconds, option
 from .._errors import ConfigurationError
@@ -104,3 +105,18 @@ class TaskArguments(TypedDict, total=False):
     result_ttl: float | None
     expires: float | None
     executor: ExecutorKind | None
+
+
+class TaskDeclaration(TaskArguments, total=False):
+    """The keyword arguments of ``app.task(...)`` besides ``bind`` and ``ctx``: the task's
+    name, its periodic schedule, uniqueness and limits, then its :class:`TaskArguments`."""
+
+    name: str | None
+    cron: str | None
+    tz: str | None
+    unique: bool
+    unique_key: Callable[..., str] | None
+    rate_limit: str | None
+    partition_key: Callable[..., Any] | None
+    max_running_per_partition: int | None
+    rate_limit_per_partition: str | None

@@ -18,7 +18,7 @@ from jsworker.testing import NatsServer
 from jsworker.workflows import chain, group
 
 from ..support import connected, wait_until_async
-from .workers import in_process_worker
+from .workers import Holding, in_process_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -183,14 +183,8 @@ async def test_a_jobs_events_timeline_from_its_enqueue_to_its_end(nats_server: N
 
 
 async def test_running_jobs_are_grouped_by_their_worker(nats_server: NatsServer) -> None:
-    app = App("byw", nats_server.url)
-    gate = asyncio.Event()
-    started: list[int] = []
-
-    @app.task
-    async def hold(n: int) -> None:
-        started.append(n)
-        await gate.wait()
+    holding = Holding(App("byw", nats_server.url))
+    app, gate, started, hold = holding.app, holding.gate, holding.started, holding.hold
 
     await app.provision()
     held = [await hold.adelay(n) for n in range(3)]
@@ -210,14 +204,8 @@ async def test_reserved_jobs_are_told_apart_from_running_ones(nats_server: NatsS
     """A job a live worker started is running; one in its buffer, not started, is reserved
     (queued, with the reason), and so is one handed to a consumer that no worker answers for
     (its worker gone): neither is listed as running."""
-    app = App("rsv", nats_server.url)
-    gate = asyncio.Event()
-    started: list[int] = []
-
-    @app.task
-    async def hold(n: int) -> None:
-        started.append(n)
-        await gate.wait()
+    holding = Holding(App("rsv", nats_server.url))
+    app, gate, started, hold = holding.app, holding.gate, holding.started, holding.hold
 
     await app.provision()
     gone = [await hold.adelay(n) for n in range(2)]

@@ -5,7 +5,6 @@ listing each worker's running jobs with their age."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -20,7 +19,7 @@ from jsworker.workflows import chain
 
 from ..support import wait_until_async
 from .ui_support import client, no_traceback
-from .workers import in_process_worker
+from .workers import Holding, in_process_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -142,14 +141,8 @@ async def test_a_jobs_page_shows_its_events_and_its_workflow(nats_server: NatsSe
 async def test_the_workers_page_lists_each_workers_running_jobs_with_their_age(
     nats_server: NatsServer,
 ) -> None:
-    app = App("dashrun", nats_server.url)
-    gate = asyncio.Event()
-    started: list[int] = []
-
-    @app.task
-    async def hold(n: int) -> None:
-        started.append(n)
-        await gate.wait()
+    holding = Holding(App("dashrun", nats_server.url))
+    app, gate, started, hold = holding.app, holding.gate, holding.started, holding.hold
 
     await app.provision()
     held = [await hold.adelay(n) for n in range(2)]

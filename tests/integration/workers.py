@@ -11,14 +11,15 @@ import subprocess
 import sys
 import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from jsworker import App
+from jsworker import App, Task
 from jsworker._runtime.settings import WorkerSettings
 from jsworker._runtime.worker import Worker
 from jsworker.testing import parse_execution
@@ -225,3 +226,21 @@ def scrape(port: int) -> Samples:
 def value(samples: Samples, name: str, **labels: str) -> float:
     """One sample's value (0 when absent, as for a counter never incremented)."""
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@dataclass
+class Holding:
+    """An app whose task ``hold(n)`` notes ``n`` in ``started``, then runs until ``gate`` is
+    set: jobs that stay running while a test looks at them."""
+
+    app: App
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    started: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        @self.app.task
+        async def hold(n: int) -> None:
+            self.started.append(n)
+            await self.gate.wait()
+
+        self.hold: Task[[int], Coroutine[Any, Any, None]] = hold
