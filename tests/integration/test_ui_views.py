@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from jsworker import App, Reject, Retry, current_job
+from jsworker._lifecycle.lookup import RESERVED
 from jsworker._lifecycle.state import JobState
 from jsworker.admin import Admin
 from jsworker.testing import NatsServer
@@ -136,6 +137,35 @@ async def test_a_jobs_page_shows_its_events_and_its_workflow(nats_server: NatsSe
         plain = await work.adelay(5)
         await wait_until_async(lambda: admin.job(plain.id), until=lambda s: s.state is JobState.SUCCEEDED)
         assert 'id="workflow"' not in (await http.get(f"/jobs/{plain.id}")).text
+
+
+async def test_reserved_jobs_show_apart_from_running_ones_with_the_reason(nats_server: NatsServer) -> None:
+    """A job in a worker's buffer, not started, is listed under reserved with why, and the
+    workers page says it has not started and why."""
+    holding = Holding(App("dashrsv", nats_server.url))
+    app, hold = holding.app, holding.hold
+    await app.provision()
+    first, waiting = [await hold.adelay(n) for n in range(2)]
+    await app.aclose()
+    async with (
+        in_process_worker(app, concurrency=1, max_messages=2) as _,
+        Admin(app) as admin,
+        client(create_app(app)) as http,
+    ):
+        await wait_until_async(lambda: holding.started == [0], timeout=10, message="one job to start")
+        await wait_until_async(
+            lambda: admin.jobs(state="reserved"), until=lambda p: len(p.items) == 1, timeout=10
+        )
+        reserved = (await http.get("/jobs", params={"state": "reserved"})).text
+        row = reserved.split(f'href="/jobs/{waiting.id}"', 1)[1].split("</tr>", 1)[0]
+        assert RESERVED in row
+        assert first.id not in reserved
+        running = (await http.get("/jobs", params={"state": "running"})).text
+        assert first.id in running and waiting.id not in running
+        workers = (await http.get("/workers")).text
+        row = workers.split(f'data-job="{waiting.id}"', 1)[1].split("</tr>", 1)[0]
+        assert f"not started: {RESERVED}" in row
+        holding.gate.set()
 
 
 async def test_the_workers_page_lists_each_workers_running_jobs_with_their_age(
