@@ -1,4 +1,5 @@
-"""jsworker on Spark: enqueue DataFrames as jobs, read job events back as DataFrames.
+"""jsworker on Spark: enqueue DataFrames as jobs, get their results back joined to the rows,
+read job events back as DataFrames.
 
 Needs ``pip install 'jsworker[spark]'`` (pyspark 4, pyarrow) and Java 17+.
 
@@ -12,6 +13,9 @@ Needs ``pip install 'jsworker[spark]'`` (pyspark 4, pyarrow) and Java 17+.
 
     report = jsworker.spark.enqueue_dataframe(orders, charge, key="order_id")
     print(report)  # charge: 50000 rows, 50000 created, 0 duplicates in 4.1s (12,195 rows/s)
+
+    scored = jsworker.spark.map_dataframe(orders, score, key="order_id", timeout=600)
+    scored.write.parquet("scores/")  # order_id, job_id, state, result, error, attempts, ...
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from ._enqueue import EnqueueReport, enqueue_dataframe
 from ._jobs import BadRowError, job_id
+from ._map import map_dataframe
+from ._results import ResultSource, read_results, with_job_ids
 from ._schema import UnsupportedColumnError
 from ._writer import JobsDataSource
 
@@ -30,10 +36,14 @@ __all__ = [
     "BadRowError",
     "EnqueueReport",
     "JobsDataSource",
+    "ResultSource",
     "UnsupportedColumnError",
     "enqueue_dataframe",
     "job_id",
+    "map_dataframe",
+    "read_results",
     "register",
+    "with_job_ids",
 ]
 
 

@@ -73,6 +73,31 @@ def enqueue_dataframe(
     """
     started = time.perf_counter()
     keys = [key] if isinstance(key, str) else list(key)
+    totals = write_jobs(
+        df, task, keys, run_id=run_id, args_column=args_column, window=window, timeout=timeout
+    )
+    return EnqueueReport(
+        task=task.name,
+        rows=totals["rows"],
+        created=totals["created"],
+        duplicates=totals["duplicates"],
+        elapsed=time.perf_counter() - started,
+    )
+
+
+def write_jobs(
+    df: DataFrame,
+    task: Task[..., Any],
+    keys: list[str],
+    *,
+    run_id: str | None,
+    args_column: str | None,
+    window: int,
+    timeout: float,
+    receipts: bool = False,
+) -> dict[str, Any]:
+    """Write ``df``'s rows as jobs of ``task`` (see :func:`enqueue_dataframe`); the writer's
+    totals, with each job's ``receipts`` (id, stream sequence) when asked for."""
     plan_columns(df.schema, keys, args_column)
     _check_signature(task, df.schema, args_column)
     app = task.app
@@ -85,6 +110,7 @@ def enqueue_dataframe(
         "window": str(window),
         "timeout": str(timeout),
         "events": "true" if app.options.events else "false",
+        "receipts": "true" if receipts else "false",
         **Connect.options_of(app.connect_options("producer", "spark")),
     }
     if run_id is not None:
@@ -96,14 +122,8 @@ def enqueue_dataframe(
         options["report_path"] = os.path.join(tmp, "report.json")
         df.write.format(NAME).mode("append").options(**options).save()
         with open(options["report_path"], encoding="utf-8") as report:
-            totals = json.load(report)
-    return EnqueueReport(
-        task=task.name,
-        rows=totals["rows"],
-        created=totals["created"],
-        duplicates=totals["duplicates"],
-        elapsed=time.perf_counter() - started,
-    )
+            totals: dict[str, Any] = json.load(report)
+    return totals
 
 
 def _check_signature(task: Task[..., Any], schema: StructType, args_column: str | None) -> None:

@@ -93,17 +93,21 @@ class RowEncoder:
         """The subject of job ``job_id``."""
         return self._namespace.job_subject(self._queue, self._task, job_id)
 
-    def encode(self, row: Sequence[Any], position: int) -> tuple[bytes, dict[str, str]]:
-        """Body and headers of the job for converted ``row``, the ``position``-th of its partition."""
+    def job_id(self, row: Sequence[Any], position: int) -> str:
+        """The job id of converted ``row``, the ``position``-th of its partition."""
         key = [row[i] for i in self._key_at]
         if None in key:
             column = self._key[key.index(None)]
             raise BadRowError(f"key column {column!r} is null in row {position}{self._where}")
         try:
-            ident = job_id(self._app, self._task, key, self._run_id)
+            return job_id(self._app, self._task, key, self._run_id)
         except (TypeError, ValueError) as exc:
             labels = [f"key column {name!r}" for name in self._key]
             raise BadRowError(self._culprit(key, labels, position, exc)) from exc
+
+    def encode(self, row: Sequence[Any], position: int) -> tuple[bytes, dict[str, str]]:
+        """Body and headers of the job for converted ``row``, the ``position``-th of its partition."""
+        ident = self.job_id(row, position)
         args: Sequence[Any] = ()
         if self._args_at is None:
             kwargs: dict[str, Any] = dict(zip(self._columns, row, strict=True))

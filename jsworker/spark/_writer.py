@@ -61,6 +61,9 @@ class WriteSettings:
     timeout: float = DEFAULT_TIMEOUT
     events: bool = False
     report_path: str | None = None
+    #: Whether the report lists each job's id and stream sequence (what ``map_dataframe``
+    #: waits for).
+    receipts: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> WriteSettings:
@@ -80,6 +83,7 @@ class WriteSettings:
             timeout=_seconds("timeout", options.get("timeout") or str(DEFAULT_TIMEOUT)),
             events=_boolean("events", options.get("events") or "false"),
             report_path=options.get("report_path") or None,
+            receipts=_boolean("receipts", options.get("receipts") or "false"),
         )
 
     def make_app(self) -> App:
@@ -116,12 +120,15 @@ async def ensure_streams(app: AppView) -> None:
 
 @dataclass(frozen=True, slots=True)
 class PartitionResult(WriterCommitMessage):
-    """What one partition's successful attempt stored: rows sent, new jobs, duplicates."""
+    """What one partition's successful attempt stored: rows sent, new jobs, duplicates, and
+    when asked for, each job's id and the stream sequence of its message (a duplicate's:
+    the job the server already had)."""
 
     partition: int
     rows: int
     created: int
     duplicates: int
+    receipts: tuple[tuple[str, int], ...] = ()
 
 
 class JobsDataSource(DataSource):
@@ -137,7 +144,8 @@ class JobsDataSource(DataSource):
     argument); ``window`` (acknowledgements in flight per partition, default 500);
     ``timeout`` (seconds without an acknowledgement before a partition fails, default 30);
     ``events`` (``true``: emit ``enqueued`` job events, as ``App(events=True)`` does);
-    ``report_path`` (a file on the driver's host that receives the totals as JSON).
+    ``report_path`` (a file on the driver's host that receives the totals as JSON);
+    ``receipts`` (``true``: the report also lists each job's id and stream sequence).
     """
 
     @classmethod
@@ -173,12 +181,14 @@ class JobsWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Total the partitions' counts; written to ``report_path`` when one is set."""
         results = [m for m in messages if isinstance(m, PartitionResult)]
-        totals = {
+        totals: dict[str, Any] = {
             "partitions": len(results),
             "rows": sum(r.rows for r in results),
             "created": sum(r.created for r in results),
             "duplicates": sum(r.duplicates for r in results),
         }
+        if self.settings.receipts:
+            totals["receipts"] = [receipt for r in results for receipt in r.receipts]
         if self.settings.report_path is not None:
             temporary = f"{self.settings.report_path}.partial"
             with open(temporary, "w", encoding="utf-8") as out:
@@ -207,14 +217,19 @@ async def write_partition(
     )
     app = settings.make_app()
     conn = await Connection.open(app.connect_options("producer", "spark"))
+    receipts: list[tuple[str, int]] = []
     try:
-        on_stored = _enqueued_events(EventEmitter(conn, app.namespace, app.metrics), settings.queue)
+        hooks: list[StoredHook] = []
+        if app.options.events:
+            hooks.append(_enqueued_events(EventEmitter(conn, app.namespace, app.metrics), settings.queue))
+        if settings.receipts:
+            hooks.append(_receipts(receipts))
         pipe = AckPipeline(
             conn,
             window=settings.window,
             timeout=settings.timeout,
             stop_on_refusal=True,
-            on_stored=on_stored if app.options.events else None,
+            on_stored=_each(hooks) if hooks else None,
         )
         async with pipe:
             rows = 0
@@ -223,7 +238,7 @@ async def write_partition(
                 await pipe.publish(OutMessage(encoder.subject(headers[MSG_ID]), body, headers))
                 rows += 1
             await pipe.wait()
-        return PartitionResult(partition, rows, pipe.created, pipe.duplicates)
+        return PartitionResult(partition, rows, pipe.created, pipe.duplicates, tuple(receipts))
     finally:
         await conn.close()
 
@@ -231,6 +246,25 @@ async def write_partition(
 def _rows(batches: Iterator[Any], encoder: RowEncoder) -> Iterator[tuple[Any, ...]]:
     for batch in batches:
         yield from zip(*encoder.convert([column.to_pylist() for column in batch.columns]), strict=True)
+
+
+def _receipts(into: list[tuple[str, int]]) -> StoredHook:
+    async def keep(msg: OutMessage, stored: Stored) -> None:
+        # A duplicate's acknowledgement names the message the server already had.
+        into.append((msg.headers[MSG_ID], stored.seq))
+
+    return keep
+
+
+def _each(hooks: list[StoredHook]) -> StoredHook:
+    if len(hooks) == 1:
+        return hooks[0]
+
+    async def every(msg: OutMessage, stored: Stored) -> None:
+        for hook in hooks:
+            await hook(msg, stored)
+
+    return every
 
 
 def _enqueued_events(events: EventEmitter, queue: str) -> StoredHook:
