@@ -26,6 +26,7 @@ from ._core.layout import (
     rates_spec,
     relay_specs,
     schedules_spec,
+    sinks_spec,
     tally_spec,
 )
 from ._core.middleware import Middleware, MiddlewareChain
@@ -488,6 +489,8 @@ class App(HookDeclarations, ArqSpelling):
             specs.append(events_spec(self))
         if self.options.workflows and schedules:
             specs.append(tally_spec(self))
+        if self.options.spark_sinks:
+            specs.append(sinks_spec(self))
         partitioned = [t for t in self.tasks.values() if t.partition_key is not None]
         if schedules and (self.rate_limits() or any(t.rate_limit_per_partition for t in partitioned)):
             specs.append(rates_spec(self))

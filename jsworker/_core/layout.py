@@ -140,6 +140,29 @@ def events_spec(app: AppView) -> StreamSpec:
     )
 
 
+#: How long the record of a micro-batch a Spark streaming sink committed is kept: a query
+#: restarted from its checkpoint within this time skips a batch it already wrote, however long
+#: after the job stream's duplicate window.
+SINK_BATCHES_MAX_AGE = 30 * 86400.0
+
+
+def sinks_spec(app: AppView) -> StreamSpec:
+    """The micro-batches Spark streaming sinks committed (``App(spark_sinks=True)``): one
+    message a batch, written once (its writer expects its subject empty), kept
+    :data:`SINK_BATCHES_MAX_AGE`. Producers write it: it honours no header that removes a
+    message (no rollups, no per-message TTLs)."""
+    ns = app.namespace
+    return StreamSpec(
+        name=ns.sinks_stream,
+        subjects=(ns.sink_subject(),),
+        work_queue=False,
+        replicas=app.options.replicas,
+        duplicate_window=60.0,
+        max_age=SINK_BATCHES_MAX_AGE,
+        max_msgs_per_subject=1,
+    )
+
+
 def consumer_spec(app: AppView, queue: str) -> ConsumerSpec:
     """The durable pull consumer of ``queue``: ``max_ack_pending`` is the queue's
     ``max_running`` when it declares one, else the app's ``max_ack_pending``."""

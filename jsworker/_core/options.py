@@ -51,6 +51,11 @@ class AppOptions:
         help="Every job's final state is stored as its record before its ack, so handlers declared "
         "with @app.on_final_state hear each job at least once (a record write per job).",
     )
+    spark_sinks: bool = option(
+        False,
+        help="Spark streaming sinks write to the app: its streams include the record of each "
+        "micro-batch they committed, so a replayed batch makes no second job.",
+    )
     max_ack_pending: int = option(
         20_000, help="Jobs a queue may have delivered and not yet settled, across all workers."
     )
@@ -86,6 +91,7 @@ class AppOptions:
             object.__setattr__(self, what, parse_size(what, getattr(self, what)))
         object.__setattr__(self, "events", bool(self.events))
         object.__setattr__(self, "final_states", bool(self.final_states))
+        object.__setattr__(self, "spark_sinks", bool(self.spark_sinks))
         object.__setattr__(self, "validate_arguments", bool(self.validate_arguments))
         object.__setattr__(self, "workflows", bool(self.workflows))
 
@@ -145,6 +151,7 @@ class AppArguments(TypedDict, total=False):
     events_max_age: float
     events_max_bytes: int
     final_states: bool
+    spark_sinks: bool
     max_ack_pending: int
     publish_timeout: float
     validate_arguments: bool

@@ -87,10 +87,10 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
     ns = Namespace(app)
     prefix = inbox_prefix or ns.inbox_prefix
     jobs, kv, claims, sched = ns.stream, ns.jobs_stream, ns.claims_stream, ns.schedules_stream
-    dlq, events, registry = ns.dlq_stream, ns.events_stream, ns.workers_stream
+    dlq, events, registry, sinks = ns.dlq_stream, ns.events_stream, ns.workers_stream, ns.sinks_stream
     streams = (
         jobs, sched, ns.dlq_stream, ns.events_stream, claims, kv, registry, ns.tally_stream,
-        ns.rates_stream, ns.leases_stream,
+        ns.rates_stream, ns.leases_stream, sinks,
     )  # fmt: skip
     kept = (dlq, events)
     return [
@@ -130,6 +130,17 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             for kind in ("enqueued", "scheduled")
         ),
         Grant(ns.event_subject("*", "*", "cancelled"), "the `cancelled` event of a cancel", _TRUSTED),
+        Grant(
+            ns.sink_subject(),
+            "record a micro-batch a Spark streaming sink committed (`App(spark_sinks=True)`; a subject "
+            "no one derives without the query's id, written once)",
+            _PRODUCING,
+        ),
+        Grant(
+            f"{_API}.STREAM.MSG.GET.{sinks}",
+            "read whether a Spark streaming sink committed a micro-batch",
+            _PRODUCING,
+        ),
         Grant(f"{_API}.STREAM.MSG.GET.{kv}", "read a job's record (status, result) by its job id", _EVERY),
         Grant(ns.ask_subject("status"), "ask the workers for a job's status", _PRODUCING),
         Grant(ns.ask_subject("cancel"), "ask the workers to cancel a job", _CANCELLING),

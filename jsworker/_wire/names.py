@@ -55,7 +55,7 @@ def validate_name(kind: str, value: str) -> str:
 # Suffixes of the streams an app has besides its job stream. An app whose own name ends in
 # one (app "zeta_events") would have a job stream named like another app's ("zeta") events
 # stream: such names are refused.
-RESERVED_SUFFIXES = ("_dlq", "_events", "_claims", "_sched")
+RESERVED_SUFFIXES = ("_dlq", "_events", "_claims", "_sched", "_leases", "_rates", "_tally", "_sinks")
 
 
 def validate_app_name(value: str) -> str:
@@ -219,6 +219,15 @@ class Namespace:
         if len(parts) != 5 or parts[:4] != ["jsw", self.app, "sched", "repeat"]:
             return None
         return parts[4]
+
+    @property
+    def sinks_stream(self) -> str:
+        """Stream of the micro-batches Spark streaming sinks committed (one message each)."""
+        return f"{self.stream}_SINKS"
+
+    def sink_subject(self, batch: str = "*") -> str:
+        """Subject of a committed micro-batch's record (``*``: all of them)."""
+        return f"jsw.{self.app}.sink.{batch}"
 
     @property
     def leases_stream(self) -> str:

@@ -15,8 +15,9 @@ from pyspark.sql.types import StructType
 
 from .._errors import ConfigurationError
 from ._options import Connect
+from ._publish import DEFAULT_TIMEOUT, DEFAULT_WINDOW, ensure_streams
 from ._schema import plan_columns
-from ._writer import DEFAULT_TIMEOUT, DEFAULT_WINDOW, NAME, JobsDataSource, ensure_streams
+from ._writer import NAME, JobsDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -28,8 +28,8 @@ from .._lifecycle.state import JobRecord
 from ..jetstream.connection import Connection
 from ..jetstream.listen import listen
 from ._enqueue import write_jobs
+from ._publish import DEFAULT_TIMEOUT, DEFAULT_WINDOW
 from ._results import JOB_ID, RESULT_FIELDS, ResultSource, read_results, with_job_ids
-from ._writer import DEFAULT_TIMEOUT, DEFAULT_WINDOW
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -24,7 +24,8 @@ from jsworker import App, ConfigurationError
 from jsworker._runtime.settings import WorkerSettings
 from jsworker._runtime.worker import Worker
 from jsworker.spark import UnsupportedColumnError, enqueue_dataframe, job_id, register
-from jsworker.spark._writer import JobsDataSource, JobsWriter, PartitionResult, write_partition
+from jsworker.spark._publish import PartitionResult, write_partition
+from jsworker.spark._writer import JobsDataSource, JobsWriter
 from jsworker.testing import NatsServer
 
 from ..support import stream_messages, wait_until, wait_until_async

@@ -6,7 +6,7 @@ import pytest
 
 from jsworker import App
 from jsworker._errors import ConfigurationError
-from jsworker._wire.names import Namespace, validate_name
+from jsworker._wire.names import RESERVED_SUFFIXES, Namespace, validate_name
 
 VALID = ["a", "Z", "0", "send_email", "send-email", "A_b-9", "x" * 64]
 INVALID = [
@@ -109,6 +109,16 @@ def test_app_names_that_would_collide_with_another_apps_streams_are_refused(name
     """App zeta_events's job stream would be app zeta's events stream (JSW_ZETA_EVENTS)."""
     with pytest.raises(ConfigurationError, match="must not end in"):
         App(name)
+
+
+def test_every_stream_an_app_has_besides_its_jobs_reserves_its_suffix() -> None:
+    """An app named like another app's stream (``zeta_leases``) would have that stream as its
+    job stream: every suffix the app's streams use is refused in app names."""
+    ns = Namespace("zeta")
+    names = {getattr(ns, attr) for attr in dir(Namespace) if attr.endswith("_stream")}
+    suffixes = {name.removeprefix("JSW_ZETA").lower() for name in names if name.startswith("JSW_ZETA_")}
+    assert suffixes >= {"_leases", "_rates", "_tally", "_sinks"}
+    assert suffixes <= set(RESERVED_SUFFIXES)
 
 
 @pytest.mark.parametrize("name", ["events", "dlq", "zeta_event", "dlq_shop", "events_x"])

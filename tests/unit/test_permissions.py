@@ -30,6 +30,9 @@ def test_producer_may_only_add_work_and_read_records() -> None:
         "jsw.shop.flow.def.*",
         "jsw.shop.ev.*.*.enqueued",
         "jsw.shop.ev.*.*.scheduled",
+        # A Spark streaming sink's record of a committed micro-batch, and its read.
+        "jsw.shop.sink.*",
+        "$JS.API.STREAM.MSG.GET.JSW_SHOP_SINKS",
         "$JS.API.STREAM.MSG.GET.KV_jsw_shop_jobs",
         "jsw.shop.ask.status.*",
     )
@@ -65,7 +68,8 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
     dashboard, operator = permissions("shop", "dashboard"), permissions("shop", "operator")
     assert dashboard.subscribe == ("_jsw_inbox.shop.dashboard.>",)  # its replies, nothing else
     reads = {s for s in operator.publish if ".MSG.GET." in s or ".CONSUMER.INFO." in s or ".LIST." in s}
-    reads -= {"$JS.API.STREAM.MSG.GET.JSW_SHOP_CLAIMS"}  # the claims are the workers' business
+    # The claims are the workers' business; the sinks' batches a Spark writer's.
+    reads -= {"$JS.API.STREAM.MSG.GET.JSW_SHOP_CLAIMS", "$JS.API.STREAM.MSG.GET.JSW_SHOP_SINKS"}
     assert reads <= set(dashboard.publish)
     # Its actions: enqueue again (replay, run now, trigger), ask the workers to cancel and to
     # pause or resume a schedule (it writes none), delete single messages (run now, remove a
