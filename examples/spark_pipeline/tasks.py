@@ -20,3 +20,13 @@ async def score_order(order_id: int, cents: int, flaky: bool, bad: bool) -> int:
     if flaky and current_job().attempt == 1:
         raise ConnectionError("scoring service timed out")
     return cents // 100
+
+
+@app.task(store_result=True)
+async def quote(order_id: int, cents: int, flaky: bool, bad: bool) -> dict[str, int]:
+    """Price one order: its result comes back to the DataFrame (``map_dataframe``)."""
+    if bad:
+        raise Reject(f"order {order_id} has no customer")
+    if flaky and current_job().attempt == 1:
+        raise ConnectionError("pricing service timed out")
+    return {"cents": cents, "tax": cents // 5}

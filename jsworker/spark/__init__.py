@@ -1,7 +1,7 @@
 """jsworker on Spark: enqueue DataFrames as jobs, get their results back joined to the rows,
 read job events back as DataFrames.
 
-Needs ``pip install 'jsworker[spark]'`` (pyspark 4, pyarrow) and Java 17+.
+Needs ``pip install 'jsworker[spark]'`` (pyspark 4.2+, pyarrow) and Java 17+.
 
 .. code-block:: python
 
