@@ -84,6 +84,7 @@ def families(app: str) -> list[Sample]:
         "tally": f"jsw.{app}.tally.x",
         "rate counter": f"jsw.{app}.rate.q-default.1",
         "lease": f"jsw.{app}.lease.default.p",
+        "sink batch": f"jsw.{app}.sink.x",
         "job record": f"$KV.jsw_{app}_jobs.x",
         "registry entry": f"$KV.jsw_{app}_workers.x",
         **{f"ask {q}": f"jsw.{app}.ask.{q}.x" for q in ("status", "cancel", "pause", "resume", "unknown")},
@@ -108,6 +109,7 @@ def streams(app: str) -> dict[str, str]:
         ns.tally_stream: "tally",
         ns.rates_stream: "rate counter",
         ns.leases_stream: "lease",
+        ns.sinks_stream: "sink batch",
         ns.jobs_stream: "job record",
         ns.workers_stream: "registry entry",
     }
@@ -205,7 +207,7 @@ def test_subject_matching() -> None:
 
 def _full_app(name: str) -> App:
     """App ``name`` with every feature that adds a stream switched on."""
-    app = App(name, events=True, workflows=True)
+    app = App(name, events=True, workflows=True, spark_sinks=True)
     app.queue("fair", fair=True)
     app.queue("limited", rate_limit="5/s")
 
