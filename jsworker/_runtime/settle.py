@@ -73,8 +73,8 @@ class Settle:
         self._handbacks = handbacks
         self._dlq = Publisher(conn, retry_for=app.options.publish_timeout)
         self._policies: dict[str, RetryPolicy] = {}
-        # Final states kept: every success has a record, stored before its ack.
-        self._every = app.options.final_states and book.records
+        # Final states kept: every job's end has a record, stored before the server hears it.
+        self._final_states = app.options.final_states and book.records
 
     def _policy(self, job: JobRun) -> RetryPolicy:
         policy = self._policies.get(job.task_name)
@@ -92,7 +92,7 @@ class Settle:
             task = job.task
             assert task is not None  # only a known task's run succeeds
             kept = task.options.store_result
-            if kept or self._every:
+            if kept or self._final_states:
                 # The record, then the ack once it is stored, outside this run; a value that
                 # cannot be kept makes the run a failure.
                 outcome = self._book.keep_result(job, outcome, job.started, value_kept=kept)
@@ -138,7 +138,8 @@ class Settle:
 
     async def _not_succeeded(self, job: JobRun, outcome: Outcome, decision: Decision) -> Decision:
         """Settle a job that did not succeed: what must come before a final verb (the
-        interceptors' part, its dead letter), its record, the verb; returns what was done."""
+        interceptors' part, its dead letter), then the verb and the record; returns what was
+        done."""
         kind = outcome.kind
         if self._finals and decision.verb is not Verb.NAK and kind is not OutcomeKind.CANCELLED:
             for final in self._finals:
@@ -151,10 +152,15 @@ class Settle:
         ):
             # Reported (and counted) as a retry, never as a dead letter that does not exist.
             decision = Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"dead letter not stored: {decision.reason}")
-        # The record before the server is told: a worker that dies in between leaves the job
-        # to run again, never ended with no record of how (final-state handlers read it).
-        await self._book.record(job, outcome, decision, self._wall(job))
-        await self._tell(job, outcome, decision)
+        if self._final_states and decision.verb is not Verb.NAK:
+            # The record before the final verb: a worker that dies in between leaves the job
+            # to run again, never ended with no record of how (final-state handlers read it).
+            await self._book.record(job, outcome, decision, self._wall(job))
+            await self._tell(job, outcome, decision)
+        else:
+            # The server told first: the record is for readers of the status, who can wait.
+            await self._tell(job, outcome, decision)
+            await self._book.record(job, outcome, decision, self._wall(job))
         if decision.verb is not Verb.NAK and kind not in _NOT_FINISHED:
             self._finished.append(job.delivery.stream_seq)
         return decision
