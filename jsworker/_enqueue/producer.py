@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -83,6 +84,10 @@ class Producer:
         self._app = app
         self._delayed = delayed
         self._enqueued = enqueued
+        # The connections an enqueue got through on: their server has the job stream, and "no
+        # stream" there later means its leader is being elected, which creating streams would
+        # only wait out longer.
+        self._stream_seen: weakref.WeakSet[Connection] = weakref.WeakSet()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -277,12 +282,13 @@ class Producer:
                     # for publish_timeout. A user that may not create streams waits too: the
                     # provisioning step (`jsworker provision`) may be running beside it.
                     denied: PermissionDeniedError | None = None
-                    try:
-                        await self._app.provision_streams(conn)
-                    except PermissionDeniedError as exc:
-                        denied = exc
-                    except TopologyError:
-                        pass
+                    if conn not in self._stream_seen:
+                        try:
+                            await self._app.provision_streams(conn)
+                        except PermissionDeniedError as exc:
+                            denied = exc
+                        except TopologyError:
+                            pass
                     publisher.retry_no_stream = True
                     try:
                         result = await op(publisher)
@@ -302,6 +308,7 @@ class Producer:
                     else ""
                 )
                 raise EnqueueError(f"cannot enqueue: {denied}{stored}") from denied
+            self._stream_seen.add(conn)
             return result if isinstance(result, list) else [result]
         except EnqueueError:
             # The whole call failed: some of its jobs may be stored, none has a receipt.

@@ -31,6 +31,14 @@ from .pipeline import AckPipeline, RefusedError, StalledError
 from .stored import WRONG_LAST_SEQUENCE
 
 _SCHEDULES_DISABLED = 10188
+# The first attempt's wait for an acknowledgement, doubling each attempt up to ``timeout``. An
+# acknowledgement takes milliseconds; one not back within a second was most likely lost with a
+# stream leader that went away, and asking again (the same Nats-Msg-Id: the server stores it
+# once) reaches the new leader as soon as it is elected, instead of after the whole timeout.
+_FIRST_WAIT = 1.0
+# The longest pause between attempts: while a stream elects its leader each attempt is answered
+# at once ("no responders"), and the first one after the election is stored.
+_MOST_PAUSE = 0.25
 
 __all__ = [
     "NoStreamError",
@@ -47,9 +55,11 @@ class Publisher:
     """Stores messages in JetStream over one connection.
 
     A lost acknowledgement, a dropped connection or (with ``retry_no_stream``) a stream without
-    a leader is retried with the same ``Nats-Msg-Id`` for up to ``retry_for`` seconds, each
-    attempt waiting at most ``timeout``; then :class:`EnqueueError` is raised. That rides out a
-    server restart or a cluster leader election without ever storing a job twice.
+    a leader is retried with the same ``Nats-Msg-Id`` for up to ``retry_for`` seconds; then
+    :class:`EnqueueError` is raised. The first attempt waits a second for its acknowledgement,
+    each later one twice as long, up to ``timeout``. That rides out a server restart or a
+    cluster leader election without ever storing a job twice, and without waiting out a whole
+    ``timeout`` for an acknowledgement the old leader took with it.
     """
 
     def __init__(
@@ -89,11 +99,9 @@ class Publisher:
                 # be refused by its own first, stored one. The dedup key alone decides now.
                 msg = _without_expectations(msg)
             try:
+                wait = min(self.timeout, _FIRST_WAIT * 2 ** (attempts - 1), remaining)
                 answer = await self.conn.nc.request(
-                    msg.subject,
-                    msg.body,
-                    timeout=max(0.001, min(self.timeout, remaining)),
-                    headers=headers_of(msg),
+                    msg.subject, msg.body, timeout=max(0.001, wait), headers=headers_of(msg)
                 )
                 stored = stored_from(parse_reply(answer.data, answer.headers))
                 return Stored(stored.seq, False) if maybe_stored and stored.duplicate else stored
@@ -102,7 +110,7 @@ class Publisher:
                 last = exc  # retried with the same Nats-Msg-Id: the server drops a second copy
                 # No answer at all (rather than the server's "no stream leader yet"): stored or not.
                 maybe_stored = maybe_stored or not classify(exc).code
-            await asyncio.sleep(min(0.1 * 2**attempts, 1.0, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(min(0.05 * 2**attempts, _MOST_PAUSE, max(0.0, deadline - time.monotonic())))
         job = msg.headers.get(MSG_ID) or msg.headers.get(JOB_ID)
         raise EnqueueError(
             f"job {job} not acknowledged after {attempts} attempts in {self.retry_for:g}s "

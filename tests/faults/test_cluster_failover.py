@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import subprocess
@@ -12,8 +13,11 @@ from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 
+import nats
 import pytest
+from nats.aio.msg import Msg
 
+from jsworker import App
 from jsworker.testing import NatsCluster
 
 from ..support import wait_until
@@ -32,6 +36,7 @@ from .harness import (
     worker_connections,
     worker_env,
 )
+from .test_stream_leaders import stream_leader
 
 pytestmark = pytest.mark.faults
 
@@ -216,3 +221,41 @@ def test_status_waits_out_a_stream_without_a_leader(nats_cluster: NatsCluster, t
                 status.kill()
     assert status.returncode == 0, (tmp_path / "status.err").read_text()
     assert "default" in {json.loads(line)["queue"] for line in out.splitlines()}
+
+
+@pytest.mark.timeout(120)
+def test_an_enqueue_through_a_leader_election_only_waits_for_the_election(nats_cluster: NatsCluster) -> None:
+    """The job stream's leader is killed: the next enqueue is asked again until the new leader
+    stores it, and never waits out a try at creating the streams (a ``STREAM.INFO`` that
+    nobody answers during the election) as it would on a server that never had them."""
+    urls = nats_cluster.urls
+    app = App("elect", urls, replicas=3)
+
+    @app.task
+    async def job(n: int) -> None: ...
+
+    async def scenario() -> list[str]:
+        await app.provision()
+        await job.adelay(0)  # the stream is there: this connection has stored a job in it
+        leader = await asyncio.to_thread(stream_leader, urls, "JSW_ELECT")
+        assert leader is not None
+        # Connected to a node that stays up: it sees every request made after the kill.
+        spy = await nats.connect([u for i, u in enumerate(urls) if i != node_index(leader)])
+        asked: list[str] = []
+
+        async def note(msg: Msg) -> None:
+            asked.append(msg.subject)
+
+        try:
+            await spy.subscribe("$JS.API.STREAM.*.JSW_ELECT", cb=note)
+            await spy.flush()
+            nats_cluster.node(node_index(leader)).kill()
+            receipt = await job.adelay(1)
+            assert receipt.seq > 1 and not receipt.duplicate
+            await spy.flush()
+            return asked
+        finally:
+            await spy.close()
+            await app.aclose()
+
+    assert asyncio.run(scenario()) == []
