@@ -28,26 +28,30 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import nats.js.errors  # noqa: E402
 import tasks  # noqa: E402
 
 from jsworker.events import export_events  # noqa: E402
 from jsworker.testing import NatsServer  # noqa: E402
 
 
-def spark_session() -> Any:
-    """A local Spark session using this interpreter for its Python workers."""
+def spark_session(**config: str) -> Any:
+    """A local Spark session using this interpreter for its Python workers; ``config``: more
+    Spark settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("jsworker-pipeline")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -94,7 +98,10 @@ def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
 async def _queue_empty() -> bool:
     app = tasks.app
     conn = await app.producer.connection()
-    info = await conn.js.consumer_info(app.namespace.stream, tasks.score_order.queue)
+    try:
+        info = await conn.js.consumer_info(app.namespace.stream, tasks.score_order.queue)
+    except nats.js.errors.NotFoundError:
+        return False  # no worker has come up to make the queue's consumer yet
     return not info.num_pending and not info.num_ack_pending
 
 

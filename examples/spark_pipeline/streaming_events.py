@@ -29,10 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jsworker import App, Reject, current_job
-from jsworker.testing import NatsServer
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from run import spark_session  # noqa: E402
+
+from jsworker import App, Reject, current_job  # noqa: E402
+from jsworker.testing import NatsServer  # noqa: E402
 
 # Servers come from JSWORKER_URL in the worker; main() sets them for itself. Short backoffs:
 # a demonstration's retries should not keep it waiting.
@@ -84,26 +87,6 @@ async def wait_wave(orders: range, events_before: int, timeout: float) -> int:
     finally:
         await app.aclose()
     return int(stored)
-
-
-def spark_session() -> Any:
-    """A local Spark session using this interpreter for its Python workers."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("jsworker-streaming-events")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        # No extra micro-batch only to move the watermark on: each table shown has new figures.
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def per_task_minutes(spark: Any, url: str) -> Any:
@@ -226,7 +209,8 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=3, help="waves of orders (default 3)")
     args = parser.parse_args()
 
-    spark = spark_session()
+    # No extra micro-batch only to move the watermark on: each table shown has new figures.
+    spark = spark_session(**{"spark.sql.streaming.noDataMicroBatches.enabled": "false"})
     try:
         with NatsServer() as server, tempfile.TemporaryDirectory(prefix="jsworker-streaming-") as tmp:
             print(f"nats-server with JetStream at {server.url}", flush=True)

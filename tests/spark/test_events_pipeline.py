@@ -3,35 +3,21 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from jsworker._server import NatsServer
 
+from .examples import known_mix, load_example
+
 pytestmark = pytest.mark.timeout(240)
-
-EXAMPLE = Path(__file__).parents[2] / "examples" / "spark_pipeline" / "run.py"
-
-
-def _example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("spark_pipeline_run", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_known_mix_is_reported_exactly(spark: Any, nats_server: NatsServer, tmp_path: Path) -> None:
-    example = _example()
-    # 30 succeed at once, 10 fail once and succeed on their retry, 5 are rejected.
-    rows = [(i, 100 + i, 30 <= i < 40, i >= 40) for i in range(45)]
-    df = spark.createDataFrame(rows, "order_id long, cents long, flaky boolean, bad boolean")
+    example = load_example("run")
+    df = known_mix(spark)
     out = tmp_path / "events"
     report = example.pipeline(spark, df, nats_server.url, out, tmp_path / "workers.log", workers=1)
 
