@@ -15,7 +15,7 @@ from ._config import from_environment
 from ._core.bridge import SyncBridge
 from ._core.connections import ConnectionPool
 from ._core.hooks import HookDeclarations, Hooks, State
-from ._core.job_status import JobStatus
+from ._core.job_status import JobState, JobStatus
 from ._core.layout import (
     consumer_spec,
     dlq_spec,
@@ -37,7 +37,7 @@ from ._core.task_options import TaskArguments, TaskDeclaration, TaskOptions
 from ._enqueue.async_result import AsyncResult
 from ._enqueue.bound import Given
 from ._enqueue.by_name import check_task_name, named_task
-from ._enqueue.calls import Call, check_job_id
+from ._enqueue.calls import Call, check_job_id, is_job_id
 from ._enqueue.ported import ArqSpelling
 from ._enqueue.producer import Producer
 from ._enqueue.receipt import Job
@@ -373,7 +373,10 @@ class App(HookDeclarations, ArqSpelling):
         """Where job ``job_id`` is in its lifecycle: ``scheduled``, ``queued``, ``running``,
         ``retrying``, ``succeeded``, ``failed``, ``cancelled``, ``expired`` or ``unknown``,
         with attempts and times where known (README: "Job lifecycle" says what each is read
-        from). Needs nats-server 2.11+."""
+        from). An id no job can have (a dot in it, say: user input) is ``unknown``. Needs
+        nats-server 2.11+."""
+        if not is_job_id(job_id) and isinstance(job_id, str):
+            return JobStatus(job_id, JobState.UNKNOWN)
         return await self.lifecycle.status(check_job_id(job_id))
 
     def status(self, job_id: str) -> JobStatus:
@@ -383,8 +386,11 @@ class App(HookDeclarations, ArqSpelling):
     async def acancel(self, job_id: str) -> bool:
         """Cancel job ``job_id`` before it finishes: True when it was scheduled, queued,
         retrying or running and now never runs (again), False when there was nothing to
-        cancel (an unknown id, or a job that already finished). A running async task is
-        cancelled within moments; a sync one is told through ``current_job().cancelled``."""
+        cancel (an unknown id, one no job can have among them, or a job that already
+        finished). A running async task is cancelled within moments; a sync one is told
+        through ``current_job().cancelled``."""
+        if not is_job_id(job_id) and isinstance(job_id, str):
+            return False
         return await self.lifecycle.cancel(check_job_id(job_id))
 
     def cancel(self, job_id: str) -> bool:

@@ -9,7 +9,7 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from .._config import LATEST_MS, LATEST_TEXT, check_ahead
 from .._errors import ConfigurationError
@@ -39,6 +39,11 @@ class Call(NamedTuple):
 _JOB_ID = re.compile(r"[A-Za-z0-9_=-]{1,128}")
 
 
+def is_job_id(value: object) -> TypeGuard[str]:
+    """Whether ``value`` can be a job's id (see :func:`check_job_id`)."""
+    return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
+
+
 def check_job_id(job_id: object) -> str:
     """``job_id`` if it is a valid job id, else :class:`ConfigurationError`.
 
@@ -46,7 +51,7 @@ def check_job_id(job_id: object) -> str:
     becomes part of key and subject names on the server, where dots, wildcards, spaces and
     ``:`` (jsworker's own separator in dedup keys) would split or widen them.
     """
-    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+    if not is_job_id(job_id):
         raise ConfigurationError(
             f"invalid job_id {job_id!r:.140}: use 1-128 letters, digits, '_', '-' or '=' "
             "(no dots, spaces, ':', '*' or '>')"

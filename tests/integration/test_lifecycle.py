@@ -170,6 +170,20 @@ def test_sync_result_and_status(nats_server: NatsServer) -> None:
         app.close()
 
 
+def test_an_id_no_job_can_have_is_unknown_not_an_error(nats_server: NatsServer) -> None:
+    """User input with a dot (or a space) as a job id: a web app asking for its status or
+    cancelling it hears of no such job, as for any other unknown id, instead of an error."""
+    app = App("badids", nats_server.url)
+    try:
+        for given in ("order.42", "a b", "x" * 200):
+            assert app.status(given).state is JobState.UNKNOWN
+            assert app.cancel(given) is False
+        with pytest.raises(ConfigurationError, match="invalid job_id"):
+            app.status(42)  # type: ignore[arg-type]  # not an id at all: the caller's bug
+    finally:
+        app.close()
+
+
 async def test_status_follows_a_job_from_queued_to_running(nats_server: NatsServer) -> None:
     seen: dict[str, Any] = {}
     app = _app(nats_server.url, seen)
