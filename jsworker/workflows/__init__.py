@@ -58,12 +58,15 @@ class _Startable:
     def _flow(self) -> tuple[TaskOwner, FlowDef, dict[str, dict[str, Any]]]:
         raise NotImplementedError
 
-    async def aapply(self) -> Workflow:
-        """Start it: its definition and first jobs are stored all or none."""
+    async def aapply(self, **options: Any) -> Workflow:
+        """Start it: its definition and first jobs are stored all or none. It takes no
+        options (``countdown``...): a workflow starts when it is applied."""
+        self._no_options("aapply", options)
         return await _started(*self._flow())
 
-    def apply(self) -> Workflow:
+    def apply(self, **options: Any) -> Workflow:
         """Sync form of :meth:`aapply`."""
+        self._no_options("apply", options)
         app, flow, first = self._flow()
         return app.bridge.run_sync(_started, app, flow, first)
 
@@ -71,9 +74,19 @@ class _Startable:
         """Celery's spelling of :meth:`apply` (a member's own arguments are in its signature)."""
         return self.apply()
 
-    def apply_async(self) -> Workflow:
+    def apply_async(self, **options: Any) -> Workflow:
         """Celery's spelling of :meth:`apply`."""
+        self._no_options("apply_async", options)
         return self.apply()
+
+    def _no_options(self, spelling: str, options: dict[str, Any]) -> None:
+        if options:
+            kind = type(self).__name__.lower()
+            raise ConfigurationError(
+                f"{kind}.{spelling}() takes no {', '.join(sorted(options))}: a workflow starts when it "
+                "is applied; to start one later, apply it from a delayed job of a task of your own "
+                "(README: Workflows)"
+            )
 
 
 async def _started(app: TaskOwner, flow: FlowDef, first: dict[str, dict[str, Any]]) -> Workflow:

@@ -59,6 +59,14 @@ async def test_celery_spellings(nats_server: NatsServer) -> None:
         assert await joined.aresult(timeout=30) == 6
     with pytest.raises(ConfigurationError, match="apply_async takes no priority, retry"):
         await asyncio.to_thread(add.apply_async, (1, 2), retry=True, priority=3)
+    # A workflow starts when it is applied: its options are refused by name, not a TypeError.
+    later = chord(group([add.s(1, 1)]), tsum.s())
+    with pytest.raises(
+        ConfigurationError, match=r"chord\.apply_async\(\) takes no countdown: a workflow starts"
+    ):
+        later.apply_async(countdown=10)
+    with pytest.raises(ConfigurationError, match=r"chord\.apply\(\) takes no countdown, queue"):
+        later.apply(countdown=10, queue="x")
 
 
 async def test_arq_spelling(nats_server: NatsServer) -> None:
