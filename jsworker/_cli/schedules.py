@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from .._observability.logging import configure_logging, printable
+from .._scheduling.cron import as_written
 from .._scheduling.periodic import ScheduleState
 from ..admin import Admin
 from .connection import connection_options, load_connected_app
@@ -50,9 +51,10 @@ def schedules() -> None:
 def list_(app_spec: str, as_json: bool, **connection: str | None) -> None:
     """The app's schedules on the server.
 
-    Columns: name, task, expression (as the server fires it: six-field cron or @every), time
-    zone, next run (UTC), paused; "stale" marks one the loaded code does not declare,
-    "malformed" one whose expression or zone cannot be read (not written by jsworker).
+    Columns: name, task, expression (a cron as written: five fields, six when it fires at a
+    second other than 0; or @every), time zone, next run (UTC), paused; "stale" marks one
+    the loaded code does not declare, "malformed" one whose expression or zone cannot be
+    read (not written by jsworker). --json gives the expression as the server fires it.
     """
     found = _run(app_spec, connection, lambda admin: admin.schedules())
     if as_json:
@@ -71,7 +73,7 @@ def list_(app_spec: str, as_json: bool, **connection: str | None) -> None:
                 + ("" if state.declared else " (stale)")
                 + ("" if state.malformed is None else " (malformed)"),
                 printable(state.task, 64),
-                printable(state.expression, 64),
+                printable(as_written(state.expression), 64),
                 printable(state.tz or "UTC", 64),
                 following.strftime("%Y-%m-%dT%H:%M:%SZ") if following else "-",
                 "yes" if state.paused else "no",

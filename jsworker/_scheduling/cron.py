@@ -18,6 +18,17 @@ from .._errors import ConfigurationError
 
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def as_written(expression: str) -> str:
+    """``expression`` as people write it: a six-field cron whose seconds field is ``0`` (what
+    a five-field declaration becomes on the server) in its five fields, anything else as it is."""
+    fields = expression.split()
+    if len(fields) == 6 and fields[0] == "0":
+        return " ".join(fields[1:])
+    return expression
+
+
 # (name, low, high, names) of the six fields, seconds first.
 _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("second", 0, 59, {}),

@@ -28,6 +28,7 @@ from .._core.paging import is_seq
 from .._core.queues import QueueStatus, format_age
 from .._errors import ConfigurationError
 from .._observability.logging import get_logger
+from .._scheduling.cron import as_written
 from ..admin import Admin
 from ..jetstream.session import SessionRole
 from ._errors import describe, refuse
@@ -95,7 +96,13 @@ class Dashboard:
             lstrip_blocks=True,
         )
         self.templates.filters.update(
-            age=_age, when=_when, moment=_moment, duration=duration, number=_number, size=_size
+            age=_age,
+            when=_when,
+            moment=_moment,
+            duration=duration,
+            number=_number,
+            size=_size,
+            cron=as_written,
         )
         # The empty rows the live tables copy for a queue or a worker that comes along.
         self.templates.globals.update(blank_queue=QueueStatus(""), blank_worker=dict.fromkeys(_WORKER_FIELDS))

@@ -10,7 +10,7 @@ import pytest
 from jsworker import App, ConfigurationError
 from jsworker._enqueue.calls import due_time
 from jsworker._runtime.execution import JobRun, as_job_run
-from jsworker._scheduling.cron import Cron, duration_seconds, every_seconds, go_duration
+from jsworker._scheduling.cron import Cron, as_written, duration_seconds, every_seconds, go_duration
 from jsworker._scheduling.declare import at_expression
 from jsworker._scheduling.firing import firing, tick_job_id
 from jsworker._wire.headers import (
@@ -177,3 +177,17 @@ class _NoVerbs:
 
     def put(self, subject: str, data: bytes) -> None:
         raise AssertionError("identifying a job sends nothing")
+
+
+@pytest.mark.parametrize(
+    ("fired", "written"),
+    [
+        ("0 0 2 * * *", "0 2 * * *"),  # a five-field declaration, as the server holds it
+        ("30 0 2 * * *", "30 0 2 * * *"),  # seconds of its own: six fields are the only way
+        ("@every 300s", "@every 300s"),
+    ],
+)
+def test_schedules_are_shown_as_written(fired: str, written: str) -> None:
+    assert as_written(fired) == written
+    if not fired.startswith("@every"):
+        assert Cron.parse(written).expression == fired  # and back to what the server fires
