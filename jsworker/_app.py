@@ -147,12 +147,13 @@ class App(HookDeclarations, ArqSpelling):
 
     @property
     def servers(self) -> list[str]:
-        """The NATS server URLs (settable; applies to connections opened afterwards)."""
+        """The NATS server URLs (settable: the next enqueue or read connects to them)."""
         return list(self.connection.servers)
 
     @servers.setter
     def servers(self, servers: str | Sequence[str]) -> None:
         self.connection = dataclasses.replace(self.connection, servers=servers)
+        self.connections.renew()
 
     def __repr__(self) -> str:
         return f"<App {self.name} tasks={len(self.tasks)}>"
@@ -442,7 +443,7 @@ class App(HookDeclarations, ArqSpelling):
         """Change where and how the app connects; used by the command line's flags.
 
         ``given`` takes the names of :class:`ConnectOptions` fields (``user``, ``token``,
-        ``tls_ca``, ...); None leaves a value as it is. Applies to connections opened afterwards.
+        ``tls_ca``, ...); None leaves a value as it is. The next enqueue or read connects anew.
         """
         changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if servers:
@@ -451,6 +452,7 @@ class App(HookDeclarations, ArqSpelling):
             self.connection = dataclasses.replace(self.connection, **changes)
         except TypeError as exc:
             raise ConfigurationError(f"unknown connection option: {exc}") from exc
+        self.connections.renew()
 
     def configure_options(self, **given: Any) -> None:
         """Change app options (fields of :class:`AppOptions`); used by the command line's flags.

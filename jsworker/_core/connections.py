@@ -17,7 +17,9 @@ from ..jetstream.connection import Connection, ConnectOptions
 
 class ConnectionPool:
     """One connection per event loop, opened on first use with the options ``options()``
-    gives then (so a change of servers or credentials applies to connections opened after it).
+    gives then. After :meth:`renew` (the app's servers or credentials changed) each
+    connection the pool opened is replaced on its next use: a test that points the app at
+    its own server reaches that server, not the one before.
 
     Keyed weakly by loop: a loop that is gone takes its entry with it."""
 
@@ -31,6 +33,12 @@ class ConnectionPool:
         )
         # The connections this pool opened itself (not those workers bound).
         self._opened: weakref.WeakSet[Connection] = weakref.WeakSet()
+        # Opened with options that changed since: replaced on their next use.
+        self._stale: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+    def renew(self) -> None:
+        """The options changed: each connection this pool opened is replaced on next use."""
+        self._stale.update(self._opened)
 
     async def bind(self, conn: Connection) -> None:
         """Use ``conn`` on its event loop (a worker shares its own with its tasks' enqueues);
@@ -47,11 +55,14 @@ class ConnectionPool:
         when it cannot be (enqueues are what it is for first, and their callers catch that)."""
         loop = asyncio.get_running_loop()
         conn = self._conns.get(loop)
-        if conn is not None and not conn.is_closed:
+        if conn is not None and not conn.is_closed and (not self._stale or conn not in self._stale):
             return conn
         lock = self._locks.setdefault(loop, asyncio.Lock())
         async with lock:
             conn = self._conns.get(loop)
+            if conn is not None and conn in self._stale:
+                self._stale.discard(conn)
+                await conn.close()
             if conn is None or conn.is_closed:
                 try:
                     conn = await Connection.open(self._options())
@@ -73,3 +84,4 @@ class ConnectionPool:
         self._conns = weakref.WeakKeyDictionary()
         self._locks = weakref.WeakKeyDictionary()
         self._opened = weakref.WeakSet()
+        self._stale = weakref.WeakSet()

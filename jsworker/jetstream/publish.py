@@ -112,8 +112,9 @@ class Publisher:
                 maybe_stored = maybe_stored or not classify(exc).code
             await asyncio.sleep(min(0.05 * 2**attempts, _MOST_PAUSE, max(0.0, deadline - time.monotonic())))
         job = msg.headers.get(MSG_ID) or msg.headers.get(JOB_ID)
+        servers = ", ".join(self.conn.options.servers)
         raise EnqueueError(
-            f"job {job} not acknowledged after {attempts} attempts in {self.retry_for:g}s "
+            f"job {job} not acknowledged by {servers} after {attempts} attempts in {self.retry_for:g}s "
             f"({type(last).__name__}): it may be stored already, or be stored later (with the "
             "connection down, its message waits in this process's send buffer until the server is "
             "back); enqueue it again only with the same job id (job_id=err.job_id), which cannot "
