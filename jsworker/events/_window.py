@@ -52,6 +52,10 @@ _ENQUEUES = ("enqueued", "scheduled")
 # The server stamps an event when it stores it, a little after the producer stamped the job's
 # enqueue (and on another clock): a timeline starts this much before the enqueue it is given.
 _CLOCK_MARGIN = 5.0
+# A producer publishes a job's ``enqueued`` once the server acknowledged the job, so a fast
+# job's ``started`` and even its end can be stored first: a timeline that has not met the
+# enqueue reads on this many seconds past the end for it.
+_LATE_ENQUEUE = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,19 +215,28 @@ async def job_events(
     start = since - _CLOCK_MARGIN
     found: list[JobEvent] = []
     reads, cut = 0, False
+    # Once the job's end was read: until when to read on for an enqueue stored after it.
+    late_until: float | None = None
     if bounds.messages:
         async with _span(conn, ns, [subject], start_time=start) as span:
             async for msg in span.messages(bounds.last_seq):
                 if reads >= limit:
                     cut = True
                     break
+                if late_until is not None and (msg.stored_at or 0.0) > late_until:
+                    break
                 reads += 1
                 event = decode_event(msg.body or b"")
                 if event is None or event.job_id != job_id:
                     continue
                 found.append(event)
-                if ended is not None and event.event == ENDING.get(ended):
+                enqueued = any(e.event in _ENQUEUES for e in found)
+                if late_until is not None and enqueued:
                     break
+                if ended is not None and event.event == ENDING.get(ended):
+                    if enqueued:
+                        break
+                    late_until = (msg.stored_at or time.time()) + _LATE_ENQUEUE
     # In the order they happened: the stream's may differ (a producer's ``enqueued`` can be
     # stored after the worker's ``started``, each publishing on its own).
     found.sort(key=lambda e: e.ts)

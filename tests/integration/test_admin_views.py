@@ -13,10 +13,13 @@ from jsworker import App, EventsNotFound, JobNotFound, Reject, Retry, current_jo
 from jsworker._lifecycle.lookup import RESERVED, UNHELD
 from jsworker._lifecycle.state import JobState
 from jsworker.admin import Admin
-from jsworker.events._window import EventCounts, JobTimeline
+from jsworker.events import JobEvent
+from jsworker.events._window import EventCounts, JobTimeline, job_events
+from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 from jsworker.workflows import chain, group
 
+from ..events_data import store_events
 from ..support import connected, wait_until_async
 from .workers import Holding, in_process_worker
 
@@ -290,3 +293,37 @@ async def test_a_workflows_status_and_the_workflow_of_a_step(nats_server: NatsSe
         assert await admin.workflow_of(lone.id) is None
         with pytest.raises(JobNotFound):
             await admin.workflow("f" * 32)
+
+
+async def test_a_timeline_finds_an_enqueue_stored_after_the_jobs_end(nats_server: NatsServer) -> None:
+    """A producer publishes a job's ``enqueued`` once the job was acknowledged: a fast job can
+    start and end before it is stored. The timeline still shows it, and stops reading soon
+    after (the events of other jobs stored later are not read)."""
+    app = App("late", nats_server.url, events=True)
+    now = time.time()
+
+    def event(kind: str, job: str, at: float) -> JobEvent:
+        attempt = None if kind == "enqueued" else 1
+        return JobEvent(
+            event=kind, job_id=job, task="t", queue="default", ts=at, attempt=attempt, enqueued_at=now
+        )
+
+    await store_events(
+        app,
+        [
+            event("started", "fast", now + 0.001),
+            event("succeeded", "fast", now + 0.002),
+            event("enqueued", "other", now + 0.003),
+            event("enqueued", "fast", now),  # stored last, stamped first
+            *(event("enqueued", f"later-{i}", now + 1) for i in range(3)),
+        ],
+    )
+    conn = await Connection.open(app.connect_options("operator", "test"))
+    try:
+        timeline = await job_events(
+            conn, app.namespace, "fast", queue="default", task="t", since=now, ended="succeeded"
+        )
+    finally:
+        await conn.close()
+    assert [e.event for e in timeline.events] == ["enqueued", "started", "succeeded"]
+    assert timeline.reads == 4 and not timeline.cut
