@@ -285,9 +285,20 @@ class Connection:
             raise ConnectError("this nats-py release gives no way to check that TLS is in use")
         connecting = asyncio.ensure_future(nc.connect(**kwargs))
         refusal = asyncio.ensure_future(refused.wait())
-        await asyncio.wait(
-            {connecting, refusal}, timeout=options.connect_timeout, return_when=FIRST_COMPLETED
-        )
+        try:
+            await asyncio.wait(
+                {connecting, refusal}, timeout=options.connect_timeout, return_when=FIRST_COMPLETED
+            )
+        except BaseException:
+            # The caller was cancelled (a dashboard closing while its feed connects): the attempt
+            # must not go on without it, as a client nobody closes that reconnects forever.
+            refusal.cancel()
+            connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await connecting
+            with contextlib.suppress(Exception):
+                await nc.close()
+            raise
         refusal.cancel()
         if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
             return cls(nc, nc.jetstream(), options, listeners)
