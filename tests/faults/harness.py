@@ -480,3 +480,19 @@ def check_reruns(
     assert summary["dead_lettered"] == 0
     assert ran_twice <= may_rerun, sorted(ran_twice - may_rerun)[:10]
     return summary
+
+
+def open_gate(url: str, workers: Workers, name: str) -> None:
+    """Let the runs held on ``name`` finish: create the gate file (``life_app.gate``), then
+    tell the runs already waiting on it."""
+    (workers.record.parent / f"gate-{name}").touch()
+
+    async def announce() -> None:
+        nc = await nats.connect(url)
+        try:
+            await nc.publish(f"lcy-test.gate.{name}", b"")
+            await nc.flush()
+        finally:
+            await nc.close()
+
+    asyncio.run(announce())

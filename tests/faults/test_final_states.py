@@ -4,7 +4,6 @@ job's final state; the in-process ``on_settled`` hook is reported beside it."""
 
 from __future__ import annotations
 
-import random
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ import pytest
 from jsworker.testing import NatsServer
 
 from ..support import wait_until
-from .harness import Records, Workers, app_module, summarize
+from .harness import Records, Workers, app_module, open_gate, summarize
 
 pytestmark = pytest.mark.faults
 
@@ -48,34 +47,50 @@ def test_the_final_state_table_matches_the_ground_truth(
     truth: dict[str, str] = {}
     # Ended before any worker ran: cancelled while delayed or queued, and expired.
     for i in range(10):
-        truth[track_app.work.apply(args=(i, 1), countdown=600, job_id=f"delayed-{i}").id] = "cancelled"
-        truth[track_app.work.apply(args=(i, 1), job_id=f"queued-{i}").id] = "cancelled"
+        truth[track_app.work.apply(args=(i, None), countdown=600, job_id=f"delayed-{i}").id] = "cancelled"
+        truth[track_app.work.apply(args=(i, None), job_id=f"queued-{i}").id] = "cancelled"
     for job_id in list(truth):
         assert app.cancel(job_id), job_id
-    expiring = [track_app.work.apply(args=(i, 1), expires=0.5, job_id=f"expired-{i}") for i in range(10)]
+    expiring = [track_app.work.apply(args=(i, None), expires=0.5, job_id=f"expired-{i}") for i in range(10)]
     truth.update((job.id, "expired") for job in expiring)
     past = time.time() + 0.6
     wait_until(lambda: time.time() > past, timeout=5, message="the expiry to pass")
-    rng = random.Random(4)
-    truth.update(
-        (job.id, "succeeded")
-        for job in track_app.work.delay_many([(i, rng.uniform(5, 20)) for i in range(2000)])
-    )
+
+    # The first 500 run at once; the next ones are held until the worker kill, the last ones
+    # until the server restart: each fault lands on jobs in flight.
+    def gate(i: int) -> str | None:
+        return None if i < 500 else "kill" if i < 1200 else "restart"
+
+    works = track_app.work.delay_many([(i, gate(i)) for i in range(2000)])
+    truth.update((job.id, "succeeded") for job in works)
     truth.update((job.id, "failed") for job in track_app.fail.delay_many([(i,) for i in range(50)]))
+    held = {name: {j.id for i, j in enumerate(works) if gate(i) == name} for name in ("kill", "restart")}
+
+    def started(name: str) -> int:
+        return len({r.job_id for r in records.of("start")} & held[name])
 
     a = workers.start(url, "a", "-c", "50", module="track_app")
     b = workers.start(url, "b", "-c", "50", module="track_app")
     a.wait_started()
     b.wait_started()
-    wait_until(lambda: len(records.done_ids()) >= 500, timeout=60, interval=0.01, message="500 runs")
+    wait_until(lambda: started("kill") >= 50, timeout=60, message="jobs held for the kill")
     a.kill()
     c = workers.start(url, "c", "-c", "50", module="track_app")
     c.wait_started()
-    wait_until(lambda: len(records.done_ids()) >= 1200, timeout=60, interval=0.01, message="1,200 runs")
+    open_gate(url, workers, "kill")
+    wait_until(lambda: started("restart") >= 50, timeout=90, message="jobs held for the restart")
     nats_server.kill()
     b.wait_logged("worker.disconnected")
     c.wait_logged("worker.disconnected")
     nats_server.restart()
+
+    def released() -> bool:
+        # Told again until they all ran: a run waiting on the gate hears it once its
+        # connection is back.
+        open_gate(url, workers, "restart")
+        return records.done_ids() >= held["restart"]
+
+    wait_until(released, timeout=90, interval=0.5, message="the jobs held for the restart to run")
 
     record = workers.record
     wait_until(

@@ -9,7 +9,6 @@ test opens, so whether a job can finish is decided by the test, never by a durat
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import signal
@@ -20,7 +19,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import nats
 import pytest
 
 from jsworker import JobCancelled, JobFailed, JobState
@@ -29,7 +27,16 @@ from jsworker._server import ServerNotFoundError, find_nats_server
 from jsworker.testing import Execution, NatsServer
 
 from ..support import consumer_state, need, wait_consumer_settled, wait_until
-from .harness import Records, WorkerProc, Workers, app_module, dead_letters, request_json, wait_stream_empty
+from .harness import (
+    Records,
+    WorkerProc,
+    Workers,
+    app_module,
+    dead_letters,
+    open_gate,
+    request_json,
+    wait_stream_empty,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -66,22 +73,6 @@ def small_server(tmp_path: Path) -> Iterator[NatsServer]:
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def open_gate(url: str, workers: Workers, name: str) -> None:
-    """Let the runs held on ``name`` finish: create the gate file (``life_app.gate``), then
-    tell the runs already waiting on it."""
-    (workers.record.parent / f"gate-{name}").touch()
-
-    async def announce() -> None:
-        nc = await nats.connect(url)
-        try:
-            await nc.publish(f"lcy-test.gate.{name}", b"")
-            await nc.flush()
-        finally:
-            await nc.close()
-
-    asyncio.run(announce())
 
 
 def runs(records: Records, event: str, job_id: str, pid: int | None = None) -> list[Execution]:

@@ -46,8 +46,9 @@ def gate_subject(name: str) -> str:
     return f"lcy-test.gate.{name}"
 
 
-async def _held(name: str) -> None:
-    """Wait until gate ``name`` is open; record ``stopped`` when cancelled meanwhile."""
+async def held(name: str) -> None:
+    """Wait until gate ``name`` is open; record ``stopped`` when cancelled meanwhile (other
+    fault apps hold their runs with it too)."""
     conn = await app.producer.connection()  # the worker's own
     opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -72,7 +73,7 @@ async def _held(name: str) -> None:
 async def hold(tag: str) -> str:
     """Runs until gate ``tag`` opens."""
     record("start")
-    await _held(tag)
+    await held(tag)
     record("done")
     return tag
 
@@ -81,7 +82,7 @@ async def hold(tag: str) -> str:
 async def unique_hold(key: str) -> str:
     """A unique job (one at a time per ``key``) that runs until gate ``key`` opens."""
     record("start")
-    await _held(key)
+    await held(key)
     record("done")
     return key
 

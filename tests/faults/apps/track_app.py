@@ -5,12 +5,13 @@ hook and by a final-state handler (``@app.on_final_state``). Each appends a line
     settled <job id> <state>
     final <job id> <state>
 
-and every run records ``start`` and ``done`` as the other fault apps' do.
+and every run records ``start`` and ``done`` as the other fault apps' do. A ``work`` run may be
+held on a gate (``life_app.held``) until the test opens it, so faults land on jobs in flight.
 """
 
 from __future__ import annotations
 
-import asyncio
+from life_app import held
 
 from jsworker import App, JobContext, JobStatus, Middleware, Reject, Settled
 from jsworker.testing import append_record
@@ -36,10 +37,12 @@ def table(status: JobStatus) -> None:
 
 
 @app.task
-async def work(n: int, ms: float) -> int:
-    """A job that waits ``ms`` milliseconds."""
+async def work(n: int, gate: str | None) -> int:
+    """A job that runs until ``gate`` opens (at once without one): the test opens each gate
+    after the fault it holds jobs in flight for."""
     record("start")
-    await asyncio.sleep(ms / 1000)
+    if gate is not None:
+        await held(gate)
     record("done")
     return n
 
