@@ -1,7 +1,8 @@
 """What a producer may do with the stream of Spark streaming sinks' committed micro-batches
 (``App(spark_sinks=True)``), with the credentials ``jsworker permissions`` prints: add a
 batch's record and read one, nothing more. It cannot remove or replace a record (delete,
-purge, rollup, a time to live), so a batch recorded as committed stays skipped."""
+purge, rollup, a time to live), nor make it fire copies (a schedule), so a batch recorded as
+committed stays skipped."""
 
 from __future__ import annotations
 
@@ -45,7 +46,11 @@ def test_a_producer_adds_batch_records_and_removes_none(secured: NatsServer, tmp
                     with pytest.raises(PermissionDeniedError):
                         await request_json(conn, api_subject(verb, STREAM), request)
                 # Headers that would remove the record are refused by the stream itself.
-                for header in ({"Nats-Rollup": "sub"}, {"Nats-TTL": "1s"}):
+                for header in (
+                    {"Nats-Rollup": "sub"},
+                    {"Nats-TTL": "1s"},
+                    {"Nats-Schedule": "@every 1s", "Nats-Schedule-Target": RECORD},
+                ):
                     with pytest.raises(WriteRefused):
                         await write(conn, RECORD, b"{}", header)
                 found = await LimitsStream(conn, STREAM).last(RECORD)
