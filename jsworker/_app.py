@@ -17,12 +17,12 @@ from ._core.connections import ConnectionPool
 from ._core.hooks import HookDeclarations, Hooks, State
 from ._core.job_status import JobState, JobStatus
 from ._core.layout import (
-    consumer_spec,
     dlq_spec,
     events_spec,
     final_state_spec,
-    job_stream_spec,
+    job_stream_specs,
     leases_spec,
+    queue_consumer_specs,
     rates_spec,
     relay_specs,
     schedules_spec,
@@ -51,7 +51,7 @@ from ._scheduling.claims import claims_spec
 from ._scheduling.declare import DELAYED_SINCE, Schedule, build_schedule
 from ._scheduling.delayed import DelayedJobs
 from ._scheduling.periodic import check_schedule_size
-from ._wire.names import Namespace, Role, validate_app_name, validate_name
+from ._wire.names import Namespace, Role, partition_of, validate_app_name, validate_name
 from .events._emit import emit_enqueued
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import (
@@ -406,6 +406,7 @@ class App(HookDeclarations, ArqSpelling):
         priority: int = 0,
         rate_limit: str | None = None,
         fair: bool = False,
+        partitions: int | None = None,
     ) -> QueueOptions:
         """Declare how queue ``name`` is served: ``max_running`` jobs at most at once across
         all workers (the server enforces it; ``--concurrency`` is per worker process), its
@@ -413,12 +414,16 @@ class App(HookDeclarations, ArqSpelling):
         ``"N/m"``, ``"N/h"``) starts across all workers, taken before a worker takes a job.
         With ``fair``, the partitions of its jobs (each task's ``partition_key``; the task
         itself for a task without one) take turns: one partition's backlog never holds up
-        another's jobs for long (see :mod:`jsworker._limits.fair`).
+        another's jobs for long (see :mod:`jsworker._limits.fair`). ``partitions``: the job
+        streams its jobs are spread over (the app's ``partitions`` when None; one for a queue
+        with ``max_running`` or ``fair``).
         A worker applies a changed ``max_running`` to the server when it starts."""
         rate = parse_rate(rate_limit, f"queue {name!r}: rate_limit") if rate_limit is not None else None
         if not isinstance(fair, bool):
             raise ConfigurationError(f"queue {name!r}: fair must be True or False, not {fair!r}")
-        options = QueueOptions(max_running=max_running, priority=priority, rate_limit=rate, fair=fair)
+        options = QueueOptions(
+            max_running=max_running, priority=priority, rate_limit=rate, fair=fair, partitions=partitions
+        )
         self.queue_options[validate_name("queue", name)] = options
         return options
 
@@ -426,6 +431,25 @@ class App(HookDeclarations, ArqSpelling):
     def fair_queues(self) -> frozenset[str]:
         """The queues declared ``fair``."""
         return frozenset(name for name, options in self.queue_options.items() if options.fair)
+
+    def queue_partitions(self, queue: str) -> int:
+        """How many job streams the jobs of ``queue`` are spread over."""
+        declared = self.queue_options.get(queue)
+        if declared is not None:
+            if declared.partitions is not None:
+                return declared.partitions
+            if declared.fair or declared.max_running is not None:
+                return 1
+        return self.options.partitions
+
+    @property
+    def partition_count(self) -> int:
+        """The app's job streams: as many as its most partitioned queue has."""
+        return max([self.options.partitions, *map(self.queue_partitions, self.queue_options)])
+
+    def job_partition(self, queue: str, job_id: str) -> int:
+        """The partition job ``job_id`` of ``queue`` is stored in (see :func:`partition_of`)."""
+        return partition_of(job_id, self.queue_partitions(queue))
 
     def queue_priority(self, queue: str) -> int:
         """The priority of ``queue`` (0 unless declared)."""
@@ -487,7 +511,7 @@ class App(HookDeclarations, ArqSpelling):
         streams, the jobs bucket (servers with per-message TTLs), the schedules and claims
         streams (servers with schedules) and the events stream if the app emits events."""
         schedules = server_version >= DELAYED_SINCE
-        specs = [job_stream_spec(self, schedules), dlq_spec(self)]
+        specs = [*job_stream_specs(self, schedules), dlq_spec(self)]
         if server_version >= RECORDS_SINCE:
             batched = server_version >= BATCHED_SINCE
             specs.append(jobs_bucket_spec(self.namespace, self.options.replicas, batched=batched))
@@ -527,8 +551,8 @@ class App(HookDeclarations, ArqSpelling):
         returns the existing streams whose replicas differ from ``replicas``."""
         conn = conn or await self.connections.connection()
         differ = await self.provision_streams(conn)
-        for queue in queues if queues is not None else self.queues:
-            await ensure_consumer(conn, consumer_spec(self, queue))
+        for spec in queue_consumer_specs(self, queues if queues is not None else self.queues):
+            await ensure_consumer(conn, spec)
         for spec in relay_specs(self, conn.server_version):
             await ensure_consumer(conn, spec)
         for spec in self.final_state_specs(conn.server_version):

@@ -10,7 +10,7 @@ import click
 
 from .._core.permissions import permissions as role_permissions
 from .._core.permissions import server_config
-from .._wire.names import ROLES, Role, validate_app_name
+from .._wire.names import MAX_PARTITIONS, ROLES, Role, validate_app_name
 from .errors import command_errors
 
 
@@ -31,9 +31,16 @@ from .errors import command_errors
     default=None,
     help="The app's inbox prefix, if it sets one [default: _jsw_inbox.<app>].",
 )
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, MAX_PARTITIONS),
+    default=1,
+    show_default=True,
+    help="The most partitions any queue of the apps has (App(partitions=N)): every job stream is granted.",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON: {app: {role: {publish: ..., subscribe: ...}}}.")
 def permissions(
-    app_names: tuple[str, ...], roles: tuple[str, ...], prefix: str | None, as_json: bool
+    app_names: tuple[str, ...], roles: tuple[str, ...], prefix: str | None, partitions: int, as_json: bool
 ) -> None:
     """Print the NATS permissions each role of the named apps needs.
 
@@ -48,9 +55,9 @@ def permissions(
         chosen = cast(tuple[Role, ...], roles or ROLES)
         if as_json:
             found = {
-                name: {role: role_permissions(name, role, prefix).as_config() for role in chosen}
+                name: {role: role_permissions(name, role, prefix, partitions).as_config() for role in chosen}
                 for name in app_names
             }
             click.echo(json.dumps(found, indent=2))
         else:
-            click.echo(server_config(app_names, chosen, prefix), nl=False)
+            click.echo(server_config(app_names, chosen, prefix, partitions), nl=False)

@@ -6,6 +6,8 @@ them all (:meth:`jsworker.App.stream_specs`)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError
@@ -17,10 +19,24 @@ if TYPE_CHECKING:
     from .view import AppView
 
 
-def job_stream_spec(app: AppView, schedules: bool = True) -> StreamSpec:
-    """The job stream, which producers write: it honours no header by which a publisher could
-    remove or repeat a message (no rollups, schedules or per-message TTLs). ``schedules``: the
+def job_stream_specs(app: AppView, schedules: bool = True) -> list[StreamSpec]:
+    """The job streams, which producers write: they honour no header by which a publisher could
+    remove or repeat a message (no rollups, schedules or per-message TTLs). The first holds
+    partition 0 and what waits to become a job (delayed jobs, workflows, fair queues' intakes);
+    each other partition has a stream of its own, with a leader of its own. ``schedules``: the
     server has message schedules and atomic batches (2.12 and later)."""
+    first = _first_job_stream(app, schedules)
+    ns = app.namespace
+    # The others' jobs come as single publishes: from producers, the fired-jobs move, replays.
+    return [first] + [
+        dataclasses.replace(
+            first, name=ns.partition_stream(k), subjects=(ns.partition_subjects(k),), atomic=False
+        )
+        for k in range(1, app.partition_count)
+    ]
+
+
+def _first_job_stream(app: AppView, schedules: bool) -> StreamSpec:
     ns = app.namespace
     # Workflows keep their definitions and states beside their jobs: a step and the state
     # write that records it are stored in one atomic batch (servers with schedules have those).
@@ -163,21 +179,27 @@ def sinks_spec(app: AppView) -> StreamSpec:
     )
 
 
-def consumer_spec(app: AppView, queue: str) -> ConsumerSpec:
-    """The durable pull consumer of ``queue``: ``max_ack_pending`` is the queue's
-    ``max_running`` when it declares one, else the app's ``max_ack_pending``."""
+def consumer_spec(app: AppView, queue: str, partition: int = 0) -> ConsumerSpec:
+    """The durable pull consumer of ``queue`` on the stream of ``partition``, named as the queue:
+    ``max_ack_pending`` is the queue's ``max_running`` when it declares one (a queue of one
+    partition), else the app's ``max_ack_pending``."""
     if queue.startswith("_jsw"):
         raise ConfigurationError(f"invalid queue name {queue!r}: names starting '_jsw' are jsworker's own")
     declared = app.queue_options.get(queue)
     return ConsumerSpec(
-        stream=app.namespace.stream,
+        stream=app.namespace.partition_stream(partition),
         name=validate_name("queue", queue),
-        filter_subject=app.namespace.queue_filter(queue),
+        filter_subject=app.namespace.queue_filter(queue, partition),
         ack_wait=app.queue_ack_wait(queue),
         max_ack_pending=declared.max_running
         if declared is not None and declared.max_running is not None
         else app.options.max_ack_pending,
     )
+
+
+def queue_consumer_specs(app: AppView, queues: Iterable[str]) -> list[ConsumerSpec]:
+    """The consumers of ``queues``: one on the stream of each partition of each queue."""
+    return [consumer_spec(app, q, k) for q in queues for k in range(app.queue_partitions(q))]
 
 
 def tally_spec(app: AppView) -> StreamSpec:

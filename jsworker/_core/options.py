@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 from .._config import check_seconds, option, option_fields, parse_number, parse_size
 from .._errors import ConfigurationError
 from .._limits.spec import Rate
+from .._wire.names import MAX_PARTITIONS
 from ..jetstream.connection import ConnectOptions
 from .task_options import ExceptionTypes, ExecutorKind, TaskOptions
 
@@ -57,7 +58,15 @@ class AppOptions:
         "micro-batch they committed, so a replayed batch makes no second job.",
     )
     max_ack_pending: int = option(
-        20_000, help="Jobs a queue may have delivered and not yet settled, across all workers."
+        20_000,
+        help="Jobs a queue may have delivered and not yet settled, across all workers (in each "
+        "of its partitions).",
+    )
+    partitions: int = option(
+        1,
+        help="Job streams each queue's jobs are spread over by job id, each with a leader of its "
+        "own: past one stream leader's writes per second (a queue declared with max_running or "
+        "fair keeps one). Producers and workers must agree on it: it belongs in the app's code.",
     )
     publish_timeout: float = option(
         15.0,
@@ -87,6 +96,7 @@ class AppOptions:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigurationError(f"{what} must be an int >= 1, not {value!r}")
             object.__setattr__(self, what, value)
+        check_partitions("partitions", self.partitions)
         for what in ("dlq_max_bytes", "events_max_bytes"):
             object.__setattr__(self, what, parse_size(what, getattr(self, what)))
         object.__setattr__(self, "events", bool(self.events))
@@ -113,6 +123,9 @@ class QueueOptions:
     rate_limit: Rate | None = None
     #: Partitions take turns (see :mod:`jsworker._limits.fair`).
     fair: bool = False
+    #: Job streams the queue's jobs are spread over (None: the app's ``partitions``, or 1 for a
+    #: queue with ``max_running`` or ``fair``, which the server enforces on one consumer).
+    partitions: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_running is not None and (
@@ -123,6 +136,20 @@ class QueueOptions:
             raise ConfigurationError(f"max_running must be an int >= 1 or None, not {self.max_running!r}")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise ConfigurationError(f"priority must be an int, not {self.priority!r}")
+        if self.partitions is not None:
+            check_partitions("partitions", self.partitions)
+            if self.partitions > 1 and (self.fair or self.max_running is not None):
+                # Both are one consumer's doing: max_ack_pending, and the fair mover's turns.
+                raise ConfigurationError(
+                    f"a queue with {'fair turns' if self.fair else 'max_running'} has one partition, "
+                    f"not {self.partitions}: the server enforces it on one stream's consumer"
+                )
+
+
+def check_partitions(what: str, value: object) -> None:
+    """Raise unless ``value`` is a partition count: an int from 1 to :data:`MAX_PARTITIONS`."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_PARTITIONS:
+        raise ConfigurationError(f"{what} must be an int from 1 to {MAX_PARTITIONS}, not {value!r}")
 
 
 class AppArguments(TypedDict, total=False):
@@ -153,6 +180,7 @@ class AppArguments(TypedDict, total=False):
     final_states: bool
     spark_sinks: bool
     max_ack_pending: int
+    partitions: int
     publish_timeout: float
     validate_arguments: bool
     workflows: bool

@@ -82,14 +82,17 @@ class Grant:
     subscribe: bool = False
 
 
-def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
-    """Every allow entry of every role of app ``app``, in the order they are printed."""
+def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> list[Grant]:
+    """Every allow entry of every role of app ``app`` whose queues have at most ``partitions``
+    partitions, in the order they are printed."""
     ns = Namespace(app)
     prefix = inbox_prefix or ns.inbox_prefix
-    jobs, kv, claims, sched = ns.stream, ns.jobs_stream, ns.claims_stream, ns.schedules_stream
+    kv, claims, sched = ns.jobs_stream, ns.claims_stream, ns.schedules_stream
     dlq, events, registry, sinks = ns.dlq_stream, ns.events_stream, ns.workers_stream, ns.sinks_stream
+    # Every job stream is granted alike: a partition's is its queues' jobs, as the first one's.
+    job_streams = [ns.partition_stream(k) for k in range(partitions)]
     streams = (
-        jobs, sched, ns.dlq_stream, ns.events_stream, claims, kv, registry, ns.tally_stream,
+        *job_streams, sched, ns.dlq_stream, ns.events_stream, claims, kv, registry, ns.tally_stream,
         ns.rates_stream, ns.leases_stream, sinks,
     )  # fmt: skip
     kept = (dlq, events)
@@ -100,11 +103,14 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             for role in ROLES
         ),
         # -- what every role does --------------------------------------------------------
-        Grant(
-            ns.job_subjects,
-            "enqueue jobs (workers from tasks; operators and dashboards replaying dead letters, running a "
-            "retrying job now, triggering a schedule)",
-            _EVERY,
+        *(
+            Grant(
+                ns.partition_subjects(k),
+                "enqueue jobs (workers from tasks; operators and dashboards replaying dead letters, running "
+                "a retrying job now, triggering a schedule)",
+                _EVERY,
+            )
+            for k in range(partitions)
         ),
         Grant(
             ns.intake_subjects,
@@ -160,21 +166,35 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         ),
         *(
             Grant(f"{_API}.STREAM.INFO.{s}", "check the streams it shows (figures, health)", _DASHBOARD)
-            for s in (jobs, sched, dlq, events)
+            for s in (*job_streams, sched, dlq, events)
         ),
-        Grant(f"{_API}.CONSUMER.LIST.{jobs}", "list the queues (status, queue gauges)", _LOOKING),
-        Grant(
-            f"{_API}.CONSUMER.INFO.{jobs}.*", "read a queue's consumer (status: queued or running)", _LOOKING
+        *(
+            Grant(f"{_API}.CONSUMER.LIST.{jobs}", "list the queues (status, queue gauges)", _LOOKING)
+            for jobs in job_streams
         ),
-        Grant(
-            f"{_API}.STREAM.MSG.GET.{jobs}",
-            "read waiting jobs and delayed jobs (status, cancel, the oldest job of a queue)",
-            _LOOKING,
+        *(
+            Grant(
+                f"{_API}.CONSUMER.INFO.{jobs}.*",
+                "read a queue's consumer (status: queued or running)",
+                _LOOKING,
+            )
+            for jobs in job_streams
         ),
-        Grant(
-            f"{_API}.STREAM.MSG.DELETE.{jobs}",
-            "delete a cancelled job or delayed job, a retrying job's waiting message once it runs now",
-            _LOOKING,
+        *(
+            Grant(
+                f"{_API}.STREAM.MSG.GET.{jobs}",
+                "read waiting jobs and delayed jobs (status, cancel, the oldest job of a queue)",
+                _LOOKING,
+            )
+            for jobs in job_streams
+        ),
+        *(
+            Grant(
+                f"{_API}.STREAM.MSG.DELETE.{jobs}",
+                "delete a cancelled job or delayed job, a retrying job's waiting message once it runs now",
+                _LOOKING,
+            )
+            for jobs in job_streams
         ),
         Grant(ns.record_subject(), "write job records (results, failures, cancels)", _TRUSTED),
         Grant(ns.claim_subjects, "claim fired jobs and cancelled firings (each firing runs once)", _TRUSTED),
@@ -216,15 +236,26 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
             "its own entry in the worker registry (each process makes up its id)",
             _WORKER,
         ),
-        Grant(f"{_API}.CONSUMER.CREATE.{jobs}.>", "create the queue consumers", _CONSUMING),
-        Grant(
-            f"{_API}.CONSUMER.DURABLE.CREATE.{jobs}.*",
-            "create the queue consumers (older servers)",
-            _CONSUMING,
+        *(
+            Grant(f"{_API}.CONSUMER.CREATE.{jobs}.>", "create the queue consumers", _CONSUMING)
+            for jobs in job_streams
         ),
-        Grant(f"{_API}.CONSUMER.INFO.{jobs}.*", "read a queue's consumer before it changes it", _PROVISIONER),
-        Grant(f"{_API}.CONSUMER.MSG.NEXT.{jobs}.*", "pull jobs", _WORKER),
-        Grant(f"$JS.ACK.{jobs}.>", "acknowledge, retry and end jobs", _WORKER),
+        *(
+            Grant(
+                f"{_API}.CONSUMER.DURABLE.CREATE.{jobs}.*",
+                "create the queue consumers (older servers)",
+                _CONSUMING,
+            )
+            for jobs in job_streams
+        ),
+        *(
+            Grant(
+                f"{_API}.CONSUMER.INFO.{jobs}.*", "read a queue's consumer before it changes it", _PROVISIONER
+            )
+            for jobs in job_streams
+        ),
+        *(Grant(f"{_API}.CONSUMER.MSG.NEXT.{jobs}.*", "pull jobs", _WORKER) for jobs in job_streams),
+        *(Grant(f"$JS.ACK.{jobs}.>", "acknowledge, retry and end jobs", _WORKER) for jobs in job_streams),
         *(
             Grant(subject, "create the consumer that moves fired jobs into their queues", _CONSUMING)
             for subject in (f"{_API}.CONSUMER.CREATE.{sched}.>", f"{_API}.CONSUMER.DURABLE.CREATE.{sched}.*")
@@ -275,12 +306,15 @@ def grants(app: str, inbox_prefix: str | None = None) -> list[Grant]:
         *(Grant(f"$JS.ACK.{s}.>", "read dead letters and events", _OPERATOR) for s in kept),
         Grant(f"{_API}.STREAM.MSG.DELETE.{dlq}", "remove a dead letter", _OPERATING),
         Grant(f"{_API}.STREAM.PURGE.{dlq}", "purge dead letters", _OPERATING),
-        Grant(
-            f"{_API}.CONSUMER.PAUSE.{jobs}.*",
-            "pause and resume a queue (its consumer hands out nothing while paused)",
-            _OPERATING,
+        *(
+            Grant(
+                f"{_API}.CONSUMER.PAUSE.{jobs}.*",
+                "pause and resume a queue (its consumer hands out nothing while paused)",
+                _OPERATING,
+            )
+            for jobs in job_streams
         ),
-        Grant(f"{_API}.STREAM.PURGE.{jobs}", "purge a queue's jobs", _OPERATING),
+        *(Grant(f"{_API}.STREAM.PURGE.{jobs}", "purge a queue's jobs", _OPERATING) for jobs in job_streams),
     ]
 
 
@@ -317,12 +351,13 @@ class Permissions:
         return config
 
 
-def permissions(app: str, role: Role, inbox_prefix: str | None = None) -> Permissions:
+def permissions(app: str, role: Role, inbox_prefix: str | None = None, partitions: int = 1) -> Permissions:
     """The permissions ``role`` needs to use app ``app``; ``inbox_prefix`` is the app's, if it
-    set one (``inbox_prefix=``/``JSWORKER_INBOX_PREFIX``)."""
+    set one (``inbox_prefix=``/``JSWORKER_INBOX_PREFIX``); ``partitions``: the most any of its
+    queues has."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
-    mine = [g for g in grants(app, inbox_prefix) if role in g.roles]
+    mine = [g for g in grants(app, inbox_prefix, partitions) if role in g.roles]
     return Permissions(
         role=role,
         publish=_unique(g.subject for g in mine if not g.subscribe),
@@ -356,7 +391,9 @@ def role_table(inbox_prefix: str | None = None) -> str:
     return "\n".join(rows) + "\n"
 
 
-def server_config(apps: Sequence[str], roles: Sequence[Role] = ROLES, inbox_prefix: str | None = None) -> str:
+def server_config(
+    apps: Sequence[str], roles: Sequence[Role] = ROLES, inbox_prefix: str | None = None, partitions: int = 1
+) -> str:
     """An ``authorization`` block for a NATS server configuration: for each app, one user per
     role named ``<app>-<role>``, whose password the server reads from the environment variable
     ``<APP>_<ROLE>_PASSWORD`` (so no secret is written in the file)."""
@@ -364,7 +401,7 @@ def server_config(apps: Sequence[str], roles: Sequence[Role] = ROLES, inbox_pref
     for app in apps:
         name = Namespace(app).app
         for role in roles:
-            perms = permissions(app, role, inbox_prefix)
+            perms = permissions(app, role, inbox_prefix, partitions)
             variable = f"{name.upper().replace('-', '_')}_{role.upper()}_PASSWORD"
             lines.append(f'    {{user: "{name}-{role}", password: ${variable},')
             lines.append(f"     permissions: {json.dumps(perms.as_config())}}}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .._registry.entries import REGISTRY_SINCE, workers_bucket_spec
 from ..jetstream.connection import Connection
 from ..jetstream.topology import Change, ReplicasDiffer, apply_consumer, apply_stream
-from .layout import consumer_spec, relay_specs
+from .layout import queue_consumer_specs, relay_specs
 from .view import AppView
 
 
@@ -51,7 +51,7 @@ async def provision_app(
     for spec in specs:
         change, differ = await apply_stream(conn, spec)
         done.append(Provisioned("stream", spec.name, change, differ))
-    consumers = [consumer_spec(app, queue) for queue in (queues if queues is not None else app.queues)]
+    consumers = queue_consumer_specs(app, queues if queues is not None else app.queues)
     consumers += relay_specs(app, conn.server_version)  # the moves of delayed and fired jobs
     consumers += app.final_state_specs(conn.server_version)
     for consumer in consumers:

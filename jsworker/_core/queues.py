@@ -11,6 +11,7 @@ of the worker registry: a throwaway consumer and its messages, one a worker.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -117,12 +118,13 @@ async def queue_status(
         finally:
             await own.close()
     ns = app.namespace
-    dlq, consumers, enqueued, scheduled, serving = await asyncio.gather(
+    partitions = range(app.partition_count)
+    dlq, enqueued, scheduled, serving, consumers = await asyncio.gather(
         stream_facts(conn, ns.dlq_stream, ns.dlq_subjects),
-        consumer_facts(conn, ns.stream),
         stream_facts(conn, ns.stream, ns.later_filter()),
         stream_facts(conn, ns.schedules_stream, ns.delayed_filter()),
         _workers_per_queue(app, conn, workers),
+        asyncio.gather(*(consumer_facts(conn, ns.partition_stream(k)) for k in partitions)),
     )
     delayed: dict[str, int] = {}
     next_due: dict[str, int] = {}
@@ -142,26 +144,27 @@ async def queue_status(
         next_due[queue] = min(due, next_due.get(queue, due))
     dead = _per_queue(dlq, ns.parse_dlq_subject)
     # A consumer with another filter is not a jsworker queue (someone's own inspector, say).
-    by_queue: dict[str, ConsumerFacts] = {
-        c.name: c for c in consumers if c.filter_subject == ns.queue_filter(c.name)
-    }
+    by_partition: list[dict[str, ConsumerFacts]] = [
+        {c.name: c for c in found if c.filter_subject == ns.queue_filter(c.name, k)}
+        for k, found in enumerate(consumers)
+    ]
+    by_queue = {q: _combined([p[q] for p in by_partition if q in p]) for p0 in by_partition for q in p0}
     unserved = [q for q in app.queues if q not in by_queue]
     stored: dict[str, int] = {}
-    for facts in await asyncio.gather(*(stream_facts(conn, ns.stream, ns.queue_filter(q)) for q in unserved)):
+    counted = await asyncio.gather(
+        *(
+            stream_facts(conn, ns.partition_stream(k), ns.queue_filter(q, k))
+            for q in unserved
+            for k in partitions
+        )
+    )
+    for facts in counted:
         for queue, count in _per_queue(facts, ns.parse_job_subject).items():
             stored[queue] = stored.get(queue, 0) + count
     queues = sorted(set(app.queues) | set(by_queue) | set(dead) | set(delayed) | set(serving or ()))
 
-    starts: dict[str, tuple[str, int]] = {}
-    for queue in queues:
-        consumer = by_queue.get(queue)
-        if consumer is not None and consumer.num_pending > 0:
-            # Jobs past the consumer's delivered sequence are exactly the ones it has not
-            # handed out; on a work-queue stream everything before is done or in flight.
-            starts[queue] = (ns.queue_filter(queue), consumer.delivered_stream_seq + 1)
-        elif consumer is None and stored.get(queue, 0) > 0:
-            starts[queue] = (ns.queue_filter(queue), enqueued.first_seq)
-    oldest = await first_stored_times(conn, ns.stream, starts)
+    unread = [q for q in queues if q not in by_queue and stored.get(q, 0) > 0]
+    oldest = await _oldest_pending(app, conn, by_partition, unread, enqueued.first_seq)
     # The server's clock when it answered: ages do not depend on this machine's clock.
     now = enqueued.server_time or time.time()
 
@@ -199,6 +202,53 @@ async def queue_status(
             )
         )
     return result
+
+
+async def _oldest_pending(
+    app: AppView, conn: Connection, consumers: list[dict[str, ConsumerFacts]], unserved: list[str], first: int
+) -> dict[str, float]:
+    """When the oldest job of each queue that no worker has received yet was stored: the
+    oldest of its partitions'. ``consumers``: each partition's queue consumers; ``unserved``:
+    queues with jobs and no consumer; ``first``: partition 0's first sequence."""
+    ns = app.namespace
+    starts: list[dict[str, tuple[str, int]]] = []
+    for k, by_queue in enumerate(consumers):
+        # Jobs past a consumer's delivered sequence are exactly the ones it has not handed
+        # out; on a work-queue stream everything before is done or in flight.
+        starts.append(
+            {
+                q: (ns.queue_filter(q, k), c.delivered_stream_seq + 1)
+                for q, c in by_queue.items()
+                if c.num_pending
+            }
+        )
+        starts[k].update({q: (ns.queue_filter(q, k), first if k == 0 else 1) for q in unserved})
+    oldest: dict[str, float] = {}
+    found = await asyncio.gather(
+        *(first_stored_times(conn, ns.partition_stream(k), s) for k, s in enumerate(starts))
+    )
+    for firsts in found:
+        for queue, stored_at in firsts.items():
+            if stored_at is not None:
+                oldest[queue] = min(stored_at, oldest.get(queue, stored_at))
+    return oldest
+
+
+def _combined(parts: list[ConsumerFacts]) -> ConsumerFacts:
+    """A queue's consumers on the streams of its partitions, counted as one: the first one's
+    settings, everyone's counts."""
+    if len(parts) == 1:
+        return parts[0]
+    return dataclasses.replace(
+        parts[0],
+        num_pending=sum(p.num_pending for p in parts),
+        num_ack_pending=sum(p.num_ack_pending for p in parts),
+        num_redelivered=sum(p.num_redelivered for p in parts),
+        num_waiting=sum(p.num_waiting for p in parts),
+        delivered_consumer_seq=sum(p.delivered_consumer_seq for p in parts),
+        # Paused as a whole only: a pause that reached some partitions still hands out others'.
+        paused=all(p.paused for p in parts),
+    )
 
 
 async def _workers_per_queue(app: AppView, conn: Connection, wanted: bool) -> Counter[str] | None:

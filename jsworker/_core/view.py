@@ -112,6 +112,19 @@ class AppView(Protocol):
         """The priority of ``queue``."""
         ...
 
+    def queue_partitions(self, queue: str) -> int:
+        """How many job streams the jobs of ``queue`` are spread over."""
+        ...
+
+    @property
+    def partition_count(self) -> int:
+        """The app's job streams."""
+        ...
+
+    def job_partition(self, queue: str, job_id: str) -> int:
+        """The partition job ``job_id`` of ``queue`` is stored in."""
+        ...
+
     def stream_specs(self, server_version: tuple[int, ...]) -> list[StreamSpec]:
         """Every stream of the app on a server of ``server_version``."""
         ...

@@ -307,7 +307,8 @@ class DeadLetters(OperatorSession[AppView]):
                 # Letters from before Jsw-Original-Subject existed, or with a hostile one.
                 where = validate_name("queue", letter.queue), task_token(letter.task)
             # The job id becomes the subject's last token, so the replayed job can be found by it.
-            subject = ns.job_subject(*where, check_job_id(letter.job_id))
+            job_id = check_job_id(letter.job_id)
+            subject = ns.job_subject(*where, job_id, self.app.job_partition(where[0], job_id))
         except ConfigurationError as exc:
             raise DeadLetterNotReplayable(f"{why}: it names no job subject") from exc
         headers = {k: v for k, v in letter.headers.items() if k.lower() not in _LETTER_ONLY}

@@ -97,8 +97,10 @@ class Producer:
 
     # -- sending --------------------------------------------------------------------------
 
-    def message(self, task: Task[Any, Any], call: Call) -> OutMessage:
-        """The message that carries ``call`` of ``task`` (for a delayed job, its schedule)."""
+    def message(self, task: Task[Any, Any], call: Call, *, spread: bool = True) -> OutMessage:
+        """The message that carries ``call`` of ``task`` (for a delayed job, its schedule).
+        Without ``spread``, the job goes to partition 0 whatever its queue's partitions: a
+        workflow's step, stored in one batch with its workflow's state there."""
         app = self._app
         headers = {
             MSG_ID: call.job_id,
@@ -126,7 +128,8 @@ class Producer:
             # runs, past the dedup window too. The dedup key stays, so a retry of this very
             # publish after a lost answer is recognised (see Publisher.publish).
             headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
-        subject = app.namespace.job_subject(queue, task.name, call.job_id)
+        partition = app.job_partition(queue, call.job_id) if spread else 0
+        subject = app.namespace.job_subject(queue, task.name, call.job_id, partition)
         declared = app.queue_options.get(queue)
         if declared is not None and declared.fair and call.due is None:
             subject = self._intake(task, call, queue, headers)

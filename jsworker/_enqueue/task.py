@@ -47,8 +47,9 @@ class Sender(Protocol):
         """Store many jobs; their receipts, in order."""
         ...
 
-    def message(self, task: Task[Any, Any], call: Call) -> OutMessage:
-        """The message that carries ``call`` of ``task``, not sent."""
+    def message(self, task: Task[Any, Any], call: Call, *, spread: bool = True) -> OutMessage:
+        """The message that carries ``call`` of ``task``, not sent (in partition 0 without
+        ``spread``)."""
         ...
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from .._observability.metrics import UNKNOWN
 from .._scheduling.declare import DELAYED_SINCE
 from .._scheduling.delayed import cancel_delayed
+from .._wire.names import place_token
 from ..events._emit import EventEmitter
 from ..jetstream.connection import Connection
 from ..jetstream.inspect import delivered_seq
@@ -34,7 +35,7 @@ from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.service import gather
 from ..jetstream.stored import SubjectMoved
 from .bucket import RECORDS_SINCE, Records
-from .lookup import intake_message
+from .lookup import current_message, intake_message
 from .state import JobRecord, JobState
 
 if TYPE_CHECKING:
@@ -64,19 +65,20 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
         if conn.server_version >= RECORDS_SINCE:
             await _record(app, records, job_id, *scheduled, 0)
         return True
-    jobs = LimitsStream(conn, ns.stream)
-    message = await jobs.next(ns.job_filter(job_id))
+    message = await current_message(app, conn, job_id)
     if message is None and app.fair_queues:
         waiting = await intake_message(app, conn, job_id)
-        if waiting is not None and await jobs.delete(waiting.seq):
+        if waiting is not None and await LimitsStream(conn, ns.stream).delete(waiting.seq):
             queue, task = ns.parse_intake_subject(waiting.subject) or ("", "")
             return await _cancelled(app, conn, records, job_id, queue, task, waiting.seq)
         # Moved into its queue since it was looked for (a move stores its copy and rolls the
         # job up at once): it is cancelled there.
-        message = await jobs.next(ns.job_filter(job_id))
+        message = await current_message(app, conn, job_id)
     if message is None:
         return False
     queue, task = ns.parse_job_subject(message.subject) or ("", "")
+    partition = ns.partition_in(message.subject)
+    jobs = LimitsStream(conn, ns.partition_stream(partition))
     found = await records.read(job_id) if conn.server_version >= RECORDS_SINCE else None
     if found is not None and found[1].state.finished and found[1].seq == message.seq:
         return False
@@ -90,10 +92,9 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
         and record.state.resting
         and (record.next_attempt_at or 0.0) > time.time() + _HOLDER_WAIT
     )
-    if not resting and await delivered_seq(conn, ns.stream, queue) >= message.seq:
-        answers = await gather(
-            conn, ns.halt_subject(job_id), str(message.seq).encode(), wait=_HOLDER_WAIT, linger=_HOLDER_LINGER
-        )
+    if not resting and await delivered_seq(conn, jobs.stream, queue) >= message.seq:
+        place = place_token(message.seq, partition).encode()
+        answers = await gather(conn, ns.halt_subject(job_id), place, wait=_HOLDER_WAIT, linger=_HOLDER_LINGER)
         if FINISHED in answers:
             return False
     last = found[0] if found is not None else 0

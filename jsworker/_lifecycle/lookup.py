@@ -23,6 +23,7 @@ unknown    none of these: never enqueued, or finished and not recorded (a first-
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .._wire.headers import MOVED, TASK
+from .._wire.names import partition_of, place_token
 from ..jetstream.connection import Connection
 from ..jetstream.inspect import delivered_seq as delivered_seq
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
@@ -132,9 +134,22 @@ async def intake_message(app: AppView, conn: Connection, job_id: str) -> StoredM
     return None if last is None or MOVED in last.headers else waiting
 
 
+def job_partitions(app: AppView, job_id: str) -> list[int]:
+    """The partitions job ``job_id`` may be in, likeliest first: where its id puts it in a
+    queue of each partition count the app has, then 0 (where a workflow's steps stay)."""
+    counts = {app.options.partitions, *map(app.queue_partitions, app.queue_options)}
+    return list(dict.fromkeys([*sorted(partition_of(job_id, n) for n in counts if n > 1), 0]))
+
+
 async def current_message(app: AppView, conn: Connection, job_id: str) -> StoredMessage | None:
-    """The message of ``job_id`` while it waits or runs, None once it has left the stream."""
-    return await LimitsStream(conn, app.namespace.stream).next(app.namespace.job_filter(job_id))
+    """The message of ``job_id`` while it waits or runs (in the stream of its partition, whose
+    sequence it has), None once it has left."""
+    ns = app.namespace
+    places = job_partitions(app, job_id)
+    found = await asyncio.gather(
+        *(LimitsStream(conn, ns.partition_stream(k)).next(ns.job_filter(job_id, k)) for k in places)
+    )
+    return next((message for message in found if message is not None), None)
 
 
 async def _in_stream(
@@ -151,14 +166,16 @@ async def _in_stream(
     retrying = record is not None and record.state.resting and record.seq == message.seq
     if record is not None and retrying and (record.next_attempt_at or 0.0) > time.time():
         return record.status(job_id)
-    delivered = await delivered_seq(conn, ns.stream, queue)
+    partition = ns.partition_in(message.subject)
+    delivered = await delivered_seq(conn, ns.partition_stream(partition), queue)
     attempts = record.attempts if record is not None and record.seq == message.seq else None
     if message.seq > delivered or not ask_holder:
         state = JobState.QUEUED if message.seq > delivered else JobState.RUNNING
         return JobStatus(job_id, state, queue=queue, task=task, attempts=attempts, seq=message.seq)
     # Handed out: the worker holding it says who it is, whether and when it started it and
     # which attempt this is.
-    held = await gather(conn, ns.held_subject(job_id), str(message.seq).encode(), wait=_HELD_WAIT, linger=0.0)
+    place = place_token(message.seq, partition).encode()
+    held = await gather(conn, ns.held_subject(job_id), place, wait=_HELD_WAIT, linger=0.0)
     holder = holder_said(held)
     state, reason = holder_state(holder)
     worker = holder.get("worker")

@@ -75,7 +75,14 @@ class JobRun:
     #: Resolved once a kept result is stored and the job acked, for steps that must come
     #: after the ack (``on_settled`` middleware); None when nothing waits for it.
     acked: asyncio.Future[None] | None = None
+    #: The job stream partition it was delivered from (see :meth:`Namespace.partition_stream`).
+    stream_partition: int = 0
     _context: JobContext | None = None
+
+    @property
+    def place(self) -> tuple[int, int]:
+        """Its message's place on the server: (partition, stream sequence)."""
+        return self.stream_partition, self.delivery.stream_seq
 
     @property
     def attempt(self) -> int:
@@ -148,8 +155,9 @@ class JobRun:
         self.progress = (fraction, message)
 
 
-def as_job_run(app: App, queue: str, delivery: Delivery) -> JobRun:
-    """Who a delivery is, even when its headers are missing or hostile."""
+def as_job_run(app: App, queue: str, delivery: Delivery, partition: int = 0) -> JobRun:
+    """Who a delivery of ``queue``'s ``partition`` is, even when its headers are missing or
+    hostile."""
     headers = delivery.headers
     # A replayed dead letter carries a fresh dedup key but keeps its job id in Jsw-Job-Id.
     job_id = headers.get(JOB_ID) or headers.get(MSG_ID) or f"seq-{delivery.stream_seq}"
@@ -165,8 +173,10 @@ def as_job_run(app: App, queue: str, delivery: Delivery) -> JobRun:
         # firing keeps the tick's own id, which makes it run once).
         keyed = delivery.subject.rsplit(".", 1)[-1] if delivery.subject.count(".") == 5 else None
         run_id = keyed if keyed is not None and fired.kind == "periodic" else fired.job_id
-        return JobRun(delivery, run_id, name, queue, app.tasks.get(name), fired=fired)
-    return JobRun(delivery, job_id, name, queue, app.tasks.get(name))
+        return JobRun(
+            delivery, run_id, name, queue, app.tasks.get(name), fired=fired, stream_partition=partition
+        )
+    return JobRun(delivery, job_id, name, queue, app.tasks.get(name), stream_partition=partition)
 
 
 class Executor:

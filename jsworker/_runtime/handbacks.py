@@ -67,7 +67,8 @@ class HandBackCounts:
             await delivery.nak()
 
     async def _count_one(self, delivery: Delivery) -> None:
-        subject = self._namespace.handback_subject(delivery.stream_seq)
+        ns = self._namespace
+        subject = ns.handback_subject(delivery.stream_seq, ns.partition_in(delivery.subject))
         for _ in range(_ROUNDS):
             found = await self._claims.last(subject)
             body = b"%d" % (_count(found) + 1)
@@ -83,7 +84,8 @@ class HandBackCounts:
         (0 when that cannot be read)."""
         if self._enabled and job.attempt > 1:
             try:
-                found = await self._claims.last(self._namespace.handback_subject(job.delivery.stream_seq))
+                subject = self._namespace.handback_subject(job.delivery.stream_seq, job.stream_partition)
+                found = await self._claims.last(subject)
             except JsworkerError as exc:
                 log.warning("job.handbacks_unread", error=str(exc), **job.log_fields())
                 return 0

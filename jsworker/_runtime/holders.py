@@ -31,7 +31,7 @@ from collections.abc import Callable, Container, Iterable
 
 from .._errors import JsworkerError
 from .._observability.logging import get_logger
-from .._wire.names import Namespace
+from .._wire.names import Namespace, place_token
 from ..jetstream.connection import Connection
 from ..jetstream.delivery import Delivery
 from ..jetstream.limits_stream import LimitsStream
@@ -48,9 +48,10 @@ _WAIT = 1.0
 _LINGER = 0.5
 
 
-def earliest_held(seq: int, deliveries: Iterable[Delivery]) -> int | None:
-    """The lowest delivery count among ``deliveries`` of the message at ``seq``."""
-    return min((d.attempt for d in deliveries if d.stream_seq == seq), default=None)
+def earliest_held(subject: str, seq: int, deliveries: Iterable[Delivery]) -> int | None:
+    """The lowest delivery count among ``deliveries`` of the message at ``seq`` on ``subject``
+    (a job's subject is its stream's, whose sequence it is)."""
+    return min((d.attempt for d in deliveries if d.stream_seq == seq and d.subject == subject), default=None)
 
 
 def attempts_said(answers: Iterable[bytes]) -> tuple[list[int], bool]:
@@ -78,11 +79,10 @@ class EarlierDeliveries:
         conn: Connection,
         namespace: Namespace,
         holding: Callable[[], Iterable[Delivery]],
-        finished: Container[int],
+        finished: Container[tuple[int, int]],
     ):
         self._conn = conn
         self._namespace = namespace
-        self._jobs = LimitsStream(conn, namespace.stream)
         #: The deliveries this worker holds, and the stream sequences it settled for good.
         self._holding = holding
         self._finished = finished
@@ -91,18 +91,21 @@ class EarlierDeliveries:
         """The outcome that leaves ``job``'s delivery to an earlier one of its message (it
         is settled, or a live worker holds it), or None when neither is known."""
         seq, attempt = job.delivery.stream_seq, job.delivery.attempt
-        if seq in self._finished:
+        if job.place in self._finished:
             # Its acknowledgement may not have reached the server yet: known here first.
             return _left(attempt, "this worker settled its message")
         try:
-            if await self._jobs.get(seq) is None:
+            stream = self._namespace.partition_stream(job.stream_partition)
+            if await LimitsStream(self._conn, stream).get(seq) is None:
                 return _left(attempt, "its message was settled by an earlier delivery")
         except JsworkerError as exc:
             log.warning("job.message_unread", error=str(exc), **job.log_fields())
-        earlier = earliest_held(seq, (d for d in self._holding() if d.attempt < attempt))
+        earlier = earliest_held(
+            job.delivery.subject, seq, (d for d in self._holding() if d.attempt < attempt)
+        )
         if earlier is None:
-            subject = self._namespace.held_subject(job.job_id)
-            answers = await gather(self._conn, subject, str(seq).encode(), wait=_WAIT, linger=_LINGER)
+            subject, place = self._namespace.held_subject(job.job_id), place_token(seq, job.stream_partition)
+            answers = await gather(self._conn, subject, place.encode(), wait=_WAIT, linger=_LINGER)
             attempts, settled = attempts_said(answers)
             if settled:
                 # Run to its end by a live worker whose acknowledgement the server lost (a

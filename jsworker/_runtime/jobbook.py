@@ -32,6 +32,7 @@ from .._lifecycle.bucket import BATCHED_SINCE, RECORDS_SINCE, Records, record_me
 from .._lifecycle.cancel import DROPPED, FINISHED, STOPPED
 from .._lifecycle.state import JobError, JobRecord, JobState, SuccessRecords
 from .._observability.logging import get_logger
+from .._wire.names import parse_place
 from ..jetstream.acked import AckedPublisher
 from ..jetstream.connection import Connection
 from ..jetstream.delivery import Delivery
@@ -82,12 +83,12 @@ class JobBook:
         self.app = app
         self.conn = conn
         self._buffered = buffered
-        self._jobs = LimitsStream(conn, app.namespace.stream)
         self._reader = Records(conn, app.namespace)
         self._halts: Serving | None = None
         self._helds: Serving | None = None
-        #: Stream sequences of jobs settled for good (acknowledged or ended), newest last.
-        self.finished: deque[int] = deque(maxlen=_REMEMBERED_FINISHED)
+        #: Places (partition, stream sequence) of jobs settled for good (acknowledged or
+        #: ended), newest last.
+        self.finished: deque[tuple[int, int]] = deque(maxlen=_REMEMBERED_FINISHED)
         #: Jobs in a slot that wait for a limit (a rate, a partition's lease), with the reason
         #: a status gives: such a job is queued, not running (see :mod:`.limited`).
         self.held_back: dict[JobRun, str] = {}
@@ -121,18 +122,21 @@ class JobBook:
             await self._writer.start()
 
     async def _on_halt(self, subject: str, body: bytes) -> bytes | None:
-        job_id = subject.rsplit(".", 1)[-1]
-        if not body.isdigit():
+        job_id, place = subject.rsplit(".", 1)[-1], parse_place(body.decode(errors="replace"))
+        if place is None:
             return None
-        seq = int(body)
+        partition, seq = place
         try:
-            if await self._jobs.get(seq) is not None:
+            if (
+                await LimitsStream(self.conn, self.app.namespace.partition_stream(partition)).get(seq)
+                is not None
+            ):
                 return None  # the server still holds the job: no cancel took it
         except JsworkerError as exc:
             log.warning("job.cancel_unconfirmed", job_id=job_id, error=str(exc))
             return None
         for job, task in list(self._running.items()):
-            if job.job_id == job_id and job.delivery.stream_seq == seq:
+            if job.job_id == job_id and job.place == place:
                 if not job.cancel_requested:
                     job.cancel_requested = True
                     log.info("job.cancel_requested", **job.log_fields())
@@ -140,9 +144,9 @@ class JobBook:
                     # coroutine awaiting it is cancelled like an async task's.
                     task.cancel()
                 return STOPPED
-        if seq in self.finished:
+        if place in self.finished:
             return FINISHED
-        if any(d.stream_seq == seq for d in self._buffered()):
+        if any(self._placed(d) == place for d in self._buffered()):
             self.cancelled[job_id, seq] = None
             while len(self.cancelled) > _REMEMBERED_CANCELS:
                 self.cancelled.popitem(last=False)
@@ -152,21 +156,27 @@ class JobBook:
     async def _on_held(self, subject: str, body: bytes) -> bytes | None:
         # Who holds the job at this sequence, for its status: read from memory, nothing is
         # written per job for it. A job still in the buffer has no start time yet.
-        job_id, seq = subject.rsplit(".", 1)[-1], body.decode(errors="replace")
+        job_id, place = subject.rsplit(".", 1)[-1], parse_place(body.decode(errors="replace"))
+        if place is None:
+            return None
         for job in list(self._running):
-            if job.job_id == job_id and str(job.delivery.stream_seq) == seq:
+            if job.job_id == job_id and job.place == place:
                 waiting = self.held_back.get(job)
                 if waiting is not None:
                     return self._holder(None, job.attempt, waiting=waiting)
                 began = time.time() - (time.monotonic() - job.started) if job.started else None
                 return self._holder(began, job.attempt, job.progress)
         for delivery in self._buffered():
-            if str(delivery.stream_seq) == seq:
+            if self._placed(delivery) == place:
                 return self._holder(None, delivery.attempt)
-        if seq.isdigit() and int(seq) in self.finished:
+        if place in self.finished:
             # Settled here for good, and asked of all the same: its acknowledgement was lost.
             return json.dumps({"worker": self.worker, SETTLED: True}).encode()
         return None
+
+    def _placed(self, delivery: Delivery) -> tuple[int, int]:
+        """The place of a delivery not taken up as a job yet (a buffered one)."""
+        return self.app.namespace.partition_in(delivery.subject), delivery.stream_seq
 
     def _holder(
         self,

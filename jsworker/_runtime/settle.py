@@ -108,7 +108,7 @@ class Settle:
         """The settlement of a success whose ack is sent (or, for a kept result, sent once
         its record is stored)."""
         # For a cancel that deleted the message just before the ack reached the server.
-        self._finished.append(job.delivery.stream_seq)
+        self._finished.append(job.place)
         return Settlement(outcome, _SUCCESS, time.monotonic() - job.started)
 
     async def _settle(self, job: JobRun, outcome: Outcome) -> Settlement:
@@ -162,7 +162,7 @@ class Settle:
             await self._tell(job, outcome, decision)
             await self._book.record(job, outcome, decision, self._wall(job))
         if decision.verb is not Verb.NAK and kind not in _NOT_FINISHED:
-            self._finished.append(job.delivery.stream_seq)
+            self._finished.append(job.place)
         return decision
 
     @staticmethod

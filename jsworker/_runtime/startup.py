@@ -159,17 +159,24 @@ def queue_consumer(
     app: App,
     conn: Connection,
     settings: WorkerSettings,
-    queue: str,
+    pulled: tuple[str, int],
     limited: RateLimiter | None,
     on_event: EventHook,
     handler: Callable[[Delivery], bool] | None,
     limit: int | None,
 ) -> PullConsumer:
-    """The pull loop of ``queue``. A rate-limited queue pulls no more than a window of its
-    limit allows, and its ``handler`` starts a job on arrival only with a start in hand; a
-    fair queue's pull does not grow past ``--max-messages`` (the jobs a worker holds count
-    against its turns' bound). ``limit``: the most jobs it hands out (a worker's job budget)."""
+    """The pull loop of ``pulled``: a queue and one of its partitions. A rate-limited queue
+    pulls no more than a window of its limit allows, and its ``handler`` starts a job on
+    arrival only with a start in hand; a fair queue's pull does not grow past
+    ``--max-messages`` (the jobs a worker holds count against its turns' bound). The
+    partitions of a queue share its bounds. ``limit``: the most jobs it hands out (a worker's
+    job budget)."""
+    queue, partition = pulled
     prefetch, grow_to = settings.prefetch, settings.prefetch_grows_to
+    if (partitions := app.queue_partitions(queue)) > 1:
+        # The worker holds no more of a queue's jobs than with one partition: a share each.
+        prefetch = -(-prefetch // partitions)
+        grow_to = None if grow_to is None else -(-grow_to // partitions)
     if limited is not None:
         # Growing while jobs go fast, as any queue, but never past a window's share.
         burst = limited.rate.burst
@@ -178,7 +185,7 @@ def queue_consumer(
         grow_to = prefetch
     return PullConsumer(
         conn,
-        app.namespace.stream,
+        app.namespace.partition_stream(partition),
         queue,
         max_messages=prefetch,
         grow_to=grow_to,

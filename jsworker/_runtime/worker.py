@@ -75,7 +75,8 @@ class Worker:
         self._grace = self.settings.grace
         self._grace_scope: anyio.CancelScope | None = None
         self._stop_now = False
-        self._consumers: dict[str, PullConsumer] = {}
+        #: The pull loops, by queue and partition.
+        self._consumers: dict[tuple[str, int], PullConsumer] = {}
         self._jobs: dict[JobRun, asyncio.Task[None]] = {}
         self._crash: BaseException | None = None
         self._cancelling = False
@@ -172,7 +173,9 @@ class Worker:
         # runs in a task of its own, outside it (see _spawn).
         async with anyio.create_task_group() as services:
             for queue in self.queues:
-                services.start_soon(self._supervised, self._queue_loop, queue, name=f"jsworker-queue-{queue}")
+                for partition in range(app.queue_partitions(queue)):
+                    name = f"jsworker-queue-{queue}" + (f"-{partition}" if partition else "")
+                    services.start_soon(self._supervised, self._queue_loop, queue, partition, name=name)
             jobs, consumers = self._jobs.keys, self._consumers.values
             interval = min(app.queue_ack_wait(q) for q in self.queues) / 3
             for service, *args in (
@@ -209,32 +212,40 @@ class Worker:
             await self._book.close()
             services.cancel_scope.cancel()
 
-    async def _queue_loop(self, queue: str) -> None:
+    async def _queue_loop(self, queue: str, partition: int) -> None:
         assert self.conn is not None
         limited = self._rates.get(queue)
-        handler = functools.partial(self._start_at_once, queue, limited)
+        handler = functools.partial(self._start_at_once, queue, partition, limited)
         while not self._stop.is_set():
             on_event = PullObserver(queue, self.app.metrics, self.counts)
             # A worker with a job budget pulls no job it could not start before it retires.
             consumer = startup.queue_consumer(
-                self.app, self.conn, self.settings, queue, limited, on_event, handler, self._budget
+                self.app,
+                self.conn,
+                self.settings,
+                (queue, partition),
+                limited,
+                on_event,
+                handler,
+                self._budget,
             )
-            self._consumers[queue] = consumer
+            self._consumers[queue, partition] = consumer
             await consumer.start()
             try:
-                await self._start_jobs(queue, consumer)
+                await self._start_jobs((queue, partition), consumer)
                 return
             except ConsumeError as exc:
-                log.warning("queue.pull_stopped", queue=queue, error=str(exc))
+                log.warning("queue.pull_stopped", queue=queue, partition=partition, error=str(exc))
                 await consumer.close()
                 await asyncio.sleep(1.0)
                 # The usual cause is a deleted consumer: put it back and pull again.
                 with contextlib.suppress(JsworkerError):
                     await self.app.provision(self.conn, [queue])
 
-    async def _start_jobs(self, queue: str, consumer: PullConsumer) -> None:
-        """Start each job ``consumer`` hands out, as slots free up, until it has no more
-        (drained, or finished and its buffer emptied)."""
+    async def _start_jobs(self, pulled: tuple[str, int], consumer: PullConsumer) -> None:
+        """Start each job ``consumer`` (of ``pulled``: a queue and partition) hands out, as
+        slots free up, until it has no more (drained, or finished and its buffer emptied)."""
+        queue, partition = pulled
         priority = self.app.queue_priority(queue)
         limited = self._rates.get(queue)
         while await consumer.wait():
@@ -252,9 +263,11 @@ class Worker:
             if delivery is None:  # drained while we waited for the slot
                 self._limiter.release()
                 continue
-            self._spawn(as_job_run(self.app, queue, delivery))
+            self._spawn(as_job_run(self.app, queue, delivery, partition))
 
-    def _start_at_once(self, queue: str, limited: RateLimiter | None, delivery: Delivery) -> bool:
+    def _start_at_once(
+        self, queue: str, partition: int, limited: RateLimiter | None, delivery: Delivery
+    ) -> bool:
         # A job that arrives while a slot is free (and, under a rate limit, a start counted
         # already) starts right away; the pull loop below handles those that had to wait in
         # the buffer. Worth its second route (bench/README.md, "Hot-path choices"); both
@@ -264,7 +277,7 @@ class Worker:
         if limited is not None and not limited.in_hand():
             self._limiter.release()
             return False
-        self._spawn(as_job_run(self.app, queue, delivery))
+        self._spawn(as_job_run(self.app, queue, delivery, partition))
         return True
 
     def _holding(self) -> Iterator[Delivery]:
@@ -353,9 +366,9 @@ class Worker:
         # wait for a slot; the pull loops take from them too, as usual.
         for consumer in list(self._consumers.values()):
             await consumer.finish()
-        for queue, consumer in list(self._consumers.items()):
+        for pulled, consumer in list(self._consumers.items()):
             with contextlib.suppress(ConsumeError):  # a loop that had stopped has nothing left
-                await self._start_jobs(queue, consumer)
+                await self._start_jobs(pulled, consumer)
 
     async def _finish_jobs(self) -> None:
         log.info("worker.stopping", in_flight=self.in_flight, grace=self._grace)

@@ -93,7 +93,10 @@ class Schedules(OperatorSession[SchedulingApp]):
             headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
         else:
             job_id = headers[MSG_ID] = f"{name}-manual-{new_job_id()[:12]}"
-        msg = OutMessage(self.app.namespace.job_subject(state.queue, state.task, job_id), state.body, headers)
+        partition = self.app.job_partition(state.queue, job_id)
+        msg = OutMessage(
+            self.app.namespace.job_subject(state.queue, state.task, job_id, partition), state.body, headers
+        )
         try:
             stored = await Publisher(conn, retry_for=self.app.options.publish_timeout).publish(msg)
         except SubjectTaken:

@@ -164,6 +164,7 @@ class FiredJobsMove:
             headers[FIRED_BY] = delivery.headers.get(SCHEDULER, "")
             headers[FIRED_NEXT] = delivery.headers.get(SCHEDULE_NEXT, "")
             found = firing(headers)
+            subject = _spread(self.app, subject, found)
             # Without an identity it is claimed by nobody: the worker that takes it refuses it.
             holder = f"{delivery.stream_seq}.{self._nonce}" if found is not None else ""
             prepared.append(_Fired(i, subject, headers, found, holder))
@@ -223,6 +224,16 @@ class _Fired:
     headers: dict[str, str]
     found: Firing | None
     holder: str
+
+
+def _spread(app: AppView, subject: str, found: Firing | None) -> str:
+    """Job subject ``subject`` (of partition 0) in the partition of its job: by the id it ends
+    in (a delayed job's, a unique tick's key), else by the firing's (a tick's own)."""
+    parsed = app.namespace.parse_job_subject(subject)
+    job_id = subject.rsplit(".", 1)[1] if subject.count(".") == 5 else found.job_id if found else None
+    if parsed is None or job_id is None:
+        return subject
+    return app.namespace.to_partition(subject, app.job_partition(parsed[0], job_id))
 
 
 def _moved_on(answer: Stored | RefusedError | None) -> bool:

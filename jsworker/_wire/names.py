@@ -16,6 +16,11 @@ for a delayed job, ``jsw.<app>.sched.repeat.<name>`` for a periodic schedule, ea
 job into its queue. ``JSW_<APP>_CLAIMS`` holds ``jsw.<app>.claim.<job>.<due>``: which fired
 message of a delayed job or a tick runs, so that one fired twice still runs once.
 
+A queue with several partitions (``App(partitions=N)``) has its jobs spread over N job
+streams by their ids: partition 0 is the job stream itself, partition ``k`` the stream
+``JSW_<APP>_P<k>`` holding ``jsw.<app>.q<k>.<queue>.<task>.<job>``. Each stream has a leader
+of its own, which a cluster places on a node of its choosing.
+
 Two key-value buckets complete it: ``jsw_<app>_jobs`` (a record a job id: results and
 lifecycle states) and ``jsw_<app>_workers`` (an entry a live worker process: the registry).
 """
@@ -23,6 +28,7 @@ lifecycle states) and ``jsw_<app>_workers`` (an entry a live worker process: the
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,6 +62,18 @@ def validate_name(kind: str, value: str) -> str:
 # one (app "zeta_events") would have a job stream named like another app's ("zeta") events
 # stream: such names are refused.
 RESERVED_SUFFIXES = ("_dlq", "_events", "_claims", "_sched", "_leases", "_rates", "_tally", "_sinks")
+# Likewise the job streams of an app's partitions: ``JSW_<APP>_P<k>``.
+_PARTITION_SUFFIX = re.compile(r"_p[0-9]+", re.IGNORECASE)
+
+#: The most partitions (job streams) one queue may have.
+MAX_PARTITIONS = 64
+
+
+def partition_of(job_id: str, partitions: int) -> int:
+    """The partition, 0 to ``partitions - 1``, that job ``job_id`` of a queue with
+    ``partitions`` lives in: the CRC-32 of its id, so that every process (and any language)
+    finds a job by its id alone."""
+    return zlib.crc32(job_id.encode()) % partitions if partitions > 1 else 0
 
 
 def validate_app_name(value: str) -> str:
@@ -68,6 +86,11 @@ def validate_app_name(value: str) -> str:
                 f"invalid app name {value!r}: it must not end in {suffix!r}, or its job stream "
                 f"JSW_{value.upper()} would be the {suffix[1:]} stream of app {value[: -len(suffix)]!r}"
             )
+    if (match := _PARTITION_SUFFIX.search(value)) is not None and match.end() == len(value):
+        raise ConfigurationError(
+            f"invalid app name {value!r}: it must not end in {match.group()!r}, or its job stream "
+            f"JSW_{value.upper()} would be a partition of app {value[: match.start()]!r}"
+        )
     return value
 
 
@@ -98,6 +121,34 @@ class Namespace:
     def stream(self) -> str:
         """The job stream (WorkQueue retention)."""
         return f"JSW_{self.app.upper()}"
+
+    def partition_stream(self, partition: int) -> str:
+        """The job stream of ``partition``: the job stream itself for partition 0 (which also
+        keeps delayed jobs, workflows and fair queues' intakes), ``JSW_<APP>_P<k>`` for the
+        others (jobs only)."""
+        return self.stream if partition == 0 else f"{self.stream}_P{partition}"
+
+    def partition_subjects(self, partition: int) -> str:
+        """Wildcard covering the job subjects of ``partition`` (:meth:`job_subject`)."""
+        if not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"not a partition: {partition!r}")
+        return f"jsw.{self.app}.{_queued(partition)}.>"
+
+    def partition_in(self, subject: str) -> int:
+        """The partition a job subject (:meth:`job_subject`) belongs to (0 for any other)."""
+        parts = subject.split(".", 3)
+        kind = parts[2] if len(parts) > 2 else ""
+        return int(kind[1:]) if kind[:1] == "q" and kind[1:].isdigit() else 0
+
+    def stream_of(self, subject: str) -> str:
+        """The job stream that stores the job subject ``subject``."""
+        return self.partition_stream(self.partition_in(subject))
+
+    def to_partition(self, subject: str, partition: int) -> str:
+        """Job subject ``subject`` (of any partition) moved into ``partition``."""
+        if self.parse_job_subject(subject) is None:
+            raise ValueError(f"not a job subject of app {self.app}: {subject}")
+        return f"jsw.{self.app}.{_queued(partition)}.{subject.split('.', 3)[3]}"
 
     @property
     def dlq_stream(self) -> str:
@@ -160,7 +211,8 @@ class Namespace:
 
     @property
     def job_subjects(self) -> str:
-        """Wildcard covering every job subject of the app."""
+        """Wildcard covering every job subject of partition 0 (the only one of an app with one;
+        see :meth:`partition_subjects`)."""
         return f"jsw.{self.app}.q.>"
 
     @property
@@ -270,11 +322,11 @@ class Namespace:
         """Subject of the claim on the firing of ``job_id`` due at ``due_ms``."""
         return f"jsw.{self.app}.claim.{job_id}.{due_ms}"
 
-    def handback_subject(self, stream_seq: int) -> str:
+    def handback_subject(self, stream_seq: int, partition: int = 0) -> str:
         """Subject (in the claims stream) counting how often the job at ``stream_seq`` of the
-        job stream was given back unfinished by a stopping worker; a claim's second token is
-        a number, never ``back``."""
-        return f"jsw.{self.app}.claim.{stream_seq}.back"
+        job stream of ``partition`` was given back unfinished by a stopping worker; a claim's
+        third token is a number, never ``back``."""
+        return f"jsw.{self.app}.claim.{stream_seq}.back{partition or ''}"
 
     @property
     def jobs_bucket(self) -> str:
@@ -330,12 +382,13 @@ class Namespace:
         """Subject of a job event (``started``, ``succeeded``, ...) of ``task`` on ``queue``."""
         return f"jsw.{self.app}.ev.{queue}.{task}.{event}"
 
-    def queue_filter(self, queue: str) -> str:
-        """Filter subject of a queue's durable consumer."""
-        return f"jsw.{self.app}.q.{queue}.>"
+    def queue_filter(self, queue: str, partition: int = 0) -> str:
+        """Filter subject of a queue's durable consumer (on the stream of ``partition``)."""
+        return f"jsw.{self.app}.{_queued(partition)}.{queue}.>"
 
-    def job_subject(self, queue: str, task: str, job_id: str | None = None) -> str:
-        """Subject a job of ``task`` on ``queue`` is published to: ``...q.<queue>.<task>.<job id>``.
+    def job_subject(self, queue: str, task: str, job_id: str | None = None, partition: int = 0) -> str:
+        """Subject a job of ``task`` on ``queue`` is published to: ``...q.<queue>.<task>.<job id>``
+        in partition 0, ``...q<k>.<queue>.<task>.<job id>`` in partition ``k``.
 
         The job id as the last token lets the server find a waiting or running job by its id
         (status, cancel) and refuse a second one with the same id (unique jobs) without any
@@ -343,12 +396,12 @@ class Namespace:
         its id is only known when it fires.
         """
         if job_id is None:
-            return f"jsw.{self.app}.q.{queue}.{task}"
-        return f"jsw.{self.app}.q.{queue}.{task}.{job_id}"
+            return f"jsw.{self.app}.{_queued(partition)}.{queue}.{task}"
+        return f"jsw.{self.app}.{_queued(partition)}.{queue}.{task}.{job_id}"
 
-    def job_filter(self, job_id: str) -> str:
-        """Filter matching the job ``job_id`` on any queue, while it waits or runs."""
-        return f"jsw.{self.app}.q.*.*.{job_id}"
+    def job_filter(self, job_id: str, partition: int = 0) -> str:
+        """Filter matching the job ``job_id`` on any queue of ``partition``, while it waits or runs."""
+        return f"jsw.{self.app}.{_queued(partition)}.*.*.{job_id}"
 
     @property
     def intake_subjects(self) -> str:
@@ -393,11 +446,34 @@ class Namespace:
         parts = subject.split(".")
         if not (len(parts) == 5 or (with_id and len(parts) == 6 and parts[5])):
             return None
-        if parts[0] != "jsw" or parts[1] != self.app or parts[2] != kind:
+        if parts[0] != "jsw" or parts[1] != self.app:
+            return None
+        # A job subject's kind is "q" in partition 0, "q<k>" in partition k.
+        if parts[2] != kind and not (kind == "q" and parts[2][:1] == "q" and parts[2][1:].isdigit()):
             return None
         if not parts[3] or not parts[4]:
             return None
         return parts[3], parts[4]
+
+
+def place_token(seq: int, partition: int) -> str:
+    """How processes name a job's message to each other (a cancel telling its holder, a status
+    asking who holds it): its sequence, then its partition after a dot when not 0."""
+    return f"{seq}.{partition}" if partition else str(seq)
+
+
+def parse_place(token: str) -> tuple[int, int] | None:
+    """``(partition, seq)`` of a :func:`place_token`, or None when it is not one."""
+    seq, _, partition = token.partition(".")
+    if not seq.isdigit() or not (partition.isdigit() or partition == ""):
+        return None
+    return int(partition or 0), int(seq)
+
+
+def _queued(partition: int) -> str:
+    # The kind token of a job subject: "q" for partition 0 (the layout of an app with one),
+    # "q<k>" for the others, which no other subject of the app's has as its kind.
+    return "q" if partition == 0 else f"q{partition}"
 
 
 def _kv_stream(bucket: str) -> str:

@@ -55,7 +55,7 @@ from .._lifecycle.lookup import holder_said, holder_state, progress_said
 from .._lifecycle.state import JobRecord, JobState
 from .._registry.entries import REGISTRY_SINCE, live_workers
 from .._wire.headers import MOVED, TASK
-from .._wire.names import validate_name
+from .._wire.names import parse_place, place_token, validate_name
 from ..jetstream.api import StreamRequestError
 from ..jetstream.connection import Connection
 from ..jetstream.inspect import consumer_facts, delivered_seq
@@ -90,12 +90,14 @@ _Due = tuple[int, str, str]
 class JobListing:
     """Pages of ``app``'s jobs over ``conn`` (an operator's), dead letters through ``letters``."""
 
-    def __init__(self, app: App, conn: Connection, letters: DeadLetters) -> None:
+    def __init__(self, app: App, conn: Connection, letters: DeadLetters, partition: int = 0) -> None:
+        """``partition``: the job stream whose queued and handed-out jobs it reads."""
         self.app = app
         self.conn = conn
         self.letters = letters
         self.ns = app.namespace
-        self.jobs = LimitsStream(conn, self.ns.stream)
+        self.partition = partition
+        self.jobs = LimitsStream(conn, self.ns.partition_stream(partition))
         self.schedules = LimitsStream(conn, self.ns.schedules_stream)
         self.records = Records(conn, self.ns)
 
@@ -114,25 +116,72 @@ class JobListing:
             return Page(tuple(map(dead_job, letters.items)), letters.next_after, letters.reads)
         if state == "scheduled":
             return await self._scheduled(queue, task, limit, _due_cursor(after), newest)
+        return await self._in_partitions(state, queue, task, limit, after, newest)
+
+    async def _in_partitions(
+        self,
+        state: HandedOut | Literal["queued"],
+        queue: str | None,
+        task: str | None,
+        limit: int,
+        after: str | int | None,
+        newest: bool,
+    ) -> JobPage:
+        """A page of the jobs in ``state`` from the job streams of the partitions in turn, from
+        the one ``after`` names (its cursor is ``<seq>``, or ``<seq>.<partition>`` past 0):
+        sequence order within each partition (``newest``: latest first), partition after
+        partition."""
+        place = parse_place(str(after)) if after is not None else (0, 0)
+        if place is None:
+            raise ConfigurationError(f"not a cursor of this listing: {str(after)[:40]!r} (a stream sequence)")
+        first, seq = place
+        items: list[JobSummary] = []
+        reads = 0
+        for k in range(first, self.app.partition_count):
+            listing = self if k == self.partition else JobListing(self.app, self.conn, self.letters, k)
+            cursor = seq_cursor(seq) if k == first else 0
+            need = limit - len(items)
+            page = await listing.partition_page(state, queue, task, need, cursor, newest)
+            items += page.items
+            reads += page.reads
+            if page.next_after is not None:
+                return Page(tuple(items), place_token(int(page.next_after), k), reads)
+        return Page(tuple(items), None, reads)
+
+    async def partition_page(
+        self,
+        state: HandedOut | Literal["queued"],
+        queue: str | None,
+        task: str | None,
+        limit: int,
+        cursor: int,
+        newest: bool,
+    ) -> JobPage:
+        """One page of the jobs in ``state`` that this listing's partition holds, from
+        stream sequence ``cursor``."""
         if state == "queued":
-            return await self._queued(queue, task, limit, seq_cursor(after), newest)
-        return await self._handed_out(state, queue, task, limit, seq_cursor(after), newest)
+            return await self._queued(queue, task, limit, cursor, newest)
+        return await self._handed_out(state, queue, task, limit, cursor, newest)
 
     def _filters(self, queue: str | None, task: str | None) -> list[str]:
         # A periodic tick fired to its task's subject has no id token: a task's jobs are on
         # two filters, read together in sequence order.
+        k = self.partition
         if task is None:
-            return [self.ns.queue_filter(queue or "*")]
-        return [self.ns.job_subject(queue or "*", task), self.ns.job_subject(queue or "*", task, "*")]
+            return [self.ns.queue_filter(queue or "*", k)]
+        return [
+            self.ns.job_subject(queue or "*", task, partition=k),
+            self.ns.job_subject(queue or "*", task, "*", k),
+        ]
 
     async def _delivered(self, queue: str | None) -> dict[str, int]:
         """The last sequence each queue's consumer handed out (queues without one: absent)."""
         if queue is not None:
-            return {queue: await delivered_seq(self.conn, self.ns.stream, queue)}
+            return {queue: await delivered_seq(self.conn, self.jobs.stream, queue)}
         return {
             c.name: c.delivered_stream_seq
-            for c in await consumer_facts(self.conn, self.ns.stream)
-            if c.filter_subject == self.ns.queue_filter(c.name)
+            for c in await consumer_facts(self.conn, self.jobs.stream)
+            if c.filter_subject == self.ns.queue_filter(c.name, self.partition)
         }
 
     # -- queued ---------------------------------------------------------------------------
@@ -150,7 +199,7 @@ class JobListing:
         readers = [SubjectReader(self.jobs, f, reads, waiting) for f in self._filters(queue, task)]
         # Fair queues' jobs waiting for their turn, in their intake (not its moved markers).
         turns: list[SubjectReader] = []
-        if self.app.fair_queues and (queue is None or queue in self.app.fair_queues):
+        if self.partition == 0 and self.app.fair_queues and (queue is None or queue in self.app.fair_queues):
             turns.append(SubjectReader(self.jobs, self.ns.intake_filter(queue, task=task), reads, _unmoved))
         # One queue's handed-out jobs all lie at or below its delivered sequence: skipped whole
         # (not those waiting in an intake, stored before whatever its queue handed out).
@@ -222,7 +271,11 @@ class JobListing:
         answers = await asyncio.gather(
             *(
                 gather(
-                    self.conn, self.ns.held_subject(job.id), str(job.seq).encode(), wait=_HELD_WAIT, linger=0
+                    self.conn,
+                    self.ns.held_subject(job.id),
+                    place_token(job.seq, self.partition).encode(),
+                    wait=_HELD_WAIT,
+                    linger=0,
                 )
                 for job, _ in jobs
             )

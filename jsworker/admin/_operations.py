@@ -23,6 +23,7 @@ keeps of one job (its message, its result).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -71,9 +72,7 @@ async def pause_queue(app: App, conn: Connection, queue: str, until: datetime | 
     end = until if until is not None else datetime.now(UTC) + FOREVER
     if end.tzinfo is None:
         raise ConfigurationError("pause until an aware datetime (with its time zone)")
-    state = await pause_consumer(conn, app.namespace.stream, queue, end)
-    if state is None:
-        raise _no_consumer(queue)
+    state = await _pause_partitions(app, conn, queue, end)
     log.info("queue.paused", queue=queue, until=state.until.isoformat() if state.until else None)
     return state
 
@@ -82,11 +81,19 @@ async def resume_queue(app: App, conn: Connection, queue: str) -> bool:
     """Resume ``queue``'s consumer; False when it was not paused."""
     validate_name("queue", queue)
     before = await _pause_of(app, conn, queue)
-    state = await pause_consumer(conn, app.namespace.stream, queue, None)
-    if state is None:
-        raise _no_consumer(queue)
+    await _pause_partitions(app, conn, queue, None)
     log.info("queue.resumed", queue=queue, was_paused=before)
     return before
+
+
+async def _pause_partitions(app: App, conn: Connection, queue: str, end: datetime | None) -> PauseState:
+    """Pause (until ``end``) or resume (None) the consumers of every partition of ``queue``;
+    partition 0's state."""
+    streams = [app.namespace.partition_stream(k) for k in range(app.queue_partitions(queue))]
+    states = await asyncio.gather(*(pause_consumer(conn, stream, queue, end) for stream in streams))
+    if states[0] is None:
+        raise _no_consumer(queue)
+    return states[0]
 
 
 def _no_consumer(queue: str) -> ConfigurationError:
@@ -94,18 +101,21 @@ def _no_consumer(queue: str) -> ConfigurationError:
 
 
 async def _pause_of(app: App, conn: Connection, queue: str) -> bool:
-    """Whether ``queue``'s consumer is paused now (False without one)."""
-    for facts in await consumer_facts(conn, app.namespace.stream):
-        if facts.name == queue:
-            return facts.paused
-    return False
+    """Whether ``queue``'s consumers are paused now (False without one): any of its partitions'."""
+    found = await asyncio.gather(
+        *(consumer_facts(conn, app.namespace.partition_stream(k)) for k in range(app.queue_partitions(queue)))
+    )
+    return any(facts.paused for partition in found for facts in partition if facts.name == queue)
 
 
 async def purge_queue(app: App, conn: Connection, queue: str) -> int:
     """Remove every job of ``queue`` the job stream holds (see the module); how many."""
     validate_name("queue", queue)
-    jobs = LimitsStream(conn, app.namespace.stream)
-    removed = await jobs.purge(app.namespace.queue_filter(queue))
+    ns = app.namespace
+    jobs = LimitsStream(conn, ns.stream)
+    removed = 0
+    for k in range(app.queue_partitions(queue)):
+        removed += await LimitsStream(conn, ns.partition_stream(k)).purge(ns.queue_filter(queue, k))
     if queue in app.fair_queues:
         # And those waiting for their turn (its intake's markers go too, which only roll up).
         removed += await jobs.purge(app.namespace.intake_filter(queue))
@@ -164,7 +174,7 @@ async def retry_now(app: App, conn: Connection, job_id: str) -> bool:
     copy = _copy(app, job_id, message)
     if copy is None:
         return False
-    jobs = LimitsStream(conn, app.namespace.stream)
+    jobs = LimitsStream(conn, app.namespace.stream_of(message.subject))
     stored = await Publisher(conn, retry_for=app.options.publish_timeout).publish(copy)
     # Stored first, then the waiting one deleted: a failure in between leaves the job twice
     # (it may run twice, as any job may), never not at all.
@@ -194,7 +204,9 @@ def _copy(app: App, job_id: str, message: StoredMessage) -> OutMessage | None:
             RETRIED_FROM: str(message.seq),
         }
     )
-    return OutMessage(ns.job_subject(*where, job_id), message.body or b"", headers)
+    return OutMessage(
+        ns.job_subject(*where, job_id, ns.partition_in(message.subject)), message.body or b"", headers
+    )
 
 
 async def job_message(app: App, conn: Connection, job_id: str) -> StoredMessage | None:

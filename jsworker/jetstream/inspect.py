@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -23,6 +23,8 @@ from nats.js.api import ConsumerInfo
 from .._errors import ConnectError, JsworkerError, TopologyError
 from .api import REQUEST_ERRORS, UNAVAILABLE, ApiError, api_subject, classify, request_json
 from .connection import Connection
+
+_Key = TypeVar("_Key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +179,8 @@ async def first_stored_time(conn: Connection, stream: str, subject: str, from_se
 
 
 async def first_stored_times(
-    conn: Connection, stream: str, starts: dict[str, tuple[str, int]]
-) -> dict[str, float | None]:
+    conn: Connection, stream: str, starts: dict[_Key, tuple[str, int]]
+) -> dict[_Key, float | None]:
     """:func:`first_stored_time` for several keys at once: ``{key: (subject, from_seq)}``."""
     keys = list(starts)
     found = await asyncio.gather(*(first_stored_time(conn, stream, *starts[k]) for k in keys))

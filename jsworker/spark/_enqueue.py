@@ -107,6 +107,7 @@ def write_jobs(
         "app": app.name,
         "task": task.name,
         "queue": task.queue,
+        "partitions": str(app.queue_partitions(task.queue)),
         "key": ",".join(keys),
         "window": str(window),
         "timeout": str(timeout),

@@ -17,7 +17,7 @@ from .._core.serializers import JSONSerializer, encode_call
 from .._errors import BadRowError as BadRowError
 from .._errors import SerializationError
 from .._wire.headers import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, TASK
-from .._wire.names import Namespace
+from .._wire.names import Namespace, partition_of
 
 ID_LENGTH = 32
 """Hex characters of a job id (128 bits of sha256)."""
@@ -67,8 +67,10 @@ class RowEncoder:
         args_column: str | None = None,
         run_id: str | None = None,
         where: str = "",
+        partitions: int = 1,
     ) -> None:
         self._namespace = Namespace(app)
+        self._partitions = partitions
         self._queue = queue
         self._app = self._namespace.app
         self._task = task
@@ -91,7 +93,8 @@ class RowEncoder:
 
     def subject(self, job_id: str) -> str:
         """The subject of job ``job_id``."""
-        return self._namespace.job_subject(self._queue, self._task, job_id)
+        partition = partition_of(job_id, self._partitions)
+        return self._namespace.job_subject(self._queue, self._task, job_id, partition)
 
     def job_id(self, row: Sequence[Any], position: int) -> str:
         """The job id of converted ``row``, the ``position``-th of its partition."""

@@ -56,6 +56,8 @@ class WriteSettings:
     #: Whether the report lists each job's id and stream sequence (what ``map_dataframe``
     #: waits for).
     receipts: bool = False
+    #: The queue's partitions (``App(partitions=N)``): the job streams its jobs spread over.
+    partitions: int = 1
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> WriteSettings:
@@ -76,6 +78,7 @@ class WriteSettings:
             events=_boolean("events", options.get("events") or "false"),
             report_path=options.get("report_path") or None,
             receipts=_boolean("receipts", options.get("receipts") or "false"),
+            partitions=integer("partitions", options.get("partitions") or "1", 1),
         )
 
     def make_app(self) -> App:
@@ -153,6 +156,7 @@ async def publish_rows(
         converters=plan_columns(schema, settings.key, settings.args_column),
         args_column=settings.args_column,
         run_id=settings.run_id,
+        partitions=settings.partitions,
         where=f" of partition {partition}",
     )
     receipts: list[tuple[str, int]] = []

@@ -46,5 +46,5 @@ def step_message(
         # made: the starting process for a workflow's first steps, a worker for the next).
         own = app.middleware.stamp(task.name, queue or task.queue, job_id, args, kwargs, own, due)
     call = Call(args, kwargs, job_id, due, None, False, queue, own or None)
-    msg = app.producer.message(task, call)
+    msg = app.producer.message(task, call, spread=False)
     return OutMessage(msg.subject, msg.body, {**msg.headers, FLOW: flow_id, FLOW_STEP: step})

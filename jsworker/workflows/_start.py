@@ -122,7 +122,7 @@ async def start_linked(
     steps = [first] + ([link.describe(after_result=True)] if link is not None else [])
     error = link_error.describe(after_result=True, errback=True) if link_error else None
     flow = FlowDef(call.job_id, "chain", steps, None, error)
-    msg = app.producer.message(task, call)
+    msg = app.producer.message(task, call, spread=False)
     job = OutMessage(msg.subject, msg.body, {**msg.headers, FLOW: flow.id, FLOW_STEP: "0"})
     await _check(app)
     conn = await app.connections.connection()

@@ -23,7 +23,8 @@ def secured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NatsSer
     for app in ("perm", "other"):
         for role in ROLES:
             monkeypatch.setenv(f"{app.upper()}_{role.upper()}_PASSWORD", PASSWORD.format(f"{app}-{role}"))
-    server = server_with(tmp_path, server_config(["perm", "other"]))
+    # App perm's queues may have two partitions: a second job stream, granted alike.
+    server = server_with(tmp_path, server_config(["perm", "other"], partitions=2))
     yield server
     server.stop()
 

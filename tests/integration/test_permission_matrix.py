@@ -45,6 +45,8 @@ APP, OTHER = "perm", "other"
 Verdict = Literal["allowed", "refused"]
 # A server newer than any feature: every stream the app can have.
 NEWEST = (99, 0, 0)
+#: App ``perm`` spreads its queues over two job streams (``App(partitions=2)``).
+PARTITIONS = 2
 DUE = "1700000000000"
 
 
@@ -63,6 +65,7 @@ def families(app: str) -> list[Sample]:
     """One sample subject per subject family of ``app`` (API calls apart)."""
     rows = {
         "job": f"jsw.{app}.q.default.add.x",
+        "job of partition 1": f"jsw.{app}.q1.default.add.x",
         "tick": f"jsw.{app}.q.default.add",
         "delayed job": f"jsw.{app}.later.default.{DUE}.x",
         "delayed schedule": f"jsw.{app}.sched.at.default.{DUE}.x",
@@ -102,6 +105,7 @@ def streams(app: str) -> dict[str, str]:
     ns = Namespace(app)
     return {
         ns.stream: "job",
+        ns.partition_stream(1): "job of partition 1",
         ns.schedules_stream: "delayed schedule",
         ns.dlq_stream: "dead letter",
         ns.events_stream: "started event",
@@ -207,7 +211,7 @@ def test_subject_matching() -> None:
 
 def _full_app(name: str) -> App:
     """App ``name`` with every feature that adds a stream switched on."""
-    app = App(name, events=True, workflows=True, spark_sinks=True)
+    app = App(name, events=True, workflows=True, spark_sinks=True, partitions=PARTITIONS)
     app.queue("fair", fair=True)
     app.queue("limited", rate_limit="5/s")
 
@@ -245,7 +249,7 @@ def uncovered(app: str, rows: Sequence[Sample], table: dict[str, str] | None = N
     subjects = [s.subject for s in rows if s.app == app]
     missing = [
         f"grant {g.subject} ({g.why})"
-        for g in grants(app)
+        for g in grants(app, partitions=PARTITIONS)
         if not any(matches(subject, g.subject) for subject in subjects)
     ]
     missing += [
@@ -328,7 +332,7 @@ def phases(role: Role) -> list[list[Check]]:
             for reply in foreign_replies(role)
         ),
     ]
-    if permissions(APP, role).answers:
+    if permissions(APP, role, partitions=PARTITIONS).answers:
         # Before the subscriptions: nats-server refuses the answer of a user that received
         # the question on two subscriptions.
         answer = Sample(APP, "asked reply", ASKED)
@@ -341,7 +345,7 @@ def phases(role: Role) -> list[list[Check]]:
 
 def expected(check: Check) -> Verdict:
     """What the role table says of ``check``."""
-    perms = permissions(APP, check.role)
+    perms = permissions(APP, check.role, partitions=PARTITIONS)
     allowed = perms.subscribe if check.operation == "subscribe" else perms.publish
     if check.operation == "answer" and perms.answers:
         return "allowed"

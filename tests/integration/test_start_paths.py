@@ -41,7 +41,7 @@ async def _settle_all(
 ) -> Counter[str]:
     if buffered_only:
         # Every job takes the buffer and queue-loop route.
-        monkeypatch.setattr(Worker, "_start_at_once", lambda self, queue, limited, delivery: False)
+        monkeypatch.setattr(Worker, "_start_at_once", lambda self, queue, partition, limited, delivery: False)
     app = _app(url, name)
     try:
         async with in_process_worker(app, concurrency=4) as worker:
@@ -74,6 +74,6 @@ async def test_pull_loops_grow_unless_the_prefetch_is_fixed(
     with the pace; --max-messages fixes the bound."""
     app = _app(nats_server.url, "grow" if grows_to else "fixed")
     async with in_process_worker(app, concurrency=4, **settings) as worker:
-        consumer = worker._consumers["default"]
+        consumer = worker._consumers["default", 0]
         assert consumer.max_messages == settings.get("max_messages", 4)
         assert consumer.grow_to == grows_to

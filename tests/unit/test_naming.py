@@ -115,12 +115,26 @@ def test_every_stream_an_app_has_besides_its_jobs_reserves_its_suffix() -> None:
     """An app named like another app's stream (``zeta_leases``) would have that stream as its
     job stream: every suffix the app's streams use is refused in app names."""
     ns = Namespace("zeta")
-    names = {getattr(ns, attr) for attr in dir(Namespace) if attr.endswith("_stream")}
+    names = {
+        getattr(ns, attr)
+        for attr in dir(Namespace)
+        if attr.endswith("_stream") and isinstance(getattr(Namespace, attr), property)
+    }
     suffixes = {name.removeprefix("JSW_ZETA").lower() for name in names if name.startswith("JSW_ZETA_")}
     assert suffixes >= {"_leases", "_rates", "_tally", "_sinks"}
     assert suffixes <= set(RESERVED_SUFFIXES)
 
 
-@pytest.mark.parametrize("name", ["events", "dlq", "zeta_event", "dlq_shop", "events_x"])
+@pytest.mark.parametrize("name", ["zeta_p1", "zeta_P12"])
+def test_app_names_that_would_be_another_apps_partition_are_refused(name: str) -> None:
+    """App zeta_p1's job stream would be partition 1 of app zeta (JSW_ZETA_P1)."""
+    assert Namespace("zeta").partition_stream(1) == "JSW_ZETA_P1"
+    with pytest.raises(ConfigurationError, match="would be a partition of app 'zeta'"):
+        App(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["events", "dlq", "zeta_event", "dlq_shop", "events_x", "zeta_p", "zeta_px1"]
+)
 def test_names_that_only_look_alike_are_fine(name: str) -> None:
     assert App(name).name == name

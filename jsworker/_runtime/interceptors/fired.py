@@ -135,7 +135,8 @@ class FiredJobs(Interceptor):
         which then holds the key; None when the tick is the first. The server refuses a
         second job of a key to producers, but fires ticks whatever waits."""
         try:
-            first = await LimitsStream(self.conn, self.app.namespace.stream).next(job.delivery.subject)
+            stream = self.app.namespace.partition_stream(job.stream_partition)
+            first = await LimitsStream(self.conn, stream).next(job.delivery.subject)
         except JsworkerError as exc:
             log.warning("job.key_unchecked", error=str(exc), **job.log_fields())
             return None

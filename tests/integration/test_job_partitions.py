@@ -1,0 +1,227 @@
+"""Queues spread over several job streams (``App(partitions=N)``): each job lands in the stream
+its id names, workers pull from every partition, and what finds a job by its id (status,
+cancel, results, unique keys, delayed jobs, replays) finds it in any of them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+
+from jsworker import Admin, App, JobState
+from jsworker._wire.names import partition_of
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.inspect import consumer_facts, stream_facts
+
+from ..support import wait_until_async
+from .workers import in_process_worker
+
+if TYPE_CHECKING:
+    from jsworker.testing import NatsServer
+
+pytestmark = pytest.mark.anyio
+
+PARTITIONS = 4
+
+
+def ids_per_partition(prefix: str, each: int = 1) -> list[str]:
+    """``each`` job ids for every partition, in partition order."""
+    found: dict[int, list[str]] = {k: [] for k in range(PARTITIONS)}
+    n = 0
+    while any(len(ids) < each for ids in found.values()):
+        job_id = f"{prefix}-{n}"
+        n += 1
+        if len(found[partition_of(job_id, PARTITIONS)]) < each:
+            found[partition_of(job_id, PARTITIONS)].append(job_id)
+    return [job_id for k in range(PARTITIONS) for job_id in found[k]]
+
+
+async def stored_in(url: str, app: App) -> list[int]:
+    """How many messages each partition's job stream holds now."""
+    conn = await Connection.open(app.connect_options("operator"))
+    try:
+        ns = app.namespace
+        found = [
+            await stream_facts(conn, ns.partition_stream(k), ns.partition_subjects(k))
+            for k in range(PARTITIONS)
+        ]
+        return [sum((f.subjects or {}).values()) for f in found]
+    finally:
+        await conn.close()
+
+
+def test_a_job_lands_in_the_partition_its_id_names() -> None:
+    app = App("spread", partitions=PARTITIONS)
+    app.queue("single", max_running=2)
+    app.queue("wide", partitions=8)
+    assert app.queue_partitions("default") == PARTITIONS
+    assert app.queue_partitions("single") == 1  # the server's max_running is one consumer's
+    assert app.queue_partitions("wide") == 8
+    assert app.partition_count == 8
+    ns = app.namespace
+    subject = ns.job_subject("default", "t", "abc", app.job_partition("default", "abc"))
+    assert ns.stream_of(subject) == ns.partition_stream(partition_of("abc", PARTITIONS))
+    assert ns.parse_job_subject(subject) == ("default", "t")
+    assert [s.name for s in app.stream_specs((2, 12, 0))][:8] == [
+        "JSW_SPREAD",
+        *(f"JSW_SPREAD_P{k}" for k in range(1, 8)),
+    ]
+
+
+async def test_jobs_spread_over_every_partition_and_each_runs_once(nats_server: NatsServer) -> None:
+    app = App("spread", nats_server.url, partitions=PARTITIONS, results=True)
+    ran: Counter[int] = Counter()
+
+    @app.task
+    async def work(i: int) -> int:
+        ran[i] += 1
+        return i * 2
+
+    jobs = await work.adelay_many([(i,) for i in range(2000)])
+    held = await stored_in(nats_server.url, app)
+    # Every partition took a share (2,000 ids over 4 streams: far from empty each).
+    assert all(n > 300 for n in held), held
+    assert sum(held) == 2000
+    async with in_process_worker(app, concurrency=32):
+        await wait_until_async(
+            lambda: len(ran), until=lambda n: n == 2000, timeout=60, message="every job to run"
+        )
+        for i in (0, 1999):
+            assert await jobs[i].aresult(timeout=10) == i * 2
+    assert set(ran.values()) == {1}
+    assert await stored_in(nats_server.url, app) == [0] * PARTITIONS
+    await app.aclose()
+
+
+async def test_status_cancel_results_and_unique_keys_in_every_partition(nats_server: NatsServer) -> None:
+    app = App("lookups", nats_server.url, partitions=PARTITIONS, results=True)
+    release = asyncio.Event()
+
+    @app.task
+    async def hold(i: int) -> int:
+        await release.wait()
+        return i
+
+    @app.task(unique=True)
+    async def once(key: str) -> str:
+        await release.wait()
+        return key
+
+    waiting = ids_per_partition("wait")
+    for i, job_id in enumerate(waiting):
+        await hold.aapply((i,), job_id=job_id)
+    for job_id in waiting:
+        status = await app.astatus(job_id)
+        assert status.state is JobState.QUEUED, (job_id, status)
+    # Cancelled while queued, one in each partition: gone from its stream.
+    assert all([await app.acancel(job_id) for job_id in waiting])
+    assert await stored_in(nats_server.url, app) == [0] * PARTITIONS
+    assert [(await app.astatus(j)).state for j in waiting] == [JobState.CANCELLED] * PARTITIONS
+
+    # Unique keys whose ids fall in every partition: a second enqueue finds the first.
+    keys: dict[int, str] = {}
+    n = 0
+    while len(keys) < PARTITIONS:
+        first = await once.adelay(f"k{n}")
+        keys.setdefault(partition_of(first.id, PARTITIONS), f"k{n}")
+        n += 1
+    for key in keys.values():
+        again = await once.adelay(key)
+        assert again.duplicate, key
+
+    running = ids_per_partition("run")
+    jobs = [await hold.aapply((i,), job_id=job_id) for i, job_id in enumerate(running)]
+    async with in_process_worker(app, concurrency=64):
+        for job_id in running:
+            await wait_until_async(
+                lambda job_id=job_id: app.astatus(job_id),  # type: ignore[misc]
+                until=lambda s: s.state is JobState.RUNNING,
+                timeout=10,
+                message=f"{job_id} to run",
+            )
+        # Cancelled while running, in partition 1 (the others finish).
+        assert await app.acancel(running[1])
+        release.set()
+        results = [await job.aresult(timeout=10) for k, job in enumerate(jobs) if k != 1]
+        assert results == [0, 2, 3]
+        assert (await app.astatus(running[1])).state is JobState.CANCELLED
+    await app.aclose()
+
+
+async def test_delayed_jobs_and_replays_go_to_their_partitions(nats_server: NatsServer) -> None:
+    app = App("later", nats_server.url, partitions=PARTITIONS, max_retries=0)
+    ran: Counter[str] = Counter()
+
+    @app.task
+    async def job(job_name: str, fail: bool) -> None:
+        ran[job_name] += 1
+        if fail and ran[job_name] == 1:
+            raise ValueError("first run fails")
+
+    ids = ids_per_partition("soon")
+    for job_id in ids:
+        await job.aapply((job_id, False), job_id=job_id, countdown=0.2)
+    failing = ids_per_partition("again")
+    for job_id in failing:
+        await job.aapply((job_id, True), job_id=job_id)
+    async with in_process_worker(app, concurrency=8):
+        await wait_until_async(
+            lambda: sum(ran.values()),
+            until=lambda n: n == 2 * PARTITIONS,
+            timeout=30,
+            message="the jobs to run",
+        )
+        admin = Admin(app)
+        letters = (await admin.dead_letters()).items
+        assert len(letters) == PARTITIONS
+        await admin.replay_dead_letters(all=True)
+        await wait_until_async(
+            lambda: sum(ran.values()),
+            until=lambda n: n == 3 * PARTITIONS,
+            timeout=30,
+            message="the replays to run",
+        )
+        await admin.aclose()
+    # Each delayed job ran in its own partition: every partition's consumer delivered one.
+    conn = await Connection.open(app.connect_options("operator"))
+    try:
+        for k in range(PARTITIONS):
+            (facts,) = [
+                c
+                for c in await consumer_facts(conn, app.namespace.partition_stream(k))
+                if c.name == "default"
+            ]
+            assert facts.delivered_consumer_seq == 3, (k, facts)
+    finally:
+        await conn.close()
+    assert set(ran.values()) == {1, 2}
+    await app.aclose()
+
+
+async def test_a_queue_paused_is_paused_in_every_partition(nats_server: NatsServer) -> None:
+    app = App("paused", nats_server.url, partitions=PARTITIONS)
+
+    @app.task
+    async def job(i: int) -> None: ...
+
+    await app.provision()
+    admin = Admin(app)
+    await admin.pause_queue("default", datetime.now(UTC) + timedelta(hours=1))
+    (status,) = [q for q in await admin.queues() if q.queue == "default"]
+    assert status.paused
+    jobs = await job.adelay_many([(i,) for i in range(40)])
+    (status,) = [q for q in await admin.queues() if q.queue == "default"]
+    assert status.pending == 40
+    listed = await admin.jobs(state="queued", limit=15)
+    seen = list(listed.items)
+    while listed.next_after is not None:
+        listed = await admin.jobs(state="queued", limit=15, after=listed.next_after)
+        seen += listed.items
+    assert sorted(j.id for j in seen) == sorted(j.id for j in jobs)
+    assert await admin.purge_queue("default") == 40
+    assert await admin.resume_queue("default")
+    await admin.aclose()
+    await app.aclose()
