@@ -174,9 +174,10 @@ def queue_consumer(
     queue, partition = pulled
     prefetch, grow_to = settings.prefetch, settings.prefetch_grows_to
     if (partitions := app.queue_partitions(queue)) > 1:
-        # The worker holds no more of a queue's jobs than with one partition: a share each.
-        prefetch = -(-prefetch // partitions)
-        grow_to = None if grow_to is None else -(-grow_to // partitions)
+        # The worker holds no more of a queue's jobs than with one partition: a share each
+        # (at least one, so that every partition is pulled).
+        prefetch = _share(prefetch, partition, partitions)
+        grow_to = None if grow_to is None else _share(grow_to, partition, partitions)
     if limited is not None:
         # Growing while jobs go fast, as any queue, but never past a window's share.
         burst = limited.rate.burst
@@ -197,6 +198,12 @@ def queue_consumer(
         # Well within the queue's ack_wait, and more than twice the heartbeats' interval.
         forget_after=0.8 * app.queue_ack_wait(queue),
     )
+
+
+def _share(total: int, partition: int, partitions: int) -> int:
+    """Partition ``partition``'s part of ``total`` split over ``partitions`` (they add up to
+    ``total`` when it is at least ``partitions``)."""
+    return max(1, total // partitions + (partition < total % partitions))
 
 
 async def recheck(handbacks: HandBackCounts, book: JobBook, job: JobRun) -> None:
