@@ -407,6 +407,7 @@ class App(HookDeclarations, ArqSpelling):
         rate_limit: str | None = None,
         fair: bool = False,
         partitions: int | None = None,
+        previous_partitions: int | None = None,
     ) -> QueueOptions:
         """Declare how queue ``name`` is served: ``max_running`` jobs at most at once across
         all workers (the server enforces it; ``--concurrency`` is per worker process), its
@@ -416,13 +417,19 @@ class App(HookDeclarations, ArqSpelling):
         itself for a task without one) take turns: one partition's backlog never holds up
         another's jobs for long (see :mod:`jsworker._limits.fair`). ``partitions``: the job
         streams its jobs are spread over (the app's ``partitions`` when None; one for a queue
-        with ``max_running`` or ``fair``).
+        with ``max_running`` or ``fair``); ``previous_partitions``: while they change, the count
+        before, whose layout its jobs may still be in.
         A worker applies a changed ``max_running`` to the server when it starts."""
         rate = parse_rate(rate_limit, f"queue {name!r}: rate_limit") if rate_limit is not None else None
         if not isinstance(fair, bool):
             raise ConfigurationError(f"queue {name!r}: fair must be True or False, not {fair!r}")
         options = QueueOptions(
-            max_running=max_running, priority=priority, rate_limit=rate, fair=fair, partitions=partitions
+            max_running=max_running,
+            priority=priority,
+            rate_limit=rate,
+            fair=fair,
+            partitions=partitions,
+            previous_partitions=previous_partitions,
         )
         self.queue_options[validate_name("queue", name)] = options
         return options
@@ -442,10 +449,28 @@ class App(HookDeclarations, ArqSpelling):
                 return 1
         return self.options.partitions
 
+    def queue_layouts(self, queue: str) -> tuple[int, ...]:
+        """The partition counts the jobs of ``queue`` may have been placed by: its own, then
+        the one before while its partitions change."""
+        now, declared = self.queue_partitions(queue), self.queue_options.get(queue)
+        if declared is None or (
+            declared.partitions is None and not declared.fair and declared.max_running is None
+        ):
+            before = self.options.previous_partitions  # it follows the app's partitions
+        else:
+            before = declared.previous_partitions
+        return (now,) if before is None or before == now else (now, before)
+
+    def queue_streams(self, queue: str) -> int:
+        """How many job streams hold jobs of ``queue``: its partitions, or those before while
+        they change, whichever are more (workers pull them all)."""
+        return max(self.queue_layouts(queue))
+
     @property
     def partition_count(self) -> int:
-        """The app's job streams: as many as its most partitioned queue has."""
-        return max([self.options.partitions, *map(self.queue_partitions, self.queue_options)])
+        """The app's job streams: as many as the queue that has the most."""
+        default = max(self.options.partitions, self.options.previous_partitions or 1)
+        return max([default, *map(self.queue_streams, self.queue_options)])
 
     def job_partition(self, queue: str, job_id: str) -> int:
         """The partition job ``job_id`` of ``queue`` is stored in (see :func:`partition_of`)."""

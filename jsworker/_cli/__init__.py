@@ -11,6 +11,7 @@ import click
 from .._version import __version__
 from .dev import dev
 from .dlq import dlq
+from .doctor import doctor
 from .events import events
 from .jobs import jobs
 from .permissions import permissions
@@ -41,6 +42,7 @@ cli.add_command(jobs)
 cli.add_command(workers)
 cli.add_command(queues)
 cli.add_command(ui)
+cli.add_command(doctor)
 
 
 def main() -> None:

@@ -199,7 +199,7 @@ def consumer_spec(app: AppView, queue: str, partition: int = 0) -> ConsumerSpec:
 
 def queue_consumer_specs(app: AppView, queues: Iterable[str]) -> list[ConsumerSpec]:
     """The consumers of ``queues``: one on the stream of each partition of each queue."""
-    return [consumer_spec(app, q, k) for q in queues for k in range(app.queue_partitions(q))]
+    return [consumer_spec(app, q, k) for q in queues for k in range(app.queue_streams(q))]
 
 
 def tally_spec(app: AppView) -> StreamSpec:

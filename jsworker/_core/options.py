@@ -68,6 +68,12 @@ class AppOptions:
         "own: past one stream leader's writes per second (a queue declared with max_running or "
         "fair keeps one). Producers and workers must agree on it: it belongs in the app's code.",
     )
+    previous_partitions: int | None = option(
+        None,
+        help="While the app's partitions change: the count before, whose layout its jobs may still "
+        "be in. Workers pull those partitions too and lookups find jobs there until they drain "
+        "(`jsworker doctor` shows how many are left).",
+    )
     publish_timeout: float = option(
         15.0,
         env="PUBLISH_TIMEOUT",
@@ -97,6 +103,8 @@ class AppOptions:
                 raise ConfigurationError(f"{what} must be an int >= 1, not {value!r}")
             object.__setattr__(self, what, value)
         check_partitions("partitions", self.partitions)
+        if self.previous_partitions is not None:
+            check_partitions("previous_partitions", self.previous_partitions)
         for what in ("dlq_max_bytes", "events_max_bytes"):
             object.__setattr__(self, what, parse_size(what, getattr(self, what)))
         object.__setattr__(self, "events", bool(self.events))
@@ -126,6 +134,8 @@ class QueueOptions:
     #: Job streams the queue's jobs are spread over (None: the app's ``partitions``, or 1 for a
     #: queue with ``max_running`` or ``fair``, which the server enforces on one consumer).
     partitions: int | None = None
+    #: While ``partitions`` changes: the count before (see ``AppOptions.previous_partitions``).
+    previous_partitions: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_running is not None and (
@@ -136,6 +146,8 @@ class QueueOptions:
             raise ConfigurationError(f"max_running must be an int >= 1 or None, not {self.max_running!r}")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise ConfigurationError(f"priority must be an int, not {self.priority!r}")
+        if self.previous_partitions is not None:
+            check_partitions("previous_partitions", self.previous_partitions)
         if self.partitions is not None:
             check_partitions("partitions", self.partitions)
             if self.partitions > 1 and (self.fair or self.max_running is not None):
@@ -181,6 +193,7 @@ class AppArguments(TypedDict, total=False):
     spark_sinks: bool
     max_ack_pending: int
     partitions: int
+    previous_partitions: int | None
     publish_timeout: float
     validate_arguments: bool
     workflows: bool

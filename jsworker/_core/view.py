@@ -116,6 +116,14 @@ class AppView(Protocol):
         """How many job streams the jobs of ``queue`` are spread over."""
         ...
 
+    def queue_layouts(self, queue: str) -> tuple[int, ...]:
+        """The partition counts the jobs of ``queue`` may have been placed by."""
+        ...
+
+    def queue_streams(self, queue: str) -> int:
+        """How many job streams hold jobs of ``queue``."""
+        ...
+
     @property
     def partition_count(self) -> int:
         """The app's job streams."""

@@ -38,6 +38,7 @@ from .._wire.headers import (
     TASK,
 )
 from .._wire.names import Namespace
+from .._wire.names import partition_of as stream_partition  # not a flow-control partition
 from ..jetstream.connection import Connection
 from ..jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .receipt import Job
@@ -207,7 +208,10 @@ class Producer:
         of a second job on the same subject.
         """
         form: Form | None = None
-        if other_form:
+        # While the queue's partitions change, a job of the key may wait where the layout
+        # before put it, which the enqueue's own check does not see: every form is looked at.
+        moved = other_form and call.due is None and self._elsewhere(task, call)
+        if other_form and not moved:
             form = "scheduled" if call.due is None else "waiting"
         try:
             status = await self._app.lifecycle.status(call.job_id, form)
@@ -216,7 +220,9 @@ class Producer:
                 return None
             status = JobStatus(call.job_id, JobState.QUEUED)  # the server refused it: one waits
         state = status.state
-        if other_form:
+        if moved:
+            held = state is JobState.SCHEDULED or state in _IN_STREAM
+        elif other_form:
             held = state is JobState.SCHEDULED if call.due is None else state in _IN_STREAM
         else:
             patient = settling is not None and settling >= _SETTLE_PATIENCE
@@ -225,6 +231,13 @@ class Producer:
             return None
         due = status.scheduled_for if state is JobState.SCHEDULED else None
         return Job(call.job_id, task.name, task.queue, status.seq or 0, True, due, self._app)
+
+    def _elsewhere(self, task: Task[Any, Any], call: Call) -> bool:
+        """Whether the partitions of ``call``'s queue change and the layout before puts its job
+        in another partition than the one it goes to."""
+        queue = call.queue or task.queue
+        now, *before = self._app.queue_layouts(queue)
+        return any(stream_partition(call.job_id, n) != stream_partition(call.job_id, now) for n in before)
 
     async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
         """Store many jobs with many acknowledgements outstanding; receipts in order."""

@@ -135,10 +135,12 @@ async def intake_message(app: AppView, conn: Connection, job_id: str) -> StoredM
 
 
 def job_partitions(app: AppView, job_id: str) -> list[int]:
-    """The partitions job ``job_id`` may be in, likeliest first: where its id puts it in a
-    queue of each partition count the app has, then 0 (where a workflow's steps stay)."""
-    counts = {app.options.partitions, *map(app.queue_partitions, app.queue_options)}
-    return list(dict.fromkeys([*sorted(partition_of(job_id, n) for n in counts if n > 1), 0]))
+    """The partitions job ``job_id`` may be in: where its id puts it in a queue of each
+    partition count the app has or had (while its partitions change), and 0 (where a
+    workflow's steps stay). Read at once: one round trip whatever their number."""
+    app_layouts = (app.options.partitions, app.options.previous_partitions or 1)
+    counts = {*app_layouts, *(n for q in app.queue_options for n in app.queue_layouts(q))}
+    return sorted({0, *(partition_of(job_id, n) for n in counts)})
 
 
 async def current_message(app: AppView, conn: Connection, job_id: str) -> StoredMessage | None:

@@ -173,7 +173,7 @@ def queue_consumer(
     job budget)."""
     queue, partition = pulled
     prefetch, grow_to = settings.prefetch, settings.prefetch_grows_to
-    if (partitions := app.queue_partitions(queue)) > 1:
+    if (partitions := app.queue_streams(queue)) > 1:
         # The worker holds no more of a queue's jobs than with one partition: a share each
         # (at least one, so that every partition is pulled).
         prefetch = _share(prefetch, partition, partitions)

@@ -173,7 +173,7 @@ class Worker:
         # runs in a task of its own, outside it (see _spawn).
         async with anyio.create_task_group() as services:
             for queue in self.queues:
-                for partition in range(app.queue_partitions(queue)):
+                for partition in range(app.queue_streams(queue)):
                     name = f"jsworker-queue-{queue}" + (f"-{partition}" if partition else "")
                     services.start_soon(self._supervised, self._queue_loop, queue, partition, name=name)
             jobs, consumers = self._jobs.keys, self._consumers.values

@@ -89,7 +89,7 @@ async def resume_queue(app: App, conn: Connection, queue: str) -> bool:
 async def _pause_partitions(app: App, conn: Connection, queue: str, end: datetime | None) -> PauseState:
     """Pause (until ``end``) or resume (None) the consumers of every partition of ``queue``;
     partition 0's state."""
-    streams = [app.namespace.partition_stream(k) for k in range(app.queue_partitions(queue))]
+    streams = [app.namespace.partition_stream(k) for k in range(app.queue_streams(queue))]
     states = await asyncio.gather(*(pause_consumer(conn, stream, queue, end) for stream in streams))
     if states[0] is None:
         raise _no_consumer(queue)
@@ -103,7 +103,7 @@ def _no_consumer(queue: str) -> ConfigurationError:
 async def _pause_of(app: App, conn: Connection, queue: str) -> bool:
     """Whether ``queue``'s consumers are paused now (False without one): any of its partitions'."""
     found = await asyncio.gather(
-        *(consumer_facts(conn, app.namespace.partition_stream(k)) for k in range(app.queue_partitions(queue)))
+        *(consumer_facts(conn, app.namespace.partition_stream(k)) for k in range(app.queue_streams(queue)))
     )
     return any(facts.paused for partition in found for facts in partition if facts.name == queue)
 
@@ -114,7 +114,7 @@ async def purge_queue(app: App, conn: Connection, queue: str) -> int:
     ns = app.namespace
     jobs = LimitsStream(conn, ns.stream)
     removed = 0
-    for k in range(app.queue_partitions(queue)):
+    for k in range(app.queue_streams(queue)):
         removed += await LimitsStream(conn, ns.partition_stream(k)).purge(ns.queue_filter(queue, k))
     if queue in app.fair_queues:
         # And those waiting for their turn (its intake's markers go too, which only roll up).

@@ -5,14 +5,18 @@ cancel, results, unique keys, delayed jobs, replays) finds it in any of them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from jsworker import Admin, App, JobState
+from jsworker import Admin, App, JobState, Task
+from jsworker._enqueue.task import unique_key
 from jsworker._wire.names import partition_of
+from jsworker.admin._doctor import diagnose
 from jsworker.jetstream.connection import Connection
 from jsworker.jetstream.inspect import consumer_facts, stream_facts
 
@@ -25,6 +29,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 PARTITIONS = 4
+
+
+def unique_id(task: Task[[str], Any], key: str) -> str:
+    """The job id of ``task``'s unique call with ``key``."""
+    return unique_key(task, (key,), {})
 
 
 def ids_per_partition(prefix: str, each: int = 1) -> list[str]:
@@ -225,3 +234,90 @@ async def test_a_queue_paused_is_paused_in_every_partition(nats_server: NatsServ
     assert await admin.resume_queue("default")
     await admin.aclose()
     await app.aclose()
+
+
+def _counting_app(
+    url: str, ran: Counter[str], **options: Any
+) -> tuple[App, Task[[int], Any], Task[[str], Any]]:
+    """App ``grow`` with ``options``: a task counting its runs and a unique one."""
+    app = App("grow", url, **options)
+
+    @app.task
+    async def work(i: int) -> None:
+        await asyncio.sleep(0.001)
+        ran[str(i)] += 1
+
+    @app.task(unique=True)
+    async def once(key: str) -> None:
+        ran[key] += 1
+
+    return app, work, once
+
+
+async def test_going_from_one_partition_to_four_under_load_loses_and_doubles_nothing(
+    nats_server: NatsServer,
+) -> None:
+    """Producers and workers move from one partition to four while jobs flow: the old layout's
+    jobs still run, unique keys and lookups see them, nothing runs twice, and the doctor says
+    when the layout before can go."""
+    ran: Counter[str] = Counter()
+    old, old_work, old_once = _counting_app(nats_server.url, ran)
+    new, new_work, new_once = _counting_app(
+        nats_server.url, ran, partitions=PARTITIONS, previous_partitions=1
+    )
+    await old_work.adelay_many([(i,) for i in range(3000)])
+    # A unique job of the old layout whose key the new one places in another partition.
+    key = next(f"k{n}" for n in itertools.count() if partition_of(unique_id(new_once, f"k{n}"), PARTITIONS))
+    first = await old_once.adelay(key)
+    again = await new_once.adelay(key)
+    assert again.duplicate and again.id == first.id
+    assert (await new.astatus(first.id)).state is JobState.QUEUED
+    async with contextlib.AsyncExitStack() as old_worker:
+        await old_worker.enter_async_context(in_process_worker(old, concurrency=8))
+        await wait_until_async(
+            lambda: len(ran), until=lambda n: n >= 300, timeout=30, message="the old worker to run"
+        )
+        async with in_process_worker(new, concurrency=8):
+            await new_work.adelay_many([(i,) for i in range(3000, 6000)])
+            await old_worker.aclose()  # the old worker goes once the new one runs
+            await wait_until_async(
+                lambda: len(ran), until=lambda n: n == 6001, timeout=60, message="every job to run"
+            )
+    assert set(ran.values()) == {1}
+    assert await stored_in(nats_server.url, new) == [0] * PARTITIONS
+    conn = await Connection.open(new.connect_options("operator"))
+    try:
+        said = [f.message for f in await diagnose(new, conn) if f.check == "partitions"]
+    finally:
+        await conn.close()
+    assert "queue default: no job left in the layout of 1 partitions: previous_partitions can go" in said, (
+        said
+    )
+    await old.aclose()
+    await new.aclose()
+
+
+async def test_fewer_partitions_drain_the_ones_that_go(nats_server: NatsServer) -> None:
+    """From four partitions to two: the doctor names the streams that go while they hold jobs,
+    and workers that know the layout before run every job there."""
+    ran: Counter[str] = Counter()
+    wide, wide_work, _ = _counting_app(nats_server.url, ran, partitions=4)
+    await wide_work.adelay_many([(i,) for i in range(400)])
+    narrow, _, _ = _counting_app(nats_server.url, ran, partitions=2)
+    draining, _, _ = _counting_app(nats_server.url, ran, partitions=2, previous_partitions=4)
+    conn = await Connection.open(narrow.connect_options("operator"))
+    try:
+        problems = [f.message for f in await diagnose(narrow, conn) if f.level == "problem"]
+        assert [p.split(" holds")[0] for p in problems] == ["JSW_GROW_P2", "JSW_GROW_P3"], problems
+        assert all("set previous_partitions to at least" in p for p in problems), problems
+        async with in_process_worker(draining, concurrency=16):
+            await wait_until_async(
+                lambda: len(ran), until=lambda n: n == 400, timeout=30, message="every job to run"
+            )
+        said = await diagnose(draining, conn)
+    finally:
+        await conn.close()
+    assert not [f for f in said if f.level == "problem"], said
+    assert set(ran.values()) == {1}
+    for app in (wide, narrow, draining):
+        await app.aclose()
