@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,7 +35,10 @@ class NatsCluster:
         base_dir: str | os.PathLike[str] | None = None,
         cluster_name: str = "jsw",
         binary: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
+        """``extra_args``: added to every node's command line (``-c FILE`` for settings
+        the flags do not cover, such as ``sync_interval``)."""
         if size < 1:
             raise ValueError("a cluster needs at least one node")
         self.size = size
@@ -44,6 +48,7 @@ class NatsCluster:
         self._given_base = Path(base_dir) if base_dir is not None else None
         self._temp_base: Path | None = None
         self._binary = binary
+        self._extra_args = list(extra_args)
         self.nodes: list[NatsServer] = []
         """The members, ``nodes[0]`` being ``n1``; created by :meth:`start`."""
 
@@ -74,6 +79,7 @@ class NatsCluster:
             cluster_name=self.cluster_name,
             binary=self._binary,
             log_file=self.base_dir / f"{name}.log",
+            extra_args=self._extra_args,
         )
 
     def start(self, timeout: float = 30.0) -> NatsCluster:

@@ -532,6 +532,13 @@ def test_jetstream_storage_stays_below_the_volume() -> None:
         assert reserved <= compose_store / 4, "most of the store is for jobs"
 
 
+def test_nats_syncs_every_write_before_acknowledging_it() -> None:
+    """An enqueue receipt from the deployed cluster survives a power cut of every node: both
+    templates flush each write before the server acknowledges it."""
+    for conf in (k8s_nats_files()["nats.conf"], compose_nats_files()["cluster.conf"]):
+        assert _conf_value(conf, "sync_interval") == "always"
+
+
 def _worker_environments() -> list[dict[str, str]]:
     _, container = _k8s_worker()
     k8s = {e["name"]: e.get("value") for e in container["env"]}
