@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from lib.records import record, record_pid
+from lib.records import record, record_cpu, record_pid
 
 from jsworker import App, current_job
 
@@ -27,6 +27,12 @@ RAW_QUEUE = "rawq"
 async def noop_async(i: int) -> None:
     """Records that it ran, and in which worker process."""
     record_pid(i)
+
+
+@app.task(queue="cpu")
+async def noop_cpu(i: int) -> None:
+    """Records that it ran, with its worker's CPU time so far: CPU per job."""
+    record_cpu(i)
 
 
 @app.task(queue="sync")

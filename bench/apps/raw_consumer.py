@@ -1,6 +1,6 @@
 """Raw nats-py consumer: the ceiling jsworker's worker is compared with.
 
-    python bench/apps/raw_consumer.py --count N --mode continuous|fetch [--queue rawq]
+    python bench/apps/raw_consumer.py --count N --mode continuous|fetch [--queue rawq] [--cpu]
 
 ``continuous`` is a continuous pull written with nats-py's core API: one inbox
 subscription, pull requests ``{"batch": B, "expires": ns}`` published to
@@ -25,12 +25,14 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lib.records import record
+from lib.records import record, record_cpu
 
 STREAM = "JSW_BENCH"
 BATCH = 200
 EXPIRES = 5.0
 DEADLINE = 600.0
+# --cpu: each record carries the process's CPU time instead of the job's enqueue time.
+RECORD_CPU = False
 
 
 def _enqueued_ns(headers: dict[str, str] | None) -> int:
@@ -61,7 +63,10 @@ async def continuous(nc: nats.NATS, consumer: str, count: int) -> int:
             state["got"] += 1
             state["credit"] -= 1
             state["last"] = time.monotonic()
-            record(state["got"], _enqueued_ns(headers))
+            if RECORD_CPU:
+                record_cpu(state["got"])
+            else:
+                record(state["got"], _enqueued_ns(headers))
             await nc.publish(msg.reply, b"+ACK")
             if state["got"] >= count and not done.done():
                 done.set_result(None)
@@ -105,7 +110,10 @@ async def main() -> None:
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--mode", choices=["continuous", "fetch"], default="continuous")
     parser.add_argument("--queue", default="rawq")
+    parser.add_argument("--cpu", action="store_true", help="record CPU time, not enqueue time")
     args = parser.parse_args()
+    global RECORD_CPU
+    RECORD_CPU = args.cpu
     nc = await nats.connect(os.environ["JSWORKER_URL"], connect_timeout=5)
     run = continuous if args.mode == "continuous" else fetch
     got = await run(nc, args.queue, args.count)

@@ -90,7 +90,14 @@ def drain(
 
 
 def _jsworker(  # type: ignore[no-untyped-def]
-    ctx: Context, name: str, task, workers: int, n: int, loop: str = "asyncio", extra: tuple[object, ...] = ()
+    ctx: Context,
+    name: str,
+    task,
+    workers: int,
+    n: int,
+    loop: str = "asyncio",
+    extra: tuple[object, ...] = (),
+    rate: Callable[[list[tuple[int, int, int]]], float] | None = None,
 ) -> float:
     asyncio.run(jsh.purge(ctx.url))
     enqueue(ctx.url, task, n, extra)
@@ -126,17 +133,21 @@ def _jsworker(  # type: ignore[no-untyped-def]
         return children
 
     # noop_async records its worker's pid, which the overlap window needs.
-    return drain(ctx, name, n, start, records.overlap_rate if together else records.span_rate)
+    return drain(ctx, name, n, start, rate or (records.overlap_rate if together else records.span_rate))
 
 
-def _raw(ctx: Context, name: str, mode: str, n: int) -> float:
+def _raw(ctx: Context, name: str, mode: str, n: int, cpu: bool = False) -> float:
+    """The raw consumer's jobs/s, or with ``cpu`` its CPU per job (µs)."""
     asyncio.run(jsh.purge(ctx.url))
     asyncio.run(jsh.publish_raw(ctx.url, n))
     return drain(
         ctx,
         name,
         n,
-        lambda rec: [start_raw_consumer(ctx.url, rec, ctx.log_dir, count=n, mode=mode, queue=jsh.RAW_QUEUE)],
+        lambda rec: [
+            start_raw_consumer(ctx.url, rec, ctx.log_dir, count=n, mode=mode, queue=jsh.RAW_QUEUE, cpu=cpu)
+        ],
+        records.cpu_per_job if cpu else records.span_rate,
         exits=True,
     )
 
@@ -159,6 +170,22 @@ def run(ctx: Context) -> list[Measurement]:
             _jsworker(ctx, "async", bench_app.noop_async, 1, n),
             "jobs/s",
             "jsworker async no-op, 1 worker",
+            info,
+        ),
+        # CPU per job (user + system, from the process), which holds still on a shared machine
+        # where rates do not: what the worker cores per 10k jobs/s of the capacity model are.
+        Measurement(
+            "processing.cpu.raw_continuous",
+            _raw(ctx, "raw-cpu", "continuous", n, cpu=True),
+            "us/job",
+            "raw continuous pull, CPU per message",
+            info,
+        ),
+        Measurement(
+            "processing.cpu.async",
+            _jsworker(ctx, "async-cpu", bench_app.noop_cpu, 1, n, rate=records.cpu_per_job),
+            "us/job",
+            "jsworker async no-op, 1 worker, CPU per job",
             info,
         ),
         Measurement(

@@ -126,9 +126,10 @@ def start_worker(
 
 
 def start_raw_consumer(
-    url: str, record_file: str | Path, log_dir: Path, *, count: int, mode: str, queue: str
+    url: str, record_file: str | Path, log_dir: Path, *, count: int, mode: str, queue: str, cpu: bool = False
 ) -> Child:
-    """The raw nats-py consumer (``apps/raw_consumer.py``) for ``count`` messages."""
+    """The raw nats-py consumer (``apps/raw_consumer.py``) for ``count`` messages (``cpu``:
+    its records carry its CPU time)."""
     argv = [
         sys.executable,
         str(BENCH_DIR / "apps" / "raw_consumer.py"),
@@ -138,6 +139,7 @@ def start_raw_consumer(
         mode,
         "--queue",
         queue,
+        *(["--cpu"] if cpu else []),
     ]
     return Child(f"raw-{mode}", argv, bench_env(url, record_file), log_dir)
 

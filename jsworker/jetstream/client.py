@@ -8,7 +8,10 @@
 * Acks go out in batches; :meth:`JetStreamClient.publish_many` queues a batch as one
   protocol command instead of one ``publish`` call per message.
 * The pull loop's inbox takes its messages straight from the client's read loop
-  (:meth:`JetStreamClient.subscribe_direct`), without a ``Msg``, a queue and a task hop each.
+  (:meth:`JetStreamClient.subscribe_direct`), without a ``Msg``, a queue and a task hop each,
+  and a handler that needs nothing awaited costs no coroutine.
+* The read loop's protocol parser is :class:`~jsworker.jetstream.fastparse.FastParser`, which
+  reads messages at an offset instead of cutting its buffer after each one.
 
 These fast paths use nats-py internals, and this module is the only place in jsworker that
 does. :data:`INTERNALS` lists every one; at connect, :meth:`JetStreamClient.enable_fast_path`
@@ -30,9 +33,11 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.protocol.parser import Parser
 
 from .._observability.logging import get_logger
 from .denials import Denials
+from .fastparse import FastParser
 
 log = get_logger("jsworker.client")
 
@@ -45,8 +50,9 @@ _split_line = methodcaller("split", ": ", 1)
 #: ``(subject, reply, headers, payload)`` for :meth:`JetStreamClient.publish_headed_many`.
 HeadedMessage = tuple[str, str, Mapping[str, str], bytes]
 
-#: Called with a message's subject, reply subject, body and headers (None when it has none).
-DirectHandler = Callable[[str, str, bytes, "dict[str, str] | None"], Awaitable[None]]
+#: Called with a message's subject, reply subject, body and headers (None when it has none);
+#: what it returns, when not None, is awaited before the next message is read.
+DirectHandler = Callable[[str, str, bytes, "dict[str, str] | None"], "Awaitable[None] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +89,9 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("_flush_queue", "attribute"),
     # Called by the direct route with a handler's error, as nats-py does with its own.
     Internal("_error_cb", "attribute"),
+    # Replaced: the read loop's protocol parser (see .fastparse), whose buffer and state the
+    # replacement takes over.
+    Internal("_ps", "attribute", kind=Parser),
     # Read by subscribe_direct: which subscription a message belongs to.
     Internal("_subs", "attribute", kind=dict),
     # Overridden: the TLS guard refuses to build CONNECT (credentials) over plain TCP ...
@@ -122,6 +131,12 @@ def internals_problems(client: Client) -> list[str]:
         problems.append("Client._flush_queue has no empty()")
     if not isinstance(getattr(client, "stats", None), dict):
         problems.append("Client.stats is not a dict")
+    parser = getattr(client, "_ps", None)
+    if isinstance(parser, Parser) and not (
+        isinstance(getattr(parser, "buf", None), bytearray)
+        and isinstance(getattr(parser, "state", None), int)
+    ):
+        problems.append("Parser has no bytearray buf and int state")
     return problems
 
 
@@ -255,6 +270,11 @@ class JetStreamClient(Client):
         self._process_msg = self._direct_process_msg  # type: ignore[method-assign]
         self._process_headers = self._plain_process_headers  # type: ignore[method-assign]
         self._remove_sub = self._direct_remove_sub  # type: ignore[method-assign]
+        # The read loop looks its parser up on each read: the next one goes to the new parser,
+        # which takes over what the old one had buffered and where it stood.
+        fast = FastParser(self)
+        fast.__dict__.update({k: v for k, v in vars(self._ps).items() if k != "nc"})
+        self._ps = fast
         self.fast_path = True
         return True
 
@@ -270,7 +290,9 @@ class JetStreamClient(Client):
         # nats-py's ordinary route: without the fast path, or for a message that reached the
         # subscription's queue instead of the direct route.
         async def queued(msg: Msg) -> None:
-            await handler(msg.subject, msg.reply, msg.data, msg.headers)
+            pending = handler(msg.subject, msg.reply, msg.data, msg.headers)
+            if pending is not None:
+                await pending
 
         sub = await self.subscribe(subject, cb=queued)
         sid = getattr(sub, SUBSCRIPTION_ID, None)
@@ -366,17 +388,48 @@ class JetStreamClient(Client):
     # -- the fast paths, installed by enable_fast_path ---------------------------------------
 
     async def _direct_process_msg(
-        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
     ) -> None:
+        pending = self.dispatch(sid, subject, reply, data, headers)
+        if pending is not None:
+            await pending
+
+    def dispatch(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> Awaitable[None] | None:
+        """Hand one message to its subscription: a direct route's handler is called here and
+        now; what is left to await (the handler's, nats-py's own route) is returned."""
         handler = self._direct.get(sid)
         if handler is None:
-            await Client._process_msg(self, sid, subject, reply, data, headers)
-            return
+            # None for no headers, as nats-py's own parser passes it (its annotation says bytes).
+            return Client._process_msg(self, sid, subject, reply, data, headers)  # type: ignore[arg-type]
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
+        parsed = parse_plain_headers(headers) if headers else None
+        if headers and parsed is None:
+            return self._handle_parsed(handler, subject, reply, data, headers)
         try:
-            await handler(subject.decode(), reply.decode(), data, await self._process_headers(headers))
+            pending = handler(subject.decode(), reply.decode(), data, parsed)
         except Exception as exc:  # the read loop would take it for a broken connection
+            return self._error_cb(exc)
+        return None if pending is None else self._guarded(pending)
+
+    async def _handle_parsed(
+        self, handler: DirectHandler, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        # A header block the plain parser leaves to nats-py's (a status line, odd spacing).
+        parsed = await Client._process_headers(self, headers)
+        try:
+            pending = handler(subject.decode(), reply.decode(), data, parsed)
+            if pending is not None:
+                await pending
+        except Exception as exc:
+            await self._error_cb(exc)
+
+    async def _guarded(self, pending: Awaitable[None]) -> None:
+        try:
+            await pending
+        except Exception as exc:
             await self._error_cb(exc)
 
     def _direct_remove_sub(self, sid: int, max_msgs: int = 0) -> None:

@@ -34,7 +34,7 @@ import enum
 import json
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._errors import ConsumeError as ConsumeError
@@ -287,7 +287,9 @@ class PullConsumer:
         if not self._buffer:
             return None
         delivery = self._buffer.popleft()
-        await self._handed_out()
+        refill = self._handed_out()
+        if refill is not None:
+            await refill
         return delivery
 
     def buffered(self) -> tuple[Delivery, ...]:
@@ -346,14 +348,16 @@ class PullConsumer:
         self._count(EngineEvent.PULL, str(batch))
         await self.conn.nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
 
-    async def _handed_out(self) -> None:
-        """One message went to the caller, from the buffer or on arrival: top up if due."""
+    def _handed_out(self) -> Awaitable[None] | None:
+        """One message went to the caller, from the buffer or on arrival: the top-up to await
+        when one is due."""
         self._pending -= 1
         self._taken += 1
         if self.left is not None:
             self.left -= 1
         if self._pending < self.threshold:
-            await self._refill()
+            return self._refill()
+        return None
 
     async def _refill(self) -> None:
         if (
@@ -385,11 +389,14 @@ class PullConsumer:
 
     # -- inbound --------------------------------------------------------------------------
 
-    async def _on_msg(self, subject: str, reply: str, body: bytes, headers: dict[str, str] | None) -> None:
+    def _on_msg(
+        self, subject: str, reply: str, body: bytes, headers: dict[str, str] | None
+    ) -> Awaitable[None] | None:
+        # Called by the read loop for each message; most need nothing awaited (a coroutine per
+        # message shows in a short job's cost), the others return what to await.
         self._last_rx = time.monotonic()
         if not reply and headers and "Status" in headers:
-            await self._on_status(headers)
-            return
+            return self._on_status(headers)
         self._unanswered_since = None
         delivery = Delivery(self._verbs, subject, reply, body, headers)
         if not self._pulling:
@@ -397,16 +404,18 @@ class PullConsumer:
                 # Answer to a request sent before the stop: the caller decides what becomes of
                 # it (run it, or give it back counted) once the inbox is closed.
                 self._late.append(delivery)
-                return
-            await delivery.nak()
-            await self._verbs.flush()
-            return
+                return None
+            return self._give_back(delivery)
         if not self._buffer and self.handler is not None and self.handler(delivery):
             # Taken on arrival: the caller had room, so no buffer round and no wake-up.
-            await self._handed_out()
-            return
+            return self._handed_out()
         self._buffer.append(delivery)
         self._wake()
+        return None
+
+    async def _give_back(self, delivery: Delivery) -> None:
+        await delivery.nak()
+        await self._verbs.flush()
 
     async def _on_status(self, headers: dict[str, str]) -> None:
         code = headers.get("Status", "")
