@@ -319,10 +319,12 @@ class JetStreamClient(Client):
         command = b"".join([b"PUB %s %d\r\n%s\r\n" % (s.encode(), len(p), p) for s, p in messages])
         await self._send_many(command, len(messages), size)
 
-    async def publish_headed_many(self, messages: Sequence[HeadedMessage]) -> None:
+    async def publish_headed_many(self, messages: Sequence[HeadedMessage], *, shared: bool = True) -> None:
         """Publish ``(subject, reply, headers, payload)`` messages, in this order, as
-        :meth:`publish_many` does; a header block is encoded once per headers mapping,
-        which must not be changed after it was published."""
+        :meth:`publish_many` does. With ``shared`` (many messages with one headers mapping),
+        a header block is encoded once per mapping, which must not be changed after it was
+        published; without, once per message. Header names and values are not checked: they
+        must be valid (built from checked names, ids and the caller's checked headers)."""
         if not messages:
             return
         if not self.fast_path:
@@ -333,14 +335,17 @@ class JetStreamClient(Client):
         largest = total = 0
         blocks = self._header_blocks
         for subject, reply, headers, payload in messages:
-            # Callers reuse one headers mapping for many messages: keyed by identity (the entry
-            # keeps the mapping alive, so its id is not reused), not by a tuple of its items.
-            cached = blocks.get(id(headers))
-            if cached is None or cached[0] is not headers:
-                if len(blocks) > 64:  # headers that vary per message are not worth keeping
-                    blocks.clear()
-                cached = blocks[id(headers)] = (headers, encode_headers(headers))
-            block = cached[1]
+            if not shared:
+                block = encode_headers(headers)
+            else:
+                # Callers reuse one headers mapping for many messages: keyed by identity (the
+                # entry keeps the mapping alive, so its id is not reused), not by its items.
+                cached = blocks.get(id(headers))
+                if cached is None or cached[0] is not headers:
+                    if len(blocks) > 64:  # headers that vary per message are not worth keeping
+                        blocks.clear()
+                    cached = blocks[id(headers)] = (headers, encode_headers(headers))
+                block = cached[1]
             size = len(block) + len(payload)
             total += size
             if size > largest:

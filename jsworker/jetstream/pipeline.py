@@ -14,18 +14,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.errors
-from nats.aio.msg import Msg
 
 from .._errors import PermissionDeniedError
 from .._errors import RefusedError as RefusedError
 from .._errors import StalledError as StalledError
 from .._wire.headers import MSG_ID
 from .api import UNAVAILABLE, ApiError, parse_reply
+from .client import HeadedMessage
 from .connection import Connection
 from .denials import Denial
 from .message import OutMessage, Stored, check_size, headers_of, stored_from
 
 StoredHook = Callable[[OutMessage, Stored], Awaitable[None]]
+# Messages sent in one write by publish_all: the server answers the first ones while the
+# rest are on their way.
+_BATCH = 256
 
 
 class AckPipeline:
@@ -72,7 +75,8 @@ class AckPipeline:
         inbox = self.conn.nc.new_inbox()
         self._prefix = f"{inbox}."
         self._unlisten = self.conn.nc.denials.listen(self._on_denied)
-        self._sub = await self.conn.nc.subscribe(f"{inbox}.*", cb=self._on_ack)
+        # Straight from the read loop: no message object, queue and task hop per answer.
+        self._sub = await self.conn.nc.subscribe_direct(f"{inbox}.*", self._on_ack)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -102,6 +106,26 @@ class AckPipeline:
         self._pending[token] = (number, msg)
         await self.conn.nc.publish(msg.subject, msg.body, reply=self._prefix + token, headers=headers_of(msg))
         return number
+
+    async def publish_all(self, msgs: Sequence[OutMessage]) -> None:
+        """Send every message of ``msgs`` (checked against ``max_payload`` already), numbered
+        in order from the next number, as room in the window allows: many to one write."""
+        sent = 0
+        while sent < len(msgs):
+            room = self.window - len(self._pending)
+            if room < min(_BATCH, self.window):
+                await self._wait_until(self.window // 2)
+                continue
+            self._raise_refusal()
+            chunk = msgs[sent : sent + min(room, _BATCH)]
+            wire: list[HeadedMessage] = []
+            for msg in chunk:
+                token = str(self._next)
+                self._pending[token] = (self._next, msg)
+                self._next += 1
+                wire.append((msg.subject, self._prefix + token, msg.headers, msg.body))
+            await self.conn.nc.publish_headed_many(wire, shared=False)
+            sent += len(chunk)
 
     async def wait(self) -> None:
         """Wait until every message published so far is acknowledged (or refused)."""
@@ -141,13 +165,16 @@ class AckPipeline:
             self._denied = denial.error(refused)
             self._room.set()
 
-    async def _on_ack(self, ack: Msg) -> None:
-        found = self._pending.pop(ack.subject[len(self._prefix) :], None)
+    def _on_ack(
+        self, subject: str, reply: str, data: bytes, headers: dict[str, str] | None
+    ) -> Awaitable[None] | None:
+        found = self._pending.pop(subject[len(self._prefix) :], None)
         if found is None:
-            return  # not ours, or answered twice
+            return None  # not ours, or answered twice
         number, msg = found
-        result = _result(ack, msg)
+        result = _result(data, headers, msg)
         self.results[number] = result
+        stored: Awaitable[None] | None = None
         if isinstance(result, RefusedError):
             if self._refusal is None:
                 self._refusal = result
@@ -157,14 +184,15 @@ class AckPipeline:
             else:
                 self.created += 1
             if self.on_stored is not None:
-                await self.on_stored(msg, result)
+                stored = self.on_stored(msg, result)
         if len(self._pending) <= self._wake_at or (self.stop_on_refusal and self._refusal is not None):
             self._room.set()
+        return stored
 
 
-def _result(ack: Msg, msg: OutMessage) -> Stored | RefusedError:
+def _result(data: bytes, headers: dict[str, str] | None, msg: OutMessage) -> Stored | RefusedError:
     try:
-        return stored_from(parse_reply(ack.data, ack.headers))
+        return stored_from(parse_reply(data, headers))
     except ApiError as exc:
         if exc.failure.code == UNAVAILABLE:
             return RefusedError(f"no stream accepts subject {msg.subject}", no_stream=True)

@@ -135,8 +135,7 @@ class Publisher:
         pipe = AckPipeline(self.conn, window=self.window, timeout=self.timeout)
         try:
             async with pipe:
-                for msg in msgs:
-                    await pipe.publish(msg, checked=True)  # all checked above, before any was sent
+                await pipe.publish_all(msgs)  # all checked above, before any was sent
                 await pipe.wait()
         except (StalledError, nats.errors.Error, OSError):
             pass  # whatever has no acknowledgement is published again below, one by one
