@@ -92,6 +92,16 @@ async def _raw_publish_per_job(js, n: int) -> None:  # type: ignore[no-untyped-d
     await js.publish_async_completed()
 
 
+async def _raw_publish_plain(js, n: int) -> None:  # type: ignore[no-untyped-def]
+    # The simple way a user would write it: a plain loop on a client as nats-py makes it (its
+    # default pending limit), per-job subjects, one wait for every acknowledgement at the end.
+    prefix = jsh.subject_of(TASK) + "."
+    for i in range(n):
+        headers = jsh.raw_headers(TASK.name)
+        await js.publish_async(prefix + headers["Nats-Msg-Id"], jsh.raw_body(i), headers=headers)
+    await js.publish_async_completed()
+
+
 async def _timed_jsworker(ctx: Context, form, n: int, task=TASK, extra: tuple[object, ...] = ()) -> float:  # type: ignore[no-untyped-def]
     bench_app.app.servers = [ctx.url]
     try:
@@ -104,10 +114,10 @@ async def _timed_jsworker(ctx: Context, form, n: int, task=TASK, extra: tuple[ob
         await bench_app.app.aclose()
 
 
-async def _timed_raw(ctx: Context, form, n: int) -> float:  # type: ignore[no-untyped-def]
+async def _timed_raw(ctx: Context, form, n: int, pending: int | None = WINDOW) -> float:  # type: ignore[no-untyped-def]
     nc = await jsh.connect(ctx.url)
     try:
-        js = nc.jetstream(publish_async_max_pending=WINDOW)
+        js = nc.jetstream() if pending is None else nc.jetstream(publish_async_max_pending=pending)
         await js.publish(jsh.subject_of(TASK), jsh.raw_body(-1), headers=jsh.raw_headers(TASK.name))
         await jsh.purge(ctx.url)
         start = time.perf_counter()
@@ -188,6 +198,11 @@ def run(ctx: Context) -> list[Measurement]:
             "enqueue.raw_publish_async_per_job",
             f"raw js.publish_async on per-job subjects, {WINDOW} in flight (sliding)",
             lambda: asyncio.run(_timed_raw(ctx, _raw_publish_per_job, n)),
+        ),
+        (
+            "enqueue.raw_publish_async_plain",
+            "raw js.publish_async in a plain loop on per-job subjects, one wait at the end",
+            lambda: asyncio.run(_timed_raw(ctx, _raw_publish_plain, n, pending=None)),
         ),
         (
             "enqueue.adelay",
