@@ -269,9 +269,8 @@ class AckedPublisher:
             else:
                 self._queue(pending)
 
-    async def _on_answer(
-        self, subject: str, reply: str, data: bytes, headers: Mapping[str, str] | None
-    ) -> None:
+    def _on_answer(self, subject: str, reply: str, data: bytes, headers: Mapping[str, str] | None) -> None:
+        # A plain call from the read loop: nothing here waits (see subscribe_direct).
         token, _, rest = subject[len(self._prefix) :].partition(".")
         write = self._writes.get(token)
         if write is None:
