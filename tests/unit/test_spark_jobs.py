@@ -20,6 +20,7 @@ try:
 except ImportError:
     need(False, "pyspark is not installed (pip install 'jsworker[spark]')")
 
+from jsworker import App
 from jsworker._errors import ConfigurationError
 from jsworker._wire.headers import CONTENT_TYPE, ENQUEUED_AT, MSG_ID, TASK
 from jsworker.spark import EnqueueReport
@@ -95,6 +96,20 @@ def test_encoded_job_is_what_a_producer_sends() -> None:
     assert headers[TASK] == "charge"
     assert headers[CONTENT_TYPE] == "application/json"
     assert abs(int(headers[ENQUEUED_AT]) / 1e9 - dt.datetime.now().timestamp()) < 60
+
+
+def test_a_partitioned_queue_gets_each_job_where_the_app_puts_it() -> None:
+    """With the queue's partitions given, a row's job goes to the partition its id names, as
+    the app's own producers and lookups place it."""
+    app = App("shop", partitions=4)
+    encoder = _encoder(partitions=4)
+    subjects = {encoder.subject(f"id{i}") for i in range(40)}
+    assert {app.namespace.partition_in(s) for s in subjects} == {0, 1, 2, 3}
+    for i in range(40):
+        job = f"id{i}"
+        assert encoder.subject(job) == app.namespace.job_subject(
+            "billing", "charge", job, app.job_partition("billing", job)
+        )
 
 
 def test_args_column_holds_keyword_or_positional_arguments() -> None:
