@@ -32,6 +32,7 @@ from ._core.layout import (
 from ._core.middleware import Middleware, MiddlewareChain
 from ._core.options import AppArguments as AppArguments
 from ._core.options import AppOptions, QueueOptions, split_arguments
+from ._core.partitioning import QueueLayout
 from ._core.serializers import JSONSerializer, Serializer
 from ._core.task_options import TaskArguments, TaskDeclaration, TaskOptions
 from ._enqueue.async_result import AsyncResult
@@ -51,7 +52,7 @@ from ._scheduling.claims import claims_spec
 from ._scheduling.declare import DELAYED_SINCE, Schedule, build_schedule
 from ._scheduling.delayed import DelayedJobs
 from ._scheduling.periodic import check_schedule_size
-from ._wire.names import Namespace, Role, partition_of, validate_app_name, validate_name
+from ._wire.names import Namespace, Role, validate_app_name, validate_name
 from .events._emit import emit_enqueued
 from .jetstream.connection import Connection, ConnectOptions
 from .jetstream.topology import (
@@ -69,7 +70,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class App(HookDeclarations, ArqSpelling):
+class App(HookDeclarations, QueueLayout, ArqSpelling):
     """A jsworker application: tasks declared with :meth:`task`, enqueued by producers and run
     by ``jsworker run``.
 
@@ -438,43 +439,6 @@ class App(HookDeclarations, ArqSpelling):
     def fair_queues(self) -> frozenset[str]:
         """The queues declared ``fair``."""
         return frozenset(name for name, options in self.queue_options.items() if options.fair)
-
-    def queue_partitions(self, queue: str) -> int:
-        """How many job streams the jobs of ``queue`` are spread over."""
-        declared = self.queue_options.get(queue)
-        if declared is not None:
-            if declared.partitions is not None:
-                return declared.partitions
-            if declared.fair or declared.max_running is not None:
-                return 1
-        return self.options.partitions
-
-    def queue_layouts(self, queue: str) -> tuple[int, ...]:
-        """The partition counts the jobs of ``queue`` may have been placed by: its own, then
-        the one before while its partitions change."""
-        now, declared = self.queue_partitions(queue), self.queue_options.get(queue)
-        if declared is None or (
-            declared.partitions is None and not declared.fair and declared.max_running is None
-        ):
-            before = self.options.previous_partitions  # it follows the app's partitions
-        else:
-            before = declared.previous_partitions
-        return (now,) if before is None or before == now else (now, before)
-
-    def queue_streams(self, queue: str) -> int:
-        """How many job streams hold jobs of ``queue``: its partitions, or those before while
-        they change, whichever are more (workers pull them all)."""
-        return max(self.queue_layouts(queue))
-
-    @property
-    def partition_count(self) -> int:
-        """The app's job streams: as many as the queue that has the most."""
-        default = max(self.options.partitions, self.options.previous_partitions or 1)
-        return max([default, *map(self.queue_streams, self.queue_options)])
-
-    def job_partition(self, queue: str, job_id: str) -> int:
-        """The partition job ``job_id`` of ``queue`` is stored in (see :func:`partition_of`)."""
-        return partition_of(job_id, self.queue_partitions(queue))
 
     def queue_priority(self, queue: str) -> int:
         """The priority of ``queue`` (0 unless declared)."""
