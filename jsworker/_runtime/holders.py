@@ -83,7 +83,7 @@ class EarlierDeliveries:
     ):
         self._conn = conn
         self._namespace = namespace
-        #: The deliveries this worker holds, and the stream sequences it settled for good.
+        #: The deliveries this worker holds, and the places of the jobs it settled for good.
         self._holding = holding
         self._finished = finished
 

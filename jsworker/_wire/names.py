@@ -63,7 +63,7 @@ def validate_name(kind: str, value: str) -> str:
 # stream: such names are refused.
 RESERVED_SUFFIXES = ("_dlq", "_events", "_claims", "_sched", "_leases", "_rates", "_tally", "_sinks")
 # Likewise the job streams of an app's partitions: ``JSW_<APP>_P<k>``.
-_PARTITION_SUFFIX = re.compile(r"_p[0-9]+", re.IGNORECASE)
+_PARTITION_SUFFIX = re.compile(r"_p[0-9]+\Z", re.IGNORECASE)
 
 #: The most partitions (job streams) one queue may have.
 MAX_PARTITIONS = 64
@@ -86,7 +86,7 @@ def validate_app_name(value: str) -> str:
                 f"invalid app name {value!r}: it must not end in {suffix!r}, or its job stream "
                 f"JSW_{value.upper()} would be the {suffix[1:]} stream of app {value[: -len(suffix)]!r}"
             )
-    if (match := _PARTITION_SUFFIX.search(value)) is not None and match.end() == len(value):
+    if (match := _PARTITION_SUFFIX.search(value)) is not None:
         raise ConfigurationError(
             f"invalid app name {value!r}: it must not end in {match.group()!r}, or its job stream "
             f"JSW_{value.upper()} would be a partition of app {value[: match.start()]!r}"
@@ -325,7 +325,7 @@ class Namespace:
     def handback_subject(self, stream_seq: int, partition: int = 0) -> str:
         """Subject (in the claims stream) counting how often the job at ``stream_seq`` of the
         job stream of ``partition`` was given back unfinished by a stopping worker; a claim's
-        third token is a number, never ``back``."""
+        second token is a number, never ``back`` (``back<k>`` past partition 0)."""
         return f"jsw.{self.app}.claim.{stream_seq}.back{partition or ''}"
 
     @property

@@ -125,11 +125,11 @@ def test_every_stream_an_app_has_besides_its_jobs_reserves_its_suffix() -> None:
     assert suffixes <= set(RESERVED_SUFFIXES)
 
 
-@pytest.mark.parametrize("name", ["zeta_p1", "zeta_P12"])
+@pytest.mark.parametrize("name", ["zeta_p1", "zeta_P12", "zeta_p1_p2"])
 def test_app_names_that_would_be_another_apps_partition_are_refused(name: str) -> None:
     """App zeta_p1's job stream would be partition 1 of app zeta (JSW_ZETA_P1)."""
     assert Namespace("zeta").partition_stream(1) == "JSW_ZETA_P1"
-    with pytest.raises(ConfigurationError, match="would be a partition of app 'zeta'"):
+    with pytest.raises(ConfigurationError, match="would be a partition of app 'zeta"):
         App(name)
 
 
