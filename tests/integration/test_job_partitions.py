@@ -321,3 +321,36 @@ async def test_fewer_partitions_drain_the_ones_that_go(nats_server: NatsServer) 
     assert set(ran.values()) == {1}
     for app in (wide, narrow, draining):
         await app.aclose()
+
+
+async def test_a_partition_with_a_backlog_starves_no_other(nats_server: NatsServer) -> None:
+    """A long backlog in one partition, then a few jobs in another: those start while the
+    backlog is still long (each partition has a pull loop of its own, and slots go to
+    whichever loop has a job), not after it."""
+    app = App("fairly", nats_server.url, partitions=PARTITIONS)
+    done: list[str] = []
+
+    @app.task
+    async def job(tag: str) -> None:
+        await asyncio.sleep(0.002)
+        done.append(tag)
+
+    backlog = [j for j in ids_per_partition("b", 2000) if partition_of(j, PARTITIONS) == 0]
+    for job_id in backlog:
+        await job.aapply(("backlog",), job_id=job_id)
+    async with in_process_worker(app, concurrency=4):
+        await wait_until_async(
+            lambda: len(done), until=lambda n: n >= 50, timeout=30, message="the backlog to start"
+        )
+        late = [j for j in ids_per_partition("late", 5) if partition_of(j, PARTITIONS) == 2]
+        for job_id in late:
+            await job.aapply(("late",), job_id=job_id)
+        await wait_until_async(
+            lambda: done.count("late"),
+            until=lambda n: n == len(late),
+            timeout=30,
+            message="the late jobs to run",
+        )
+        left = len(backlog) - done.count("backlog")
+    assert left > len(backlog) // 2, f"the late jobs waited for the backlog: {left} of it left"
+    await app.aclose()
