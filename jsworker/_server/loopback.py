@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import random
 import socket
 import urllib.error
 import urllib.request
@@ -31,8 +32,31 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# Where listening ports are chosen: below the range the OS gives outgoing connections their
+# local ports from. A server killed and restarted on its port (a test of an outage) would
+# otherwise find it taken by some client's connection in between, on a busy machine.
+_LOWEST_LISTEN_PORT = 10_000
+_EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the OS hands out to outgoing connections (Linux says; 32768 else)."""
+    try:
+        with open(_EPHEMERAL_RANGE, encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def pick_port() -> int:
-    """A port the OS considers free on 127.0.0.1 now; the caller must cope with losing it."""
+    """A port free on 127.0.0.1 now, below the ports outgoing connections get, for a server to
+    listen on (chosen at random: the caller must cope with losing it to another process)."""
+    low = _ephemeral_low()
+    if low > _LOWEST_LISTEN_PORT + 1000:
+        for _ in range(100):
+            port = random.randint(_LOWEST_LISTEN_PORT, low - 1)
+            if port_is_free(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])

@@ -18,10 +18,11 @@ from typing import Any
 from .._errors import PortInUseError as PortInUseError
 from .._errors import ServerStartError as ServerStartError
 from .binary import NOT_FOUND_HELP, ServerNotFoundError, find_nats_server
-from .loopback import HOST, HTTP_TIMEOUT, http_get, port_is_free, port_of
+from .loopback import HOST, HTTP_TIMEOUT, http_get, pick_port, port_is_free, port_of
 from .ownership import OWNED
 
 POLL = 0.05
+_PORT_ATTEMPTS = 5
 _LOG_TAIL_LINES = 25
 # How a failed bind reads in the server log (POSIX, then Windows).
 _PORT_IN_USE_MARKERS = ("address already in use", "only one usage of each socket address")
@@ -157,8 +158,23 @@ class NatsServer:
         """
         if self.running:
             raise RuntimeError(f"nats-server is already running (pid {self.pid})")
-        self._launch(self._requested_port, self._requested_cluster_port, timeout)
-        return self
+        if self._requested_port is not None:
+            self._launch(self._requested_port, self._requested_cluster_port, timeout)
+            return self
+        # Ports of our choosing (see pick_port), so that a restart finds them still free; one
+        # another process took first is replaced by another.
+        attempts = 0
+        while True:
+            cluster = self._requested_cluster_port
+            if cluster is None and self._clustered:
+                cluster = pick_port()
+            try:
+                self._launch(pick_port(), cluster, timeout)
+                return self
+            except PortInUseError:
+                attempts += 1
+                if attempts == _PORT_ATTEMPTS:
+                    raise
 
     def restart(self, timeout: float = 20.0) -> None:
         """Start again on the same client port, cluster port and store directory as the last run.

@@ -110,11 +110,13 @@ class AckPipeline:
     async def publish_all(self, msgs: Sequence[OutMessage]) -> None:
         """Send every message of ``msgs`` (checked against ``max_payload`` already), numbered
         in order from the next number, as room in the window allows: many to one write."""
+        # Sent once at least half the window is free: few large writes, never a busy loop.
+        enough = max(1, self.window // 2)
         sent = 0
         while sent < len(msgs):
             room = self.window - len(self._pending)
-            if room < min(_BATCH, self.window):
-                await self._wait_until(self.window // 2)
+            if room < enough:
+                await self._wait_until(self.window - enough)
                 continue
             self._raise_refusal()
             chunk = msgs[sent : sent + min(room, _BATCH)]

@@ -15,6 +15,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import StreamInfo
 
+import jsworker._server.loopback
 import jsworker._server.process
 from jsworker._server import NatsCluster, NatsServer, PortInUseError, ServerStartError
 
@@ -132,6 +133,31 @@ def test_port_taken_after_the_check_is_read_from_the_log(
     assert info.value.port == held_port
     assert not server.running
     server.stop()
+
+
+def test_a_server_listens_below_the_ports_outgoing_connections_get() -> None:
+    """Killed and restarted, a server must find its port free: one of its own choosing is
+    below the range the OS gives outgoing connections, which could take it in between."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    server = NatsServer().start()
+    try:
+        assert server.port < low, (server.port, low)
+    finally:
+        server.stop()
+
+
+def test_a_port_another_process_took_first_is_replaced(
+    held_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes may choose the same free port: the one that loses it starts on another."""
+    chosen = iter([held_port])
+    real = jsworker._server.loopback.pick_port
+    monkeypatch.setattr(jsworker._server.process, "pick_port", lambda: next(chosen, None) or real())
+    server = NatsServer().start()
+    try:
+        assert server.port not in (held_port, None)
+    finally:
+        server.stop()
 
 
 def test_failed_start_shows_the_log_tail() -> None:
