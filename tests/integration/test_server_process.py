@@ -138,7 +138,10 @@ def test_port_taken_after_the_check_is_read_from_the_log(
 def test_a_server_listens_below_the_ports_outgoing_connections_get() -> None:
     """Killed and restarted, a server must find its port free: one of its own choosing is
     below the range the OS gives outgoing connections, which could take it in between."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    if not ranges.exists():
+        pytest.skip("the OS does not say which ports outgoing connections get (Linux does)")
+    low = int(ranges.read_text().split()[0])
     server = NatsServer().start()
     try:
         assert server.port < low, (server.port, low)
