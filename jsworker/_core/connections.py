@@ -68,6 +68,8 @@ class ConnectionPool:
                     conn = await Connection.open(self._options())
                 except ConnectError as exc:
                     raise EnqueueError(f"cannot enqueue: {exc}") from exc
+                # Callers rarely close the app's connection: it closes with its loop.
+                conn.close_with_loop()
                 self._conns[loop] = conn
                 self._opened.add(conn)
         return conn

@@ -192,6 +192,9 @@ class ConnectOptions:
 
 
 # Older nats-py releases neither check subjects nor take the option.
+#: How long closing a connection its loop's end left open may take (seconds).
+_LOOP_END_CLOSE = 2.0
+
 _CAN_SKIP_SUBJECT_CHECK = "skip_subject_validation" in inspect.signature(Client.connect).parameters
 
 
@@ -235,6 +238,7 @@ class Connection:
         self.options = options
         self.loop = asyncio.get_running_loop()
         self._listeners = listeners or _Listeners()
+        self._guard: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, options: ConnectOptions) -> Connection:
@@ -370,8 +374,32 @@ class Connection:
             with contextlib.suppress(TimeoutError, nats.errors.Error):
                 await self.nc.flush(timeout=max(1, round(timeout)))
 
+    def close_with_loop(self) -> None:
+        """Close this connection when its event loop ends, for an owner that may never call
+        :meth:`close` (``asyncio.run(main())`` around an enqueue): a socket left open outlives
+        the loop that could close it, and is only closed, with a ResourceWarning, whenever the
+        garbage collector gets to it. ``asyncio.run`` cancels the tasks left when its
+        coroutine returns; this connection's guard is one of them."""
+        if self._guard is None:
+            self._guard = self.loop.create_task(self._close_when_cancelled())
+
+    async def _close_when_cancelled(self) -> None:
+        try:
+            await self.loop.create_future()  # never set: only the loop's end cancels it
+        except asyncio.CancelledError:
+            # Cancelled by close() (which has cleared the guard), or by the loop's end. Then
+            # not drained: the loop's other tasks are being cancelled too, and every enqueue
+            # made on this connection was acknowledged before its caller went on.
+            if self._guard is not None:
+                with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                    await asyncio.wait_for(self.nc.close(), _LOOP_END_CLOSE)
+            raise
+
     async def close(self) -> None:
         """Flush what is pending and close; safe to call twice."""
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.cancel()
         if self.nc.is_closed:
             return
         if self.nc.is_connected:

@@ -312,7 +312,15 @@ def test_each_stream_leader_killed_in_turn_under_mixed_load(
     assert not load.errors, load.errors
 
     enqueued = set(load.jobs) | set(load.chords)
-    wait_until(lambda: records.done_ids() >= enqueued, timeout=90, message="every job and callback to run")
+
+    def not_done() -> dict[str, list[str]]:
+        """The jobs and callbacks not done yet, by task, for the failure message."""
+        by_task: dict[str, list[str]] = defaultdict(list)
+        for job_id in sorted(enqueued - records.done_ids()):
+            by_task[load.jobs[job_id][0] if job_id in load.jobs else "collect"].append(job_id)
+        return dict(by_task)
+
+    wait_until(not_done, until=lambda m: not m, timeout=90, message="every job and callback to run")
 
     def waiting() -> dict[str, int]:
         subjects = stream_subjects(urls, STREAM)

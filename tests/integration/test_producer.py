@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import json
 import os
+import sys
 import threading
 import time
+import urllib.request
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from jsworker import App, EnqueueError, Task
 from jsworker.testing import NatsServer
 
-from ..support import wait_until_async
+from ..support import wait_until, wait_until_async
 
 
 @pytest.fixture
@@ -91,6 +95,40 @@ async def test_delay_inside_a_running_loop_warns_once(app: App) -> None:
 
 
 @pytest.mark.slow
+def test_an_enqueue_in_asyncio_run_leaves_no_socket_open(nats_server: NatsServer) -> None:
+    """``asyncio.run(main())`` around an enqueue, with no close: the app's connection closes
+    with the loop. Before, the socket outlived the loop and the garbage collector closed it
+    later, in whatever code ran then, with a ResourceWarning; and the server kept the client
+    until that moment."""
+
+    def enqueue_once() -> App:
+        app = App("prod", nats_server.url)
+        job = _task(app)
+
+        async def main() -> None:
+            await job.adelay(1)
+
+        asyncio.run(main())
+        return app
+
+    def connections() -> int:
+        with urllib.request.urlopen(f"{nats_server.monitoring_url}/connz", timeout=5) as answer:
+            return int(json.loads(answer.read())["num_connections"])
+
+    unraisable: list[str] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: unraisable.append(repr(u.exc_value))
+    try:
+        app = enqueue_once()
+        # The server sees the client go while the app still lives.
+        wait_until(connections, until=lambda n: n == 0, message="the server to see the client go")
+        del app
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert unraisable == []
+
+
 def test_enqueue_rides_out_a_server_restart(app: App, nats_server: NatsServer) -> None:
     """A .delay issued while the server is down completes once it is back: one job, not a duplicate."""
     job = _task(app)
