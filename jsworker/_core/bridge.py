@@ -26,6 +26,7 @@ class SyncBridge:
         self._on_fork = on_fork
         self._thread_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._warned = False
 
@@ -71,7 +72,7 @@ class SyncBridge:
                 # Daemon: a process must be able to exit without closing the app first.
                 thread = threading.Thread(target=_serve, args=(loop,), name="jsworker-producer", daemon=True)
                 thread.start()
-                self._loop = loop
+                self._loop, self._thread = loop, thread
             return self._loop
 
     def close(self, last: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -79,11 +80,16 @@ class SyncBridge:
         thread; the bridge starts again on next use."""
         with self._thread_lock:
             loop, self._loop = self._loop, None
-        if loop is None or self._pid != os.getpid():
+            thread, self._thread = self._thread, None
+        if loop is None or thread is None or self._pid != os.getpid():
             return
         if last is not None:
             asyncio.run_coroutine_threadsafe(_call(last), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
+        # Closed means closed: the loop's last tasks ended and the loop closed. Returning
+        # before, the caller's next steps (a test's teardown collecting garbage) race the
+        # thread's clean-up and find the client's tasks destroyed while still pending.
+        thread.join(10)
 
 
 async def _call(fn: Callable[[], Awaitable[None]]) -> None:

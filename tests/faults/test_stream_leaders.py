@@ -24,6 +24,7 @@ from jsworker.workflows import chord, group
 from ..support import UNSETTLED, most_in_any_second, wait_until
 from .harness import (
     Records,
+    WorkerProc,
     Workers,
     app_module,
     dead_letters,
@@ -188,6 +189,25 @@ async def produce(app: ModuleType, load: Load, stop: threading.Event) -> None:
         await asyncio.sleep(max(0.0, next_round - time.monotonic()))
 
 
+def explain(urls: Sequence[str], procs: Sequence[WorkerProc], left: set[str]) -> str:
+    """For a failure: what the workers said of the jobs ``left`` (and of the limits and moves
+    they wait on), where those jobs' messages are, and what the job stream's consumers hold."""
+    interesting = ("partition.", "fair.", "job.internal", "relay.", "pull.")
+    said = [
+        e
+        for p in procs
+        for e in p.log_events()
+        if e.get("job_id") in left or str(e.get("event")).startswith(interesting)
+    ]
+    subjects = [s for s in stream_subjects(urls, STREAM) if s.rsplit(".", 1)[-1] in left]
+    get = f"$JS.API.STREAM.MSG.GET.{STREAM}"
+    where = {s: request_json(urls, get, {"last_by_subj": s}).get("message", {}).get("seq") for s in subjects}
+    consumers = request_json(urls, f"$JS.API.CONSUMER.LIST.{STREAM}", {}, timeout=5.0)
+    figures = ("num_pending", "num_ack_pending", "num_redelivered", "num_waiting", "delivered", "ack_floor")
+    held = {c["name"]: {k: c.get(k) for k in figures} for c in consumers.get("consumers") or []}
+    return f"workers said: {said[-60:]}\nin the job stream: {where}\nconsumers: {held}"
+
+
 # -- what the records say -----------------------------------------------------------------
 
 
@@ -320,7 +340,13 @@ def test_each_stream_leader_killed_in_turn_under_mixed_load(
             by_task[load.jobs[job_id][0] if job_id in load.jobs else "collect"].append(job_id)
         return dict(by_task)
 
-    wait_until(not_done, until=lambda m: not m, timeout=90, message="every job and callback to run")
+    try:
+        wait_until(not_done, until=lambda m: not m, timeout=90, message="every job and callback to run")
+    except AssertionError as exc:
+        # What the workers said of the jobs left, and where their messages are: the failure
+        # shows why they did not run.
+        left = {job_id for ids in not_done().values() for job_id in ids}
+        raise AssertionError(f"{exc}\n{explain(urls, procs, left)}") from None
 
     def waiting() -> dict[str, int]:
         subjects = stream_subjects(urls, STREAM)
@@ -328,9 +354,13 @@ def test_each_stream_leader_killed_in_turn_under_mixed_load(
             s: n for s, n in subjects.items() if s.startswith(("jsw.mix.q.", "jsw.mix.in.", "jsw.mix.later."))
         }
 
-    wait_until(
-        waiting, until=lambda w: not w, timeout=30, ignore=UNSETTLED, message="queues and intake empty"
-    )
+    try:
+        wait_until(
+            waiting, until=lambda w: not w, timeout=30, ignore=UNSETTLED, message="queues and intake empty"
+        )
+    except AssertionError as exc:
+        left = {s.rsplit(".", 1)[-1] for s in waiting()}
+        raise AssertionError(f"{exc}\n{explain(urls, procs, left)}") from None
 
     kept = {job_id: n for job_id, (task, n) in load.jobs.items() if task == "kept"}
     unreadable = {
