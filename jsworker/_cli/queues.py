@@ -1,8 +1,9 @@
 """``jsworker queues``: pause and resume a queue (the server's consumer pause), through
 :class:`~jsworker.admin.Admin`.
 
-Exit codes as for every command: 0 ok, 1 crashed, 2 usage error (a queue no worker has served
-yet, a server before 2.11), 3 cannot connect.
+Exit codes as for every command: 0 ok, 1 crashed, 2 usage error (a queue the app does not
+declare, a server before 2.11), 3 cannot connect. A declared queue that no worker has served
+yet is made (as its first worker would make it) and paused.
 """
 
 from __future__ import annotations

@@ -328,7 +328,8 @@ class Admin(OperatorSession):
         """Stop ``queue``'s consumer handing out jobs until ``until`` (an aware datetime; for
         good when None) with the server's consumer pause (nats-server 2.11+): workers take
         none of its jobs until :meth:`resume_queue`, those running finish. A queue no worker
-        has served yet has no consumer to pause (:class:`~jsworker.ConfigurationError`)."""
+        has served yet gets its consumer made first (as its first worker would), paused; a
+        queue the app does not declare is a :class:`~jsworker.ConfigurationError`."""
         return await operations.pause_queue(self.app, await self.connection(), queue, until)
 
     async def resume_queue(self, queue: str) -> bool:

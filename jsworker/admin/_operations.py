@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from .._core.provisioning import provision_app
 from .._errors import ConfigurationError, JsworkerError, NoWorkerRunning, ScheduleNotFound
 from .._lifecycle.bucket import RECORDS_SINCE, Records
 from .._lifecycle.lookup import current_message
@@ -88,16 +89,26 @@ async def resume_queue(app: App, conn: Connection, queue: str) -> bool:
 
 async def _pause_partitions(app: App, conn: Connection, queue: str, end: datetime | None) -> PauseState:
     """Pause (until ``end``) or resume (None) the consumers of every partition of ``queue``;
-    partition 0's state."""
+    partition 0's state.
+
+    A queue of the app that no worker has served yet has no consumer: one pausing it (an
+    operator pausing ahead of a deploy) provisions it first, as its first worker would,
+    so that its workers start paused. Where this user may not create consumers, the error
+    names ``jsworker provision``, which makes every queue's consumer."""
     streams = [app.namespace.partition_stream(k) for k in range(app.queue_streams(queue))]
     states = await asyncio.gather(*(pause_consumer(conn, stream, queue, end) for stream in streams))
+    if end is None or all(state is not None for state in states):
+        return states[0] or PauseState(False)
+    if queue not in app.queues:
+        raise ConfigurationError(
+            f"queue {queue!r} has no consumer on the server, and the app declares no such queue "
+            f"(its queues: {', '.join(sorted(app.queues))})"
+        )
+    await provision_app(app, conn, queues=[queue])
+    states = await asyncio.gather(*(pause_consumer(conn, stream, queue, end) for stream in streams))
     if states[0] is None:
-        raise _no_consumer(queue)
+        raise ConfigurationError(f"queue {queue!r} still has no consumer on the server after provisioning it")
     return states[0]
-
-
-def _no_consumer(queue: str) -> ConfigurationError:
-    return ConfigurationError(f"queue {queue!r} has no consumer on the server: no worker has served it yet")
 
 
 async def _pause_of(app: App, conn: Connection, queue: str) -> bool:

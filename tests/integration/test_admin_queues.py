@@ -4,7 +4,6 @@ and ``jsworker queues pause|resume``."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -69,12 +68,38 @@ async def test_a_paused_queue_hands_out_nothing_until_resumed(nats_server: NatsS
         await work.adelay("after the pause")
         await wait_until_async(lambda: "after the pause" in ran, timeout=15, message="the pause to end")
 
-        with pytest.raises(ConfigurationError, match="no consumer"):
+        with pytest.raises(ConfigurationError, match="declares no such queue"):
             await admin.pause_queue("nobody")
         with pytest.raises(ConfigurationError, match="invalid queue"):
             await admin.pause_queue("a.b")
         with pytest.raises(ConfigurationError, match="aware"):
             await admin.pause_queue("default", datetime(2099, 1, 1))
+
+
+async def test_a_queue_paused_before_any_worker_served_it_starts_paused(nats_server: NatsServer) -> None:
+    """Pausing ahead of a deploy: the queue has no consumer yet, so the pause makes it (as its
+    first worker would) and pauses it; the worker that then starts takes none of its jobs
+    until it is resumed. Resuming a queue that has no consumer says it was not paused."""
+    app = App("ahead", nats_server.url)
+    ran: list[int] = []
+
+    @app.task
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    async with Admin(app) as admin:
+        assert await admin.resume_queue("default") is False
+        assert (await admin.pause_queue("default")).paused
+    await work.adelay(1)
+    async with in_process_worker(app) as worker, Admin(app) as admin:
+        await wait_until_async(
+            lambda: worker.conn is not None and worker.conn.is_connected, message="the worker connected"
+        )
+        by_name = {q.queue: q for q in await admin.queues()}
+        assert by_name["default"].paused and by_name["default"].pending == 1
+        assert ran == []
+        assert await admin.resume_queue("default") is True
+        await wait_until_async(lambda: ran == [1], timeout=10, message="the job after resume")
 
 
 async def test_a_purge_removes_the_queues_jobs_and_leaves_its_delayed_ones(nats_server: NatsServer) -> None:
@@ -181,16 +206,12 @@ async def test_the_operator_role_may_pause_resume_and_purge(secured: NatsServer,
 def test_queues_pause_and_resume_commands(nats_server: NatsServer) -> None:
     url = nats_server.url
     assert APPS.is_dir()
-    made = cli(url, "queues", "pause", "life_cli_app", "default")
-    # A queue no worker has served has no consumer to pause: a usage error, said plainly.
-    assert made.returncode == 2 and "no consumer" in made.stderr, made
-
-    async def provision() -> None:
-        app = App("lifecli", url)
-        await app.provision(queues=["default"])
-        await app.aclose()
-
-    asyncio.run(provision())
+    # Paused before any worker served it (an operator pausing ahead of a deploy).
+    ahead = cli(url, "queues", "pause", "life_cli_app", "default")
+    assert ahead.returncode == 0 and ahead.stdout == "paused default\n", ahead
+    # An undeclared queue has no consumer, and none is made for it.
+    unknown = cli(url, "queues", "pause", "life_cli_app", "defualt")
+    assert unknown.returncode == 2 and "declares no such queue" in unknown.stderr, unknown
     paused = cli(url, "queues", "pause", "life_cli_app", "default", "--for", "600")
     assert paused.returncode == 0 and paused.stdout.startswith("paused default until "), paused
     resumed = cli(url, "queues", "resume", "life_cli_app", "default")
