@@ -179,6 +179,10 @@ async def _in_stream(
     place = place_token(message.seq, partition).encode()
     held = await gather(conn, ns.held_subject(job_id), place, wait=_HELD_WAIT, linger=0.0)
     holder = holder_said(held)
+    if not holder and retrying and record is not None:
+        # Due again, and not yet taken by a worker (all busy, say): still retrying, not a
+        # job whose worker is gone.
+        return record.status(job_id)
     state, reason = holder_state(holder)
     worker = holder.get("worker")
     progress, progress_message = progress_said(holder)

@@ -55,6 +55,13 @@ class HandBackCounts:
     async def give_back(self, deliveries: Sequence[Delivery]) -> None:
         """Count each of ``deliveries`` as handed back, then give it back (``nak``) for
         another worker to take at once."""
+        await self.count(deliveries)
+        for delivery in deliveries:
+            await delivery.nak()
+
+    async def count(self, deliveries: Sequence[Delivery]) -> None:
+        """Count each of ``deliveries`` as handed back (within a bounded time): the caller
+        gives it back."""
         if self._enabled and deliveries:
             failed = len(deliveries)  # unless the counting ends within its patience
             with anyio.move_on_after(_PATIENCE):
@@ -63,8 +70,6 @@ class HandBackCounts:
             if failed:
                 # Given back all the same: those jobs' next deliveries count as attempts.
                 log.warning("worker.handbacks_not_counted", jobs=failed)
-        for delivery in deliveries:
-            await delivery.nak()
 
     async def _count_one(self, delivery: Delivery) -> None:
         ns = self._namespace

@@ -109,8 +109,11 @@ class EarlierDeliveries:
             attempts, settled = attempts_said(answers)
             if settled:
                 # Run to its end by a live worker whose acknowledgement the server lost (a
-                # leader's election): done, so acknowledged now, never run again.
-                return Outcome(OutcomeKind.SKIPPED, f"delivery {attempt} not run: a live worker settled it")
+                # leader's election): done, so acknowledged now, never run again. Said: this
+                # delivery is acknowledged unrun.
+                reason = f"delivery {attempt} not run: a live worker settled it"
+                log.info("job.skipped", reason=reason, **job.log_fields())
+                return Outcome(OutcomeKind.SKIPPED, reason)
             # Only an earlier delivery: of two workers holding one message, the one with the
             # later delivery steps aside, never both.
             earlier = min((a for a in attempts if a < attempt), default=None)

@@ -327,13 +327,16 @@ class JobBook:
                 await serving.close()
         await self._writer.close()
 
-    async def record(self, job: JobRun, outcome: Outcome, decision: Decision, started: float) -> None:
+    async def record(self, job: JobRun, outcome: Outcome, decision: Decision, started: float) -> bool:
         """Write ``job``'s record for ``outcome`` settled by ``decision``: a success without
         a value (after retries), a failure, a retry, an expiry; nothing for a shutdown's
-        hand-back or a cancel (the cancel wrote its own)."""
+        hand-back or a cancel (the cancel wrote its own). False when a record was due and
+        could not be written."""
         kind = outcome.kind
-        if not self.records or kind in (OutcomeKind.CANCELLED, OutcomeKind.SKIPPED, OutcomeKind.ABORTED):
-            return
+        if not self.records:
+            return False
+        if kind in (OutcomeKind.CANCELLED, OutcomeKind.SKIPPED, OutcomeKind.ABORTED):
+            return True
         task = job.task
         options = task.options if task is not None else self.app.defaults
         now = time.time()
@@ -369,13 +372,15 @@ class JobBook:
             error = JobError(error.type, error.message)
             record = dataclasses.replace(record, error=error)
             msg = record_message(self.app.namespace, job.job_id, record, options.result_ttl)
-        await self._write(job, msg)
+        return await self._write(job, msg)
 
-    async def _write(self, job: JobRun, msg: OutMessage) -> None:
+    async def _write(self, job: JobRun, msg: OutMessage) -> bool:
         try:
             await self._writer.publish(msg)
         except EnqueueError as exc:
             log.error("job.record_failed", error=str(exc), **job.log_fields())
+            return False
+        return True
 
 
 def _stored(job: JobRun, error: BaseException | None) -> None:

@@ -152,7 +152,16 @@ class Settle:
         ):
             # Reported (and counted) as a retry, never as a dead letter that does not exist.
             decision = Decision(Verb.NAK, _DLQ_RETRY_DELAY, f"dead letter not stored: {decision.reason}")
-        if self._final_states and decision.verb is not Verb.NAK:
+        if outcome.held:
+            # Given back unrun by a limit: counted before it goes back, or its next delivery
+            # would take this one for a run that ended with no outcome, and a few of those in
+            # a row (a records bucket electing its leader) for a job that kills its workers.
+            # Counted in its record; where that cannot be written, as a stopping worker's
+            # hand-back is.
+            if not await self._book.record(job, outcome, decision, self._wall(job)):
+                await self._handbacks.count([job.delivery])
+            await self._tell(job, outcome, decision)
+        elif self._final_states and decision.verb is not Verb.NAK:
             # The record before the final verb: a worker that dies in between leaves the job
             # to run again, never ended with no record of how (final-state handlers read it).
             await self._book.record(job, outcome, decision, self._wall(job))

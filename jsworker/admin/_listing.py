@@ -51,7 +51,7 @@ from .._core.paging import Page, seq_cursor
 from .._deadletters.admin import DeadLetters
 from .._errors import ConfigurationError, ServerVersionError
 from .._lifecycle.bucket import Records
-from .._lifecycle.lookup import holder_said, holder_state, progress_said
+from .._lifecycle.lookup import UNHELD, holder_said, holder_state, progress_said
 from .._lifecycle.state import JobRecord, JobState
 from .._registry.entries import REGISTRY_SINCE, live_workers
 from .._wire.headers import MOVED, TASK
@@ -248,22 +248,38 @@ class JobListing:
         return Page(tuple(items), str(position) if len(items) == limit else None, reads.count)
 
     async def _sort_out(self, chunk: list[StoredMessage], state: HandedOut, reads: Reads) -> list[JobSummary]:
-        """The jobs of ``chunk`` in ``state``, in the chunk's order."""
+        """The jobs of ``chunk`` in ``state``, in the chunk's order.
+
+        A job whose record says this very message waits out a retry's delay or a snooze is
+        retrying while that delay runs. Once it is due, the server hands it out again when a
+        worker asks for more: the worker that has it (running it, or holding it) says so, and
+        when none does it is still retrying, due, not a job whose worker is gone."""
         found = await asyncio.gather(*(self.records.read(job_id_in(msg)) for msg in chunk))
         reads.count += len(chunk)
         now = time.time()
-        kept: list[tuple[JobSummary, JobRecord | None]] = []
+        jobs: list[JobSummary | None] = []
+        asking: list[tuple[int, JobSummary, JobRecord | None]] = []
         for msg, entry in zip(chunk, found, strict=True):
             record = entry[1] if entry is not None and entry[1].seq == msg.seq else None
-            resting = record is not None and record.state.resting and (record.next_attempt_at or 0.0) > now
-            if resting == (state == "retrying"):
-                kept.append((waiting_job(self.ns, msg, JobState.RETRYING), record))
+            job = waiting_job(self.ns, msg, JobState.RETRYING)
+            if record is not None and record.state.resting and (record.next_attempt_at or 0.0) > now:
+                jobs.append(_retrying(job, record))
+            else:
+                jobs.append(None)
+                if state != "retrying" or (record is not None and record.state.resting):
+                    asking.append((len(jobs) - 1, job, record))
+        held = await self._holders([(job, record) for _, job, record in asking])
+        for (i, _, record), job in zip(asking, held, strict=True):
+            if job.reason == UNHELD and record is not None and record.state.resting:
+                job = _retrying(dataclasses.replace(job, state=JobState.RETRYING, worker=None), record)
+            jobs[i] = job
+        listed = [job for job in jobs if job is not None]
         if state == "retrying":
-            return [_retrying(job, record) for job, record in kept if record is not None]
-        held = await self._holders([(job, record) for job, record in kept])
+            return [job for job in listed if job.state is JobState.RETRYING]
         if state == "handed_out":
-            return held
-        return [job for job in held if (job.state is JobState.RUNNING) == (state == "running")]
+            return [job for job in listed if job.state is not JobState.RETRYING]
+        wanted = JobState.RUNNING if state == "running" else JobState.QUEUED
+        return [job for job in listed if job.state is wanted]
 
     async def _holders(self, jobs: list[tuple[JobSummary, JobRecord | None]]) -> list[JobSummary]:
         """Jobs handed out with what the workers holding them say (one question each, at

@@ -193,11 +193,10 @@ def explain(urls: Sequence[str], procs: Sequence[WorkerProc], left: set[str]) ->
     """For a failure: what the workers said of the jobs ``left`` (and of the limits and moves
     they wait on), where those jobs' messages are, and what the job stream's consumers hold."""
     interesting = ("partition.", "fair.", "job.internal", "relay.", "pull.")
-    said = [
-        e
-        for p in procs
-        for e in p.log_events()
-        if e.get("job_id") in left or str(e.get("event")).startswith(interesting)
+    events = [e for p in procs for e in p.log_events()]
+    own = [e for e in events if e.get("job_id") in left]
+    around = [
+        e for e in events if e.get("job_id") not in left and str(e.get("event")).startswith(interesting)
     ]
     subjects = [s for s in stream_subjects(urls, STREAM) if s.rsplit(".", 1)[-1] in left]
     get = f"$JS.API.STREAM.MSG.GET.{STREAM}"
@@ -205,7 +204,10 @@ def explain(urls: Sequence[str], procs: Sequence[WorkerProc], left: set[str]) ->
     consumers = request_json(urls, f"$JS.API.CONSUMER.LIST.{STREAM}", {}, timeout=5.0)
     figures = ("num_pending", "num_ack_pending", "num_redelivered", "num_waiting", "delivered", "ack_floor")
     held = {c["name"]: {k: c.get(k) for k in figures} for c in consumers.get("consumers") or []}
-    return f"workers said: {said[-60:]}\nin the job stream: {where}\nconsumers: {held}"
+    return (
+        f"workers said of them: {own}\nand of their limits and pulls: {around[-40:]}\n"
+        f"in the job stream: {where}\nconsumers: {held}"
+    )
 
 
 # -- what the records say -----------------------------------------------------------------
@@ -275,7 +277,10 @@ def test_each_stream_leader_killed_in_turn_under_mixed_load(
     mixed_app.app.servers = urls
     # The producer's view of the streams must match the workers'.
     mixed_app.app.options = dataclasses.replace(mixed_app.app.options, replicas=3)
-    procs = [workers.start(urls, f"w{i}", "-c", "50", module=MODULE, env=R3) for i in range(2)]
+    procs = [
+        workers.start(urls, f"w{i}", "-c", "50", "--log-level", "debug", module=MODULE, env=R3)
+        for i in range(2)
+    ]
     for proc in procs:
         proc.wait_started()
 

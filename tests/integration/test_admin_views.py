@@ -240,6 +240,48 @@ async def test_reserved_jobs_are_told_apart_from_running_ones(nats_server: NatsS
         gate.set()
 
 
+async def test_a_due_retry_no_worker_has_taken_yet_is_retrying_not_held_by_a_gone_worker(
+    nats_server: NatsServer,
+) -> None:
+    """A job waiting out a retry's delay stays on the server as handed out; once due, it waits
+    for a worker to ask for more (all busy, or none running). Nobody holds it then, and that
+    is no worker gone: it is listed, counted and looked up as retrying, due, with its reason,
+    and not among the jobs held by no live worker."""
+    app = App("due", nats_server.url)
+    tried: list[int] = []
+
+    @app.task
+    async def flaky(n: int) -> None:
+        tried.append(n)
+        raise Retry(delay=0.5, reason="not yet")
+
+    await app.provision()
+    job = await flaky.adelay(1)
+    async with in_process_worker(app):
+        await wait_until_async(lambda: tried == [1], timeout=10, message="the first attempt")
+        await wait_until_async(
+            lambda: app.astatus(job.id),
+            until=lambda s: s.state is JobState.RETRYING,
+            timeout=10,
+            message="the retry's record",
+        )
+    status = await app.astatus(job.id)
+    assert status.next_attempt_at is not None
+    due = status.next_attempt_at.timestamp()
+    # The worker stopped before the retry came due: the server holds it, due, for nobody.
+    assert tried == [1]
+    await wait_until_async(lambda: time.time() > due + 0.1, timeout=10, message="the retry to be due")
+    async with Admin(app) as admin:
+        running = await admin.running_jobs()
+        assert running.unheld == () and running.workers == {}
+        retrying = (await admin.jobs(state="retrying")).items
+        assert [(j.id, j.state, j.reason) for j in retrying] == [(job.id, JobState.RETRYING, "not yet")]
+        assert (await admin.jobs(state="reserved")).items == ()
+    again = await app.astatus(job.id)
+    assert (again.state, again.reason) == (JobState.RETRYING, "not yet")
+    await app.aclose()
+
+
 async def test_a_workflows_status_and_the_workflow_of_a_step(nats_server: NatsServer) -> None:
     app = App("wfa", nats_server.url, workflows=True)
     gate = asyncio.Event()
