@@ -277,10 +277,9 @@ def test_each_stream_leader_killed_in_turn_under_mixed_load(
     mixed_app.app.servers = urls
     # The producer's view of the streams must match the workers'.
     mixed_app.app.options = dataclasses.replace(mixed_app.app.options, replicas=3)
-    procs = [
-        workers.start(urls, f"w{i}", "-c", "50", "--log-level", "debug", module=MODULE, env=R3)
-        for i in range(2)
-    ]
+    # At debug level each job's start and end is logged: a failure can say what became of one.
+    debug = ("--log-level", "debug")
+    procs = [workers.start(urls, f"w{i}", "-c", "50", *debug, module=MODULE, env=R3) for i in range(2)]
     for proc in procs:
         proc.wait_started()
 
