@@ -247,11 +247,9 @@ class FairMover:
         if not waiting:
             return True
         try:
-            stored = await publish_atomic(
-                self.conn, [out for job, msg in waiting for out in self._move(job, msg)]
-            )
-            first = stored.seq - 2 * len(waiting) + 1
-            await self._delete_moved([(job[1], first + 2 * i + 1) for i, (job, _) in enumerate(waiting)])
+            moves = [out for job, msg in waiting for out in self._move(job, msg)]
+            stored = await publish_atomic(self.conn, moves)
+            await self._delete_moved(await self._markers(waiting, stored.seq))
             return True
         except BatchConflict:
             # A job cancelled since it was read, or an id taken: the batch as a whole is
@@ -291,6 +289,28 @@ class FairMover:
                 back.append(job)
         _put_back(turns, back)
         return progress
+
+    async def _markers(self, waiting: list[tuple[_Job, StoredMessage]], last: int) -> list[tuple[int, int]]:
+        """``(job, marker)`` sequences of the jobs a batch moved, ``last`` the sequence of its
+        last message. A batch is stored in one piece, so each marker's sequence follows from
+        the last: taken so once the batch's first marker is found where that puts it (a
+        delete by sequence removes whatever is there, and a wrong one would remove another
+        job), else each marker is read from its subject. (Markers, not the copies, are
+        looked at: a worker may have run and removed a copy already.)"""
+        first = last - 2 * len(waiting) + 2
+        try:
+            found = await self._jobs.get(first)
+        except JsworkerError:
+            found = None
+        if found is not None and found.subject == waiting[0][0][2] and MOVED in found.headers:
+            return [(job[1], first + 2 * i) for i, (job, _) in enumerate(waiting)]
+        log.warning("fair.batch_not_contiguous", queue=self.queue, last=last, jobs=len(waiting))
+        markers: list[tuple[int, int]] = []
+        for job, _ in waiting:
+            marker = await self._jobs.last(job[2])
+            if marker is not None and MOVED in marker.headers:
+                markers.append((job[1], marker.seq))
+        return markers
 
     def _move(self, job: _Job, msg: StoredMessage) -> list[OutMessage]:
         """The two messages that move one job: its copy in the queue, and a marker stored
