@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .._core.provisioning import provision_app
+from .._core.layout import consumer_spec
 from .._errors import ConfigurationError, JsworkerError, NoWorkerRunning, ScheduleNotFound
 from .._lifecycle.bucket import RECORDS_SINCE, Records
 from .._lifecycle.lookup import current_message
@@ -43,6 +43,7 @@ from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.pause import PauseState, pause_consumer
 from ..jetstream.publish import OutMessage, Publisher
 from ..jetstream.service import NobodyAnswered, ask
+from ..jetstream.topology import apply_consumer, stream_exists
 
 if TYPE_CHECKING:
     from .._app import App
@@ -92,9 +93,10 @@ async def _pause_partitions(app: App, conn: Connection, queue: str, end: datetim
     partition 0's state.
 
     A queue of the app that no worker has served yet has no consumer: one pausing it (an
-    operator pausing ahead of a deploy) provisions it first, as its first worker would,
-    so that its workers start paused. Where this user may not create consumers, the error
-    names ``jsworker provision``, which makes every queue's consumer."""
+    operator pausing ahead of a deploy) makes it first, as its first worker would, so that
+    its workers start paused. Its job streams must exist (they do once anything was enqueued
+    or provisioned): a stream is never made, nor made again, by a pause. Where this user may
+    not create consumers, the error names ``jsworker provision``, which makes them all."""
     streams = [app.namespace.partition_stream(k) for k in range(app.queue_streams(queue))]
     states = await asyncio.gather(*(pause_consumer(conn, stream, queue, end) for stream in streams))
     if end is None or all(state is not None for state in states):
@@ -104,10 +106,18 @@ async def _pause_partitions(app: App, conn: Connection, queue: str, end: datetim
             f"queue {queue!r} has no consumer on the server, and the app declares no such queue "
             f"(its queues: {', '.join(sorted(app.queues))})"
         )
-    await provision_app(app, conn, queues=[queue])
+    for k, (stream, state) in enumerate(zip(streams, states, strict=True)):
+        if state is not None:
+            continue
+        if not await stream_exists(conn, stream):
+            raise ConfigurationError(
+                f"queue {queue!r} has no consumer, and its job stream {stream} does not exist: "
+                "make them with `jsworker provision`, then pause"
+            )
+        await apply_consumer(conn, consumer_spec(app, queue, k))
     states = await asyncio.gather(*(pause_consumer(conn, stream, queue, end) for stream in streams))
     if states[0] is None:
-        raise ConfigurationError(f"queue {queue!r} still has no consumer on the server after provisioning it")
+        raise ConfigurationError(f"queue {queue!r} still has no consumer on the server after making it")
     return states[0]
 
 

@@ -4,6 +4,7 @@ and ``jsworker queues pause|resume``."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -88,9 +89,12 @@ async def test_a_queue_paused_before_any_worker_served_it_starts_paused(nats_ser
         ran.append(n)
 
     async with Admin(app) as admin:
+        # A pause makes no stream: before anything was enqueued or provisioned, it says so.
+        with pytest.raises(ConfigurationError, match="jsworker provision"):
+            await admin.pause_queue("default")
+        await work.adelay(1)  # the job stream now exists, the queue's consumer not yet
         assert await admin.resume_queue("default") is False
         assert (await admin.pause_queue("default")).paused
-    await work.adelay(1)
     async with in_process_worker(app) as worker, Admin(app) as admin:
         await wait_until_async(
             lambda: worker.conn is not None and worker.conn.is_connected, message="the worker connected"
@@ -206,6 +210,15 @@ async def test_the_operator_role_may_pause_resume_and_purge(secured: NatsServer,
 def test_queues_pause_and_resume_commands(nats_server: NatsServer) -> None:
     url = nats_server.url
     assert APPS.is_dir()
+    nothing = cli(url, "queues", "pause", "life_cli_app", "default")
+    assert nothing.returncode == 2 and "jsworker provision" in nothing.stderr, nothing
+
+    async def provision() -> None:
+        app = App("lifecli", url)
+        await app.provision(queues=[])  # the streams, no queue's consumer
+        await app.aclose()
+
+    asyncio.run(provision())
     # Paused before any worker served it (an operator pausing ahead of a deploy).
     ahead = cli(url, "queues", "pause", "life_cli_app", "default")
     assert ahead.returncode == 0 and ahead.stdout == "paused default\n", ahead
