@@ -60,6 +60,8 @@ log = get_logger("jsworker.workflows")
 _KEPT = 1024
 # A group member's state write that lost to another member's tries again, this many times.
 _TRIES = 200
+# Pauses before the results of a group whose tally is whole are counted again (seconds).
+_RECOUNT = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
 class Continuations:
@@ -217,9 +219,24 @@ class Continuations:
             return  # not the last one: no read of the results stored so far
         # Perhaps the last: the results stored decide (a tally counted twice, past the
         # duplicate window, cannot fire the callback early).
-        if await self._stream.count(done_subject(ns, flow.id)) < size:
+        if not await self._all_stored(flow, size, counted=total is not None and total >= size):
             return
         await self._settle(flow, lambda now: self._completed(flow, now, index, kept, carried))
+
+    async def _all_stored(self, flow: FlowDef, size: int, *, counted: bool) -> bool:
+        """Whether every member's result is stored. ``counted``: the tally says every member
+        counted, and each stored its result before it counted; a count of results short of
+        that comes from a stream leader elected a moment ago and still applying what was
+        stored before, so it is read again (the member that makes the tally whole is the one
+        that starts the callback: none after it would)."""
+        subject = done_subject(self.app.namespace, flow.id)
+        for pause in _RECOUNT:
+            if await self._stream.count(subject) >= size:
+                return True
+            if not counted:
+                return False
+            await asyncio.sleep(pause)
+        return await self._stream.count(subject) >= size
 
     async def _store_result(self, flow: FlowDef, index: int, body: bytes) -> bool:
         """Store member ``index``'s result once; False when an earlier delivery stored it

@@ -194,7 +194,9 @@ def explain(urls: Sequence[str], procs: Sequence[WorkerProc], left: set[str]) ->
     they wait on), where those jobs' messages are, and what the job stream's consumers hold."""
     interesting = ("partition.", "fair.", "job.internal", "relay.", "pull.")
     events = [e for p in procs for e in p.log_events()]
-    own = [e for e in events if e.get("job_id") in left]
+    # A chord's callback (``chord<k>-cb``) waits on its members (``chord<k>-...``).
+    flows = tuple(f"{job_id.rsplit('-', 1)[0]}-" for job_id in left if job_id.endswith("-cb"))
+    own = [e for e in events if e.get("job_id") in left or str(e.get("job_id")).startswith(flows or "\0")]
     around = [
         e for e in events if e.get("job_id") not in left and str(e.get("event")).startswith(interesting)
     ]

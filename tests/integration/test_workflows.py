@@ -4,10 +4,12 @@ stop what they must and run the error callback once."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Any
 
+import nats.js.errors
 import pytest
 
 from jsworker import App, Reject, WorkflowFailed, current_job
@@ -291,3 +293,48 @@ async def test_members_that_end_while_the_tally_is_down_spend_no_attempt(nats_se
             await app.provision()  # the stream back, as a new leader would be
             assert await flow.aresult(timeout=30) == 10
     assert ran == Counter({"add 1 2": 1, "add 3 4": 1, "total": 1})
+
+
+async def test_the_member_that_makes_the_tally_whole_waits_for_the_results_to_be_counted(
+    nats_server: NatsServer,
+) -> None:
+    """The tally says every member counted (each counts after storing its result), while the
+    count of results stored is still one short: what a job stream's leader elected a moment
+    ago answers while it applies what was stored before. The member that made the tally whole
+    counts the results again until they are all there, and starts the callback; before, it
+    read one count, went its way, and no member ever started the callback."""
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    double, total = app.tasks["double"], app.tasks["total"]
+    gate = asyncio.Event()
+
+    @app.task
+    async def last(x: int) -> int:
+        await gate.wait()
+        return x
+
+    async with in_process_worker(app), connected(nats_server.url) as nc:
+        js = nc.jetstream()
+        flow = await chord([double.s(1), last.s(5)], total.s()).aapply()
+        first = done_subject(app.namespace, flow.id, 0)
+        stored = await wait_until_async(lambda: _last(js, app.namespace.stream, first), timeout=10)
+        # The first result, counted, goes from the stream for a moment (the lagging count).
+        await js.delete_msg(app.namespace.stream, stored.seq)
+        gate.set()
+        await wait_until_async(
+            lambda: _last(js, app.namespace.tally_stream, app.namespace.tally_subject(flow.id)),
+            until=lambda m: m is not None and b'"2"' in m.data,
+            timeout=10,
+            message="the tally made whole",
+        )
+        await js.publish(first, stored.data, headers=stored.headers)  # and is there again
+        assert await flow.aresult(timeout=30) == 2 + 5
+    assert ran["total"] == 1
+
+
+async def _last(js: Any, stream: str, subject: str) -> Any:
+    """The last message on ``subject`` of ``stream``, or None."""
+    try:
+        return await js.get_last_msg(stream, subject)
+    except nats.js.errors.NotFoundError:
+        return None
