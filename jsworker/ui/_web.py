@@ -297,6 +297,11 @@ def sequence(text: str) -> int:
     return int(text)
 
 
+def counted(n: int, thing: str) -> str:
+    """``n`` of ``thing`` as a sentence says it: "1 dead letter", "2,000 dead letters"."""
+    return f"{n:,} {thing}" if n == 1 else f"{n:,} {thing}s"
+
+
 def count(form: Mapping[str, Any], name: str, default: int, most: int) -> int:
     """A whole number from 1 to ``most`` given as ``name``, else ``default`` when absent."""
     text = field(form, name)

@@ -5,6 +5,7 @@ in another app. Security and failures: ``test_ui_security.py``."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 from collections.abc import AsyncIterator
@@ -189,8 +190,12 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
             shown = await http.get(job_page.headers["location"])
             assert "is not waiting for a retry or a snooze" in shown.text
 
+            # A mistyped confirmation goes back to the question, saying why; nothing goes.
             refused = await post(http, "/queues/slow/purge", {"confirm": "wrong"})
-            assert refused.status_code == 400 and "type the queue" in refused.text
+            assert refused.status_code == 303 and refused.headers["location"] == "/queues/slow/purge"
+            asked = html.unescape((await http.get(refused.headers["location"])).text)
+            assert "Nothing purged: type the queue's name (slow) to confirm." in asked
+            assert "Type the queue's name to confirm" in asked
             assert (await post(http, "/queues/slow/purge", {"confirm": "slow"})).status_code == 303
             assert "Purged" in (await http.get("/queues/slow")).text
             # The job waiting behind the cancelled one had started by then; its message went too.
@@ -198,7 +203,11 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
 
             retried = await post(http, "/jobs/retry", {"id": [s.retrying.id], "next": "/jobs?state=retrying"})
             assert retried.headers["location"] == "/jobs?state=retrying"
-            assert "1 of 1 jobs will run again now" in (await http.get("/jobs?state=retrying")).text
+            assert "1 of 1 job will run again now." in (await http.get("/jobs?state=retrying")).text
+            # One that was not waiting: said why.
+            again = await post(http, "/jobs/retry", {"id": [s.retrying.id, s.succeeded.id]})
+            told = html.unescape((await http.get(again.headers["location"])).text)
+            assert "of 2 jobs will run again now: the others were not waiting out a retry" in told
 
             cancelled = await post(http, "/jobs/cancel", {"id": [s.scheduled.id, s.succeeded.id]})
             assert cancelled.status_code == 303
@@ -216,7 +225,13 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
             everything = await post(http, "/dead-letters/replay", {"all_of_task": "broken"})
             assert everything.status_code == 303
             await wait_until_async(lambda: admin.count_dead_letters(), until=lambda n: n == 1, timeout=10)
-            assert (await post(http, "/dead-letters/purge", {"confirm": "no"})).status_code == 400
+            kept = await post(http, "/dead-letters/purge", {"confirm": "no", "task": "broken"})
+            assert kept.headers["location"] == "/dead-letters/purge?task=broken"
+            asked = html.unescape((await http.get(kept.headers["location"])).text)
+            assert "Nothing purged: type purge to confirm." in asked
+            # The question's words keep their spaces (a task's name, then "for good").
+            assert "of task <b>broken</b> for\ngood" in asked
+            assert await admin.count_dead_letters() == 1
             purged = await post(http, "/dead-letters/purge", {"confirm": "purge", "task": "broken"})
             assert purged.headers["location"] == "/dead-letters?task=broken"
             assert await admin.count_dead_letters() == 0

@@ -19,7 +19,7 @@ from ..._wire.names import validate_name
 from .._errors import refuse
 from .._paging import both_ways, letter_cursor
 from .._payloads import readable
-from .._web import Dashboard, action, audit, back, count, field, link, many, page, render, sequence
+from .._web import Dashboard, action, audit, back, count, counted, field, link, many, page, render, sequence
 
 PAGE = 50
 
@@ -104,11 +104,11 @@ async def replay(request: Request, d: Dashboard, form: FormData) -> tuple[str, s
         task = validate_name("task", field(form, "all_of_task") or "")
         jobs = await d.admin.replay_dead_letters(task=task)
         audit(request, "replay", task=task, job_ids=[job.id for job in jobs])
-        return f"Replayed {len(jobs)} dead letters of {task}.", back(form, fallback)
+        return f"Replayed {counted(len(jobs), 'dead letter')} of {task}.", back(form, fallback)
     seqs = many(form, "seq", sequence)
     jobs = await d.admin.replay_dead_letters(seqs)
     audit(request, "replay", dead_letters=seqs, job_ids=[job.id for job in jobs])
-    return f"Replayed {len(jobs)} dead letters.", back(form, fallback)
+    return f"Replayed {counted(len(jobs), 'dead letter')}.", back(form, fallback)
 
 
 @action
@@ -116,10 +116,14 @@ async def purge(request: Request, d: Dashboard, form: FormData) -> tuple[str, st
     """Purges the dead letters the confirmation page named."""
     task, queue = _filters(form)
     if field(form, "confirm") != "purge":
-        raise refuse(400, "type purge to confirm")
+        # Back to the question, saying why: the operator may have mistyped.
+        return "Nothing purged: type purge to confirm.", link(
+            request, "/dead-letters/purge", task=task, queue=queue
+        )
     removed = await d.admin.purge_dead_letters(task, queue)
     audit(request, "purge_dead_letters", task=task, queue=queue, removed=removed)
-    return f"Purged {removed:,} dead letters.", link(request, "/dead-letters", task=task, queue=queue)
+    done = f"Purged {counted(removed, 'dead letter')}."
+    return done, link(request, "/dead-letters", task=task, queue=queue)
 
 
 routes = [

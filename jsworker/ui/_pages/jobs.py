@@ -18,7 +18,7 @@ from ..._wire.names import validate_name
 from ...admin import LISTED_STATES, JobSummary
 from .._errors import refuse
 from .._paging import both_ways, job_cursor
-from .._web import Dashboard, action, audit, back, count, field, link, many, page, render, sequence
+from .._web import Dashboard, action, audit, back, count, counted, field, link, many, page, render, sequence
 
 PAGE = 50
 # Cancels and retries of a selection run this many at a time: a cancel of a running job may
@@ -90,7 +90,7 @@ async def cancel(request: Request, d: Dashboard, form: FormData) -> tuple[str, s
     ids = many(form, "id", check_job_id)
     done = await _each(ids, d.admin.cancel)
     audit(request, "cancel", job_ids=ids, cancelled=done)
-    return f"Cancelled {len(done)} of {len(ids)} jobs.", back(form, link(request, "/jobs"))
+    return f"Cancelled {len(done)} of {counted(len(ids), 'job')}.", back(form, link(request, "/jobs"))
 
 
 @action
@@ -99,7 +99,14 @@ async def retry(request: Request, d: Dashboard, form: FormData) -> tuple[str, st
     ids = many(form, "id", check_job_id)
     done = await _each(ids, d.admin.retry_now)
     audit(request, "retry_now", job_ids=ids, retried=done)
-    return f"{len(done)} of {len(ids)} jobs will run again now.", back(form, link(request, "/jobs"))
+    said = f"{len(done)} of {counted(len(ids), 'job')} will run again now"
+    if len(done) < len(ids):
+        # Say why, or the operator is left guessing.
+        said += (
+            ": the others were not waiting out a retry's delay or a snooze (running, finished, "
+            "or due within a second anyway)"
+        )
+    return f"{said}.", back(form, link(request, "/jobs"))
 
 
 @action
@@ -108,7 +115,8 @@ async def replay(request: Request, d: Dashboard, form: FormData) -> tuple[str, s
     seqs = many(form, "seq", sequence)
     jobs = await d.admin.replay_dead_letters(seqs)
     audit(request, "replay", dead_letters=seqs, job_ids=[job.id for job in jobs])
-    return f"Replayed {len(jobs)} dead letters.", back(form, link(request, "/jobs", state="failed"))
+    done = f"Replayed {counted(len(jobs), 'dead letter')}."
+    return done, back(form, link(request, "/jobs", state="failed"))
 
 
 routes = [

@@ -14,7 +14,7 @@ from ..._wire.names import validate_name
 from ...admin import JobSummary
 from .._errors import refuse
 from .._paging import both_ways, job_cursor
-from .._web import Dashboard, action, audit, count, field, link, page, render
+from .._web import Dashboard, action, audit, count, counted, field, link, page, render
 
 PAGE = 50
 
@@ -87,10 +87,13 @@ async def purge(request: Request, d: Dashboard, form: FormData) -> tuple[str, st
     """Purges the queue's jobs once the confirmation page's form says so."""
     queue = validate_name("queue", request.path_params["queue"])
     if field(form, "confirm") != queue:
-        raise refuse(400, f"type the queue's name ({queue}) to confirm the purge")
+        # Back to the question, saying why: the operator may have mistyped.
+        return f"Nothing purged: type the queue's name ({queue}) to confirm.", link(
+            request, f"/queues/{queue}/purge"
+        )
     removed = await d.admin.purge_queue(queue)
     audit(request, "purge_queue", queue=queue, removed=removed)
-    return f"Purged {removed:,} jobs of {queue}.", link(request, f"/queues/{queue}")
+    return f"Purged {counted(removed, 'job')} of {queue}.", link(request, f"/queues/{queue}")
 
 
 routes = [
