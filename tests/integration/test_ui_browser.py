@@ -219,7 +219,7 @@ def test_a_replayed_dead_letter_leaves_the_list(
             bug.unlink()  # the fix: its replay succeeds
             row.find_element(By.CSS_SELECTOR, "input[name='seq']").click()
             browser.find_element(By.XPATH, "//button[text()='Replay selected']").click()
-            until(browser, lambda d: "Replayed 1 dead letters." in d.page_source, "the replay's message")
+            until(browser, lambda d: "Replayed 1 dead letter." in d.page_source, "the replay's message")
             assert not browser.find_elements(By.CSS_SELECTOR, f"tr[data-seq='{seq}']")
             assert "No dead letters" in browser.page_source
             shoot(browser, tmp_path, "dead-letters-replayed")
