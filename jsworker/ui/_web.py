@@ -42,6 +42,8 @@ log = get_logger("jsworker.ui")
 
 #: Seconds a page or an action may take before it gives up (504).
 REQUEST_TIMEOUT = 30.0
+#: The most items of one list an audit line names (it gives the count of the others too).
+AUDITED = 20
 #: The most jobs or dead letters one action takes.
 MAX_SELECTED = 1000
 #: Sent with every page: no framing, no inline script, nothing loaded from elsewhere.
@@ -243,9 +245,15 @@ def action(handler: ActionHandler) -> Callable[[Request], Awaitable[Response]]:
 
 
 def audit(request: Request, what: str, **fields: Any) -> None:
-    """The ``ui.action`` log line of an action: who, from where, what, on which jobs."""
+    """The ``ui.action`` log line of an action: who, from where, what, on which jobs. A list
+    longer than :data:`AUDITED` (the jobs of a replay of a whole task, say) is told by its
+    length and its first items: one action is one line of reasonable size."""
     client = request.client.host if request.client is not None else None
     who = getattr(request.state, "who", "anonymous")
+    for name, value in list(fields.items()):
+        if isinstance(value, list | tuple) and len(value) > AUDITED:
+            fields[name] = list(value[:AUDITED])
+            fields[f"{name}_count"] = len(value)
     # A logger made now, not the module's cached one: an audit line follows the logging
     # configuration of the moment it is written (actions are few: the cost does not show).
     get_logger("jsworker.ui").info("ui.action", who=who, client=client, action=what, **fields)

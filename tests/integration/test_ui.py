@@ -236,6 +236,10 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
             assert purged.headers["location"] == "/dead-letters?task=broken"
             assert await admin.count_dead_letters() == 0
 
+            # An action on many jobs writes one audit line of reasonable size.
+            many_ids = [f"nosuch{i:02d}" for i in range(25)]
+            assert (await post(http, "/jobs/cancel", {"id": many_ids})).status_code == 303
+
             for verb in ("pause", "resume", "trigger", "remove"):
                 assert (await post(http, f"/schedules/hourly/{verb}")).status_code == 303, verb
             assert await admin.schedules() == []
@@ -246,6 +250,8 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
     assert all(a["who"] == "anonymous" for a in actions)
     cancel = [a for a in actions if a["action"] == "cancel"][1]
     assert cancel["job_ids"] == [s.scheduled.id, s.succeeded.id] and cancel["cancelled"] == [s.scheduled.id]
+    (large,) = [a for a in actions if a.get("job_ids_count") == 25]
+    assert large["job_ids"] == many_ids[:20] and large["cancelled"] == []
     # Never a payload in the audit log.
     assert "do-not-log-me" not in json.dumps(actions, default=str)
 
