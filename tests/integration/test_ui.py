@@ -101,7 +101,13 @@ async def test_every_page_shows_what_the_server_holds(nats_server: NatsServer) -
             "/jobs?state=failed&queue=default": [s.failed.id, "Replay selected"],
             f"/jobs/{s.running.id}": ["running", "Cancel", "Jsw-Task"],
             f"/jobs/{s.retrying.id}": ["retrying", "Run now", "not yet"],
-            f"/jobs/{s.failed.id}": ["failed", "it broke", "Dead letters of broken, newest first"],
+            f"/jobs/{s.failed.id}": [
+                "failed",
+                "it broke",
+                "Dead letters of broken, newest first",
+                "Its dead letter #1",
+                f'action="/jobs/{s.failed.id}/replay"',
+            ],
             f"/jobs/{s.succeeded.id}": ["succeeded", "Show result"],
             f"/jobs/{s.succeeded.id}?show=result": ["42"],
             f"/jobs/{s.queued.id}?show=payload": ["second", "json"],
@@ -221,6 +227,13 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
             await wait_until_async(lambda: admin.count_dead_letters(), until=lambda n: n == 1, timeout=10)
             letter = (await admin.dead_letters()).items[0]
             assert (await post(http, "/dead-letters/replay", {"seq": [str(letter.seq)]})).status_code == 303
+            await wait_until_async(lambda: admin.count_dead_letters(), until=lambda n: n == 1, timeout=10)
+            # Replayed from the failed job's own page: back to that page, which follows it.
+            newest = (await admin.dead_letter(s.failed.id)).seq
+            from_page = await post(http, f"/jobs/{s.failed.id}/replay")
+            assert from_page.headers["location"] == f"/jobs/{s.failed.id}"
+            told = html.unescape((await http.get(from_page.headers["location"])).text)
+            assert f"Replayed dead letter #{newest}: {s.failed.id} runs again, from attempt 1." in told
             await wait_until_async(lambda: admin.count_dead_letters(), until=lambda n: n == 1, timeout=10)
             everything = await post(http, "/dead-letters/replay", {"all_of_task": "broken"})
             assert everything.status_code == 303

@@ -1,7 +1,7 @@
 """One job (``/jobs/<id>``, found with the search box at ``/job?id=``): its state, attempts,
 times, worker, headers, error with traceback; its events timeline (apps with job events) and
 its workflow (a step of a chain, group or chord); its payload and result after a click (never
-with payloads off); cancel and retry now."""
+with payloads off); cancel, retry now, and replay a failed one from its dead letter."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ..._core.job_status import JobState
+from ..._deadletters.letter import DeadLetter
 from ..._enqueue.calls import check_job_id
-from ..._errors import EventsNotFound, JobNotFound, StreamRequestError
+from ..._errors import DeadLetterNotFound, EventsNotFound, JobNotFound, StreamRequestError
 from ..._wire.headers import CONTENT_TYPE
 from ...events import JobEvent
 from ...events._window import JobTimeline
@@ -69,6 +70,7 @@ async def job_page(request: Request, d: Dashboard) -> Response:
         shown = readable(result.value, result.content_type)
     timeline, timeline_note = await _timeline(d, job_id)
     workflow = await _workflow(d, job_id)
+    letter = await _letter(d, job_id) if status.state is JobState.FAILED else None
     return render(
         request,
         "job.html",
@@ -83,6 +85,7 @@ async def job_page(request: Request, d: Dashboard) -> Response:
         headers=sorted(message.headers.items()) if message is not None else None,
         size=message.size if message is not None else None,
         cancellable=status.state in CANCELLABLE,
+        letter=letter,
         shown=shown,
         show=show,
     )
@@ -147,6 +150,14 @@ async def _workflow(d: Dashboard, job_id: str) -> WorkflowStatus | None:
         return None
 
 
+async def _letter(d: Dashboard, job_id: str) -> DeadLetter | None:
+    """The newest dead letter of a failed job (None once purged)."""
+    try:
+        return await d.admin.dead_letter(job_id)
+    except DeadLetterNotFound:
+        return None
+
+
 @action
 async def cancel(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
     """Cancels the job."""
@@ -167,9 +178,26 @@ async def retry(request: Request, d: Dashboard, form: FormData) -> tuple[str, st
     return said, back(form, link(request, f"/jobs/{job_id}"))
 
 
+@action
+async def replay(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Replays the failed job's newest dead letter: the job runs again, under its id, from its
+    first attempt; back to its page, which now follows it."""
+    job_id = check_job_id(request.path_params["job_id"])
+    letter = await _letter(d, job_id)
+    if letter is None:
+        return f"{job_id} has no dead letter to replay (purged, or replayed already).", link(
+            request, f"/jobs/{job_id}"
+        )
+    jobs = await d.admin.replay_dead_letters([letter.seq])
+    audit(request, "replay", dead_letters=[letter.seq], job_ids=[job.id for job in jobs])
+    said = f"Replayed dead letter #{letter.seq}: {job_id} runs again, from attempt 1."
+    return said, link(request, f"/jobs/{job_id}")
+
+
 routes = [
     Route("/job", search, methods=["GET"], name="job_search"),
     Route("/jobs/{job_id}", job_page, methods=["GET"], name="job"),
     Route("/jobs/{job_id}/cancel", cancel, methods=["POST"], name="job_cancel"),
     Route("/jobs/{job_id}/retry", retry, methods=["POST"], name="job_retry"),
+    Route("/jobs/{job_id}/replay", replay, methods=["POST"], name="job_replay"),
 ]
