@@ -265,11 +265,14 @@ def worker_dict(entry: WorkerEntry, now: float) -> dict[str, Any]:
 
 
 def health_dict(health: StreamHealth) -> dict[str, Any]:
-    """The server's version and the job stream's health, JSON-ready."""
+    """The server's version and the job stream's health, JSON-ready; ``state`` says it in
+    words (a new app's stream is not missing, it is not made yet)."""
+    state = "healthy" if health.healthy else "degraded" if health.exists else "not created yet"
     return {
         "server_version": health.server_version,
         "exists": health.exists,
         "healthy": health.healthy,
+        "state": state,
         "cluster": health.cluster,
         "leader": health.leader,
         "messages": health.messages,

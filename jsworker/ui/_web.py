@@ -244,6 +244,16 @@ def action(handler: ActionHandler) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
+def app_module(d: Dashboard) -> str:
+    """The module the app's tasks are declared in, for the commands a new app is shown
+    (``your.module`` before it declares any)."""
+    for task in d.app.tasks.values():
+        module = getattr(task.fn, "__module__", None)
+        if isinstance(module, str) and module != "__main__":
+            return module
+    return "your.module"
+
+
 def audit(request: Request, what: str, **fields: Any) -> None:
     """The ``ui.action`` log line of an action: who, from where, what, on which jobs. A list
     longer than :data:`AUDITED` (the jobs of a replay of a whole task, say) is told by its

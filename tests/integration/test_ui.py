@@ -269,6 +269,32 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
     assert "do-not-log-me" not in json.dumps(actions, default=str)
 
 
+async def test_a_new_app_is_shown_how_to_start(nats_server: NatsServer) -> None:
+    """An app nothing was enqueued for and no worker runs: its job stream is "not created
+    yet" (not "missing", nor "degraded" once the page goes live), and the overview and the
+    workers page say how to start a worker, naming the app's module; once a worker runs,
+    the hints are gone and the stream is healthy."""
+    app = App("fresh", nats_server.url)
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    async with client(create_app(app)) as http:
+        overview = html.unescape((await http.get("/")).text)
+        assert '<span data-live="health.state">not created yet</span>' in overview
+        assert "Nothing was enqueued yet" in overview
+        assert f"jsworker run {__name__}" in overview
+        assert (await http.get("/live.json")).json()["health"]["state"] == "not created yet"
+        workers = html.unescape((await http.get("/workers")).text)
+        assert 'id="no-workers"' in workers and f"jsworker run {__name__}" in workers
+        async with in_process_worker(app), Admin(app) as admin:
+            await wait_until_async(admin.workers, timeout=10, message="the worker's entry")
+            overview = (await http.get("/")).text
+            assert 'id="getting-started"' not in overview
+            assert '<span data-live="health.state">healthy</span>' in overview
+            assert 'id="no-workers"' not in (await http.get("/workers")).text
+
+
 @pytest.mark.slow
 async def test_the_live_feed_pushes_fresh_figures(nats_server: NatsServer) -> None:
     app = App("live", nats_server.url)

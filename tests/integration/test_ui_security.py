@@ -207,7 +207,7 @@ async def test_streams_deleted_while_the_dashboard_is_open(nats_server: NatsServ
             assert page.status_code == 200, (path, page.text[-500:])
         gone = await http.get(f"/jobs/{job.id}")
         assert gone.status_code == 404 and "is known" in gone.text
-        assert "missing" in (await http.get("/")).text
+        assert "not created yet" in (await http.get("/")).text
         for path, status in (("/queues/default/pause", 400), ("/jobs/replay", 404)):
             response = await post(http, path, {"seq": "1"})
             no_traceback(response)

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._feed import health_dict, registered, totals, worker_dict
-from .._web import Dashboard, dashboard, page, render
+from .._web import Dashboard, app_module, dashboard, page, render
 
 #: Seconds one event stream stays open; the browser opens the next one by itself.
 STREAM_FOR = 600.0
@@ -33,6 +33,7 @@ async def overview(request: Request, d: Dashboard) -> Response:
         health=health_dict(health),
         workers=[worker_dict(w, now) for w in workers],
         charts=d.feed.charts(),
+        module=app_module(d),
     )
 
 

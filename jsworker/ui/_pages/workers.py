@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .._feed import registered, worker_dict
-from .._web import Dashboard, page, render
+from .._web import Dashboard, app_module, page, render
 
 #: The most running jobs the page lists (one page of ``Admin.running_jobs``).
 RUNNING_LIMIT = 500
@@ -36,6 +36,7 @@ async def workers_page(request: Request, d: Dashboard) -> Response:
         running_order=order,
         running_limit=RUNNING_LIMIT,
         now=now,
+        module=app_module(d),
     )
 
 

@@ -25,7 +25,6 @@
     if (how === "int") return value === null || value === undefined ? "-" : Number(value).toLocaleString("en-US");
     if (how === "age") return age(value);
     if (how === "flag") return value ? el.dataset.flag || "yes" : "";
-    if (how === "health") return value ? "healthy" : "degraded";
     return value === null || value === undefined ? "-" : String(value);
   }
 
