@@ -176,6 +176,10 @@ def test_a_job_is_looked_up_by_its_id(
         with served_in_thread(create_app(app)) as base:
             browser.get(base + "/")
             search = browser.find_element(By.CSS_SELECTOR, "form.search input[name='id']")
+            # "/" from anywhere on the page goes to the search box.
+            browser.find_element(By.TAG_NAME, "body").send_keys("/")
+            assert browser.switch_to.active_element == search
+            assert search.get_attribute("value") == ""
             search.send_keys(job.id)
             search.submit()
             until(browser, lambda d: d.current_url.endswith(f"/jobs/{job.id}"), "the job's page")

@@ -155,6 +155,18 @@
     refresh();
   }
 
+  // "/" goes to the job search from anywhere but a field being typed in, as on the peers'
+  // dashboards.
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "/" || event.ctrlKey || event.metaKey || event.altKey) return;
+    const at = document.activeElement;
+    if (at && (at.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(at.tagName))) return;
+    const search = document.querySelector("form.search input[name='id']");
+    if (!search) return;
+    event.preventDefault();
+    search.focus();
+  });
+
   document.addEventListener("submit", (event) => {
     const form = event.target;
     const button = event.submitter;
