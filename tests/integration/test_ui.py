@@ -133,6 +133,14 @@ async def test_every_page_shows_what_the_server_holds(nats_server: NatsServer) -
         assert "second" not in (await http.get(f"/jobs/{s.queued.id}")).text
         found = await http.get("/job", params={"id": s.queued.id})
         assert (found.status_code, found.headers["location"]) == (303, f"/jobs/{s.queued.id}")
+        # A task's name lists its jobs, a queue's opens it, #<n> opens that dead letter.
+        for term, target in (
+            ("broken", "/jobs?task=broken"),
+            ("slow", "/queues/slow"),
+            (" #1 ", "/dead-letters/1"),
+        ):
+            led = await http.get("/job", params={"id": term})
+            assert (led.status_code, led.headers["location"]) == (303, target), term
         for asset, kind in (("/static/app.css", "text/css"), ("/static/app.js", "javascript")):
             served_asset = await http.get(asset)
             assert served_asset.status_code == 200 and kind in served_asset.headers["content-type"]

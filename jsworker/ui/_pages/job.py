@@ -31,11 +31,19 @@ _SHOWABLE = {"payload", "result"}
 
 @page
 async def search(request: Request, d: Dashboard) -> Response:
-    """The search box's target: the job's page."""
+    """The search box's target: a job's page by its id; a task's name finds its jobs, a
+    queue's name the queue, ``#<n>`` dead letter ``n``."""
     given = field(request.query_params, "id")
     if given is None:
         return render(request, "search.html", nav="job")
-    job_id = check_job_id(given)
+    term = given.strip()
+    if term in d.app.tasks:
+        return RedirectResponse(link(request, "/jobs", task=term), status_code=303)
+    if term in d.app.queues:
+        return RedirectResponse(link(request, f"/queues/{term}"), status_code=303)
+    if term.startswith("#") and term[1:].isascii() and term[1:].isdigit():
+        return RedirectResponse(link(request, f"/dead-letters/{int(term[1:])}"), status_code=303)
+    job_id = check_job_id(term)
     return RedirectResponse(link(request, f"/jobs/{job_id}"), status_code=303)
 
 
