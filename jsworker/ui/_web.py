@@ -14,7 +14,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -25,12 +24,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from .._core.paging import is_seq
-from .._core.queues import QueueStatus, format_age
+from .._core.queues import QueueStatus
 from .._errors import ConfigurationError
 from .._observability.logging import get_logger
 from .._scheduling.cron import as_written
 from ..admin import Admin
 from ..jetstream.session import SessionRole
+from . import _formats as formats
 from ._errors import describe, refuse
 from ._feed import Feed
 from ._security import CSRF_FIELD, FLASH_COOKIE, SESSION_COOKIE, Signer, cookie_path, new_session
@@ -98,12 +98,13 @@ class Dashboard:
             lstrip_blocks=True,
         )
         self.templates.filters.update(
-            age=_age,
-            when=_when,
-            moment=_moment,
-            duration=duration,
-            number=_number,
-            size=_size,
+            age=formats.age,
+            when=formats.when,
+            moment=formats.moment,
+            header=formats.header,
+            duration=formats.duration,
+            number=formats.number,
+            size=formats.size,
             cron=as_written,
         )
         # The empty rows the live tables copy for a queue or a worker that comes along.
@@ -328,58 +329,3 @@ def count(form: Mapping[str, Any], name: str, default: int, most: int) -> int:
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text[:9]) <= most:
         raise refuse(400, f"{name} must be a whole number from 1 to {most}")
     return int(text)
-
-
-# -- filters -------------------------------------------------------------------------------
-
-
-def _age(seconds: float | None) -> str:
-    return format_age(seconds)
-
-
-def _when(moment: datetime | float | None) -> str:
-    if moment is None:
-        return "-"
-    if isinstance(moment, int | float):
-        moment = datetime.fromtimestamp(moment, UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _moment(seconds: float | None) -> str:
-    """A time to the millisecond (a timeline's events come milliseconds apart)."""
-    if seconds is None:
-        return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
-
-
-def duration(seconds: float | None) -> str:
-    """A duration as people read it: ``850 µs``, ``12.3 ms``, ``4.56 s``, or an age above a minute."""
-    if seconds is None:
-        return "-"
-    if seconds < 0.001:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1:
-        return f"{seconds * 1000:.1f} ms"
-    if seconds < 60:
-        return f"{seconds:.2f} s"
-    return format_age(seconds)
-
-
-def _number(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"
-
-
-def _size(value: int | None) -> str:
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{value} B"
-
-
-def since(moment: datetime | None) -> float | None:
-    """Seconds from ``moment`` to now (None stays None)."""
-    return None if moment is None else max(0.0, time.time() - moment.timestamp())

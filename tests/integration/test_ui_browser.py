@@ -185,6 +185,13 @@ def test_a_job_is_looked_up_by_its_id(
             until(browser, lambda d: d.current_url.endswith(f"/jobs/{job.id}"), "the job's page")
             heading = browser.find_element(By.TAG_NAME, "h1").text
             assert job.id in heading and "retrying" in heading
+            # Its next attempt in the viewer's zone and how soon, the UTC time as its title.
+            due = browser.find_element(By.XPATH, "//dt[text()='Next attempt']/following-sibling::dd[1]/time")
+            assert due.text.endswith(")") and "(in " in due.text, due.text
+            assert (due.get_attribute("title") or "").endswith(" UTC")
+            # The enqueue time a header holds in nanoseconds, as a time too.
+            enqueued = browser.find_element(By.CSS_SELECTOR, "table.kv time[datetime]")
+            assert enqueued.text.endswith((" ago)", "(just now)")), enqueued.text
             assert "the warehouse is closed" in browser.page_source
             shoot(browser, tmp_path, "job")
             browser.find_element(By.LINK_TEXT, "Show payload").click()

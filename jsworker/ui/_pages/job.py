@@ -21,8 +21,9 @@ from ...events import JobEvent
 from ...events._window import JobTimeline
 from ...workflows import WorkflowStatus
 from .._errors import describe, refuse
+from .._formats import duration
 from .._payloads import readable
-from .._web import Dashboard, action, audit, back, duration, field, link, page, render
+from .._web import Dashboard, action, audit, back, field, link, page, render
 
 #: The states a cancel can still stop.
 CANCELLABLE = {JobState.SCHEDULED, JobState.QUEUED, JobState.RUNNING, JobState.RETRYING, JobState.SNOOZED}

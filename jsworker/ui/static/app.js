@@ -155,6 +155,34 @@
     refresh();
   }
 
+  // -- times in the viewer's zone ---------------------------------------------------------
+  // The server writes each time in UTC in a <time> element; shown here in the viewer's own
+  // zone with how long ago (or how soon) it is, the UTC text kept as its title.
+
+  function relative(at) {
+    const seconds = Math.round((at.getTime() - Date.now()) / 1000);
+    if (Math.abs(seconds) < 5) return "just now";
+    const text = age(Math.abs(seconds));
+    return seconds < 0 ? `${text} ago` : `in ${text}`;
+  }
+
+  const localFormat = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+    second: "2-digit", hour12: false, timeZoneName: "short",
+  });
+
+  function localTimes() {
+    for (const el of document.querySelectorAll("time[datetime]")) {
+      const at = new Date(el.getAttribute("datetime"));
+      if (Number.isNaN(at.getTime())) continue;
+      if (!el.title) el.title = el.textContent;
+      el.textContent = `${localFormat.format(at)} (${relative(at)})`;
+    }
+  }
+  localTimes();
+  // "3m ago" grows old: said again every 15 seconds.
+  window.setInterval(localTimes, 15000);
+
   // "/" goes to the job search from anywhere but a field being typed in, as on the peers'
   // dashboards.
   document.addEventListener("keydown", (event) => {
