@@ -327,6 +327,14 @@ class DeadLetters(OperatorSession[AppView]):
             )
         return msg
 
+    async def delete(self, seq: int) -> bool:
+        """Delete the dead letter with sequence ``seq`` for good; False when there was none."""
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq <= 0:
+            raise ConfigurationError(f"not a dead letter's sequence: {seq!r}")
+        deleted = await (await self._stream()).delete(seq)
+        log.info("dlq.deleted", seq=seq, deleted=deleted)
+        return deleted
+
     async def purge(self, task: str | None = None, queue: str | None = None) -> int:
         """Delete the dead letters of ``task`` and/or ``queue`` (all when neither); returns how many."""
         removed = await (await self._stream()).purge(self._filter(task, queue))

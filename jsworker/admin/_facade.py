@@ -319,6 +319,10 @@ class Admin(OperatorSession):
         :meth:`DeadLetters.replay <jsworker._deadletters.DeadLetters.replay>`)."""
         return await self._letters.replay(refs, task=task, all=all)
 
+    async def delete_dead_letter(self, seq: int) -> bool:
+        """Delete one dead letter (by its sequence) for good; False when there was none."""
+        return await self._letters.delete(seq)
+
     async def purge_dead_letters(self, task: str | None = None, queue: str | None = None) -> int:
         """Delete the dead letters of ``task`` and/or ``queue`` (all when neither) for good;
         returns how many."""

@@ -114,6 +114,7 @@ async def test_the_dashboard_role_is_all_the_dashboard_needs(secured: NatsServer
                     (f"/jobs/{resting.id}/retry", {}),
                     ("/jobs/cancel", {"id": [later.id, running.id]}),
                     ("/jobs/replay", {"seq": "1"}),
+                    ("/dead-letters/1/delete", {}),  # replayed: gone, which the dashboard may ask
                     ("/schedules/hourly/trigger", {}),
                     ("/schedules/hourly/pause", {}),
                     ("/schedules/hourly/resume", {}),

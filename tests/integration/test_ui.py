@@ -253,6 +253,17 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
             # The question's words keep their spaces (a task's name, then "for good").
             assert "of task <b>broken</b> for\ngood" in asked
             assert await admin.count_dead_letters() == 1
+            # One dead letter deleted from its own page; a second delete finds it gone.
+            (last,) = (await admin.dead_letters()).items
+            shown = (await http.get(f"/dead-letters/{last.seq}")).text
+            assert f'action="/dead-letters/{last.seq}/delete"' in shown
+            deleted = await post(http, f"/dead-letters/{last.seq}/delete", {"next": "/dead-letters"})
+            assert deleted.headers["location"] == "/dead-letters"
+            assert f"Deleted dead letter #{last.seq}." in (await http.get("/dead-letters")).text
+            assert await admin.count_dead_letters() == 0
+            again = await post(http, f"/dead-letters/{last.seq}/delete")
+            gone = (await http.get(again.headers["location"])).text
+            assert f"Dead letter #{last.seq} was gone already." in gone
             purged = await post(http, "/dead-letters/purge", {"confirm": "purge", "task": "broken"})
             assert purged.headers["location"] == "/dead-letters?task=broken"
             assert await admin.count_dead_letters() == 0

@@ -110,6 +110,7 @@ async def test_read_only_hides_and_refuses_every_action(nats_server: NatsServer)
             "/jobs/cancel",
             "/dead-letters/replay",
             "/jobs/x/replay",
+            "/dead-letters/1/delete",
         ):
             refused = await http.post(path, data={"csrf": token, "confirm": "default", "id": "x"})
             assert refused.status_code == 403 and "read-only" in refused.text

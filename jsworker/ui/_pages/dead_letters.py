@@ -112,6 +112,16 @@ async def replay(request: Request, d: Dashboard, form: FormData) -> tuple[str, s
 
 
 @action
+async def delete(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Deletes one dead letter for good (the page asked first)."""
+    seq = sequence(request.path_params["seq"])
+    deleted = await d.admin.delete_dead_letter(seq)
+    audit(request, "delete_dead_letter", seq=seq, deleted=deleted)
+    done = f"Deleted dead letter #{seq}." if deleted else f"Dead letter #{seq} was gone already."
+    return done, back(form, link(request, "/dead-letters"))
+
+
+@action
 async def purge(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
     """Purges the dead letters the confirmation page named."""
     task, queue = _filters(form)
@@ -132,4 +142,5 @@ routes = [
     Route("/dead-letters/purge", purge_confirm, methods=["GET"], name="dead_letters_purge_confirm"),
     Route("/dead-letters/purge", purge, methods=["POST"], name="dead_letters_purge"),
     Route("/dead-letters/{ref}", letter_page, methods=["GET"], name="dead_letter"),
+    Route("/dead-letters/{seq}/delete", delete, methods=["POST"], name="dead_letter_delete"),
 ]
