@@ -255,8 +255,8 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
             assert await admin.count_dead_letters() == 1
             # One dead letter deleted from its own page; a second delete finds it gone.
             (last,) = (await admin.dead_letters()).items
-            shown = (await http.get(f"/dead-letters/{last.seq}")).text
-            assert f'action="/dead-letters/{last.seq}/delete"' in shown
+            letter_page = (await http.get(f"/dead-letters/{last.seq}")).text
+            assert f'action="/dead-letters/{last.seq}/delete"' in letter_page
             deleted = await post(http, f"/dead-letters/{last.seq}/delete", {"next": "/dead-letters"})
             assert deleted.headers["location"] == "/dead-letters"
             assert f"Deleted dead letter #{last.seq}." in (await http.get("/dead-letters")).text
