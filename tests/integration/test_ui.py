@@ -95,6 +95,9 @@ async def test_every_page_shows_what_the_server_holds(nats_server: NatsServer) -
             "/queues/slow": [s.queued.id, "Pause", "Purge"],
             "/queues/slow?order=newest": [s.queued.id],
             "/jobs": [s.queued.id],
+            # Counts on the state tabs: per queue (in flight together), per task only failed.
+            "/jobs?queue=slow": ['queued <span class="count">1</span>', "In flight (running, reserved"],
+            "/jobs?task=broken": ['failed <span class="count">1</span>'],
             "/jobs?state=scheduled": [s.scheduled.id],
             "/jobs?state=running": [s.running.id, "Cancel selected"],
             "/jobs?state=retrying&task=flaky": [s.retrying.id, "not yet", "Run selected now"],

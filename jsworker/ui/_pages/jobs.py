@@ -47,13 +47,16 @@ async def jobs_page(request: Request, d: Dashboard) -> Response:
     async def fetch(cursor: str | None, newest_first: bool, size: int) -> Page[JobSummary]:
         return await d.admin.jobs(queue, state, task, size, cursor, newest_first=newest_first)
 
-    shown = await both_ways(
-        fetch,
-        job_cursor,
-        newest=newest,
-        limit=limit,
-        after=field(query, "after"),
-        before=field(query, "before"),
+    shown, counts = await asyncio.gather(
+        both_ways(
+            fetch,
+            job_cursor,
+            newest=newest,
+            limit=limit,
+            after=field(query, "after"),
+            before=field(query, "before"),
+        ),
+        _counts(d, queue, task),
     )
     return render(
         request,
@@ -68,7 +71,25 @@ async def jobs_page(request: Request, d: Dashboard) -> Response:
         tasks=sorted(d.app.tasks),
         newest=newest,
         limit=limit,
+        counts=counts,
     )
+
+
+async def _counts(d: Dashboard, queue: str | None, task: str | None) -> dict[str, int]:
+    """How many jobs each state tab holds, where the server counts them without a listing:
+    waiting and delayed jobs from the queues' consumers (for a queue, not a task: those figures
+    are per queue), failed ones from the dead letters. Running, reserved and retrying jobs are
+    counted together as in flight (``running`` holds that figure)."""
+    failed = await d.admin.count_dead_letters(task, queue)
+    if task is not None:
+        return {"failed": failed}
+    figures = [q for q in await d.admin.queues() if queue is None or q.queue == queue]
+    return {
+        "queued": sum(q.pending for q in figures),
+        "scheduled": sum(q.delayed for q in figures),
+        "in_flight": sum(q.in_flight for q in figures),
+        "failed": failed,
+    }
 
 
 async def _each(items: Iterable[T], work: Callable[[T], Awaitable[bool]]) -> list[T]:
