@@ -1,0 +1,84 @@
+"""The dashboard's charts (``/charts``) against a real server: drawn from the job events of
+the window asked for, per queue or for the app; an app without job events is told how to get
+them; a window not offered is refused."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from jsworker import App, Reject
+from jsworker.admin import Admin
+from jsworker.testing import NatsServer
+from jsworker.ui import create_app
+
+from ..support import wait_until_async
+from .ui_support import client, no_traceback
+from .workers import in_process_worker
+
+pytestmark = pytest.mark.anyio
+
+
+def _titles(page: str, chart: str) -> list[str]:
+    """The hover titles of ``chart``'s points."""
+    box = page.split(f'aria-label="{chart}"', 1)[1].split("</svg>", 1)[0]
+    return re.findall(r"<circle [^>]*><title>([^<]+)</title>", box)
+
+
+async def test_charts_show_what_the_job_events_counted(nats_server: NatsServer) -> None:
+    app = App("charted", nats_server.url, events=True)
+    app.queue("mail")
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    @app.task(queue="mail")
+    async def bounce(n: int) -> None:
+        raise Reject(f"bounced {n}")
+
+    await app.provision()
+    async with in_process_worker(app), Admin(app) as admin, client(create_app(app)) as http:
+        for n in range(30):
+            await work.adelay(n)
+        for n in range(3):
+            await bounce.adelay(n)
+        await wait_until_async(
+            lambda: admin.event_counts(("succeeded", "dead_lettered"), window=900, bucket=30),
+            until=lambda c: sum(sum(b.values()) for b in c.counts.values()) == 33,
+            timeout=20,
+            message="every job's end among the events",
+        )
+        page = await http.get("/charts", params={"window": "15m"})
+        no_traceback(page)
+        assert page.status_code == 200
+        text = page.text
+        for chart in ("Throughput", "Failures", "Succeeded of those that ended"):
+            assert f'aria-label="{chart}"' in text
+        assert ">jobs/s</text>" in text and ">%</text>" in text
+        # Every job started and 30 succeeded in the window: the points' rates say so.
+        started = [t for t in _titles(text, "Throughput") if " started: " in t]
+        assert started and all(t.endswith(" jobs/s") for t in started)
+        assert any(not t.endswith(": 0 jobs/s") for t in started)
+        failed = [t for t in _titles(text, "Failures") if "dead-lettered: " in t]
+        assert any(not t.endswith(": 0 jobs/s") for t in failed)
+        assert re.search(r"[1-9][0-9,]* job events read", text)
+        # One queue's charts: mail only dead-letters, so none of its ended jobs succeeded.
+        mail = (await http.get("/charts", params={"window": "1h", "queue": "mail"})).text
+        shares = _titles(mail, "Succeeded of those that ended")
+        assert shares and all(t.endswith("succeeded: 0 %") for t in shares)
+        assert 'aria-current="page">1h<' in mail
+        refused = await http.get("/charts", params={"window": "2y"})
+        assert refused.status_code == 400 and "15m, 1h, 6h, 24h, 7d" in refused.text
+
+
+async def test_an_app_without_job_events_is_told_how_to_get_charts(nats_server: NatsServer) -> None:
+    app = App("plain", nats_server.url)
+
+    @app.task
+    async def work(n: int) -> None: ...
+
+    async with client(create_app(app)) as http:
+        page = await http.get("/charts")
+        no_traceback(page)
+        assert page.status_code == 200 and 'id="no-events"' in page.text and "events=True" in page.text
