@@ -30,6 +30,8 @@ from .._registry.entries import WorkerEntry, live_workers
 from .._scheduling.admin import Schedules
 from .._scheduling.periodic import ScheduleState, SyncReport
 from .._wire.names import validate_name
+from ..events._timings import TIMING_LIMIT, Timings
+from ..events._timings import read_timings as _read_timings
 from ..events._window import BUCKET, COUNT_LIMIT, TIMELINE_LIMIT, WINDOW, EventCounts, JobTimeline
 from ..events._window import count_events as _count_events
 from ..events._window import job_timeline as _job_timeline
@@ -267,6 +269,14 @@ class Admin(OperatorSession):
             after_seq=after_seq,
             limit=limit,
         )
+
+    async def job_timings(self, *, window: float = WINDOW, limit: int = TIMING_LIMIT) -> Timings:
+        """How long the runs of the last ``window`` seconds waited (since their enqueue) and
+        ran, per queue and task, from the job-events stream (``App(events=True)``): one read
+        of the window's ``started``, ``succeeded`` and ``failed`` events, bodies included, at
+        most ``limit`` of them (a window holding more is shortened to its newest part).
+        :class:`~jsworker.EventsNotFound` when the app has no events stream."""
+        return await _read_timings(await self.connection(), self.app.namespace, window=window, limit=limit)
 
     async def job_events(self, job_id: str, *, limit: int = TIMELINE_LIMIT) -> JobTimeline:
         """The events of job ``job_id`` in the job-events stream (``App(events=True)``), oldest

@@ -119,4 +119,6 @@ def line_chart(
         Markup('<span class="key {}">{}</span>').format(line.css, line.name) for line in lines
     )
     caption = Markup('<figcaption>{} <span class="legend">{}</span></figcaption>').format(title, legend)
-    return Markup('<figure class="chart-box">{}{}</figure>').format(caption, Markup("").join(parts))
+    return Markup('<figure class="chart-box">{}<div class="chart-scroll">{}</div></figure>').format(
+        caption, Markup("").join(parts)
+    )

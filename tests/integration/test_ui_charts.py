@@ -4,6 +4,7 @@ them; a window not offered is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -31,7 +32,10 @@ async def test_charts_show_what_the_job_events_counted(nats_server: NatsServer) 
     app.queue("mail")
 
     @app.task
-    async def work(n: int) -> None: ...
+    async def work(n: int) -> None:
+        # A run of a known least length: its run times in the table are at least that. No
+        # event stands for the span; it is the measured thing.
+        await asyncio.sleep(0.02)
 
     @app.task(queue="mail")
     async def bounce(n: int) -> None:
@@ -68,6 +72,20 @@ async def test_charts_show_what_the_job_events_counted(nats_server: NatsServer) 
         shares = _titles(mail, "Succeeded of those that ended")
         assert shares and all(t.endswith("succeeded: 0 %") for t in shares)
         assert 'aria-current="page">1h<' in mail
+        # Wait and run times per queue and task: every run counted, each run at least 20 ms.
+        rows = {
+            (cells[0], cells[1]): cells[2:]
+            for cells in (
+                re.findall(r"<td[^>]*>(?:<a [^>]*>)?([^<]*)", row)
+                for row in text.split('id="timings"', 1)[1].split("</table>", 1)[0].split("<tr>")[2:]
+            )
+        }
+        assert set(rows) == {("default", "work"), ("mail", "bounce")}
+        work_row = rows[("default", "work")]
+        assert work_row[0] == "30" and work_row[4] == "30"
+        assert all(cell.endswith(" ms") for cell in work_row[5:8]), work_row
+        assert all(float(cell.split()[0]) >= 20 for cell in work_row[5:8]), work_row
+        assert rows[("mail", "bounce")][0] == "3" and rows[("mail", "bounce")][4] == "3"
         refused = await http.get("/charts", params={"window": "2y"})
         assert refused.status_code == 400 and "15m, 1h, 6h, 24h, 7d" in refused.text
 

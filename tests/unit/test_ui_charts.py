@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from jsworker.events._timings import percentile
 from jsworker.ui._charts import Line, line_chart
 
 
@@ -46,3 +47,9 @@ def test_each_chart_has_its_own_scale_and_a_fixed_top_when_given() -> None:
 def test_names_are_escaped() -> None:
     svg = str(line_chart("<b>x</b>", [0.0], [Line("<i>", "c", [1.0])], "jobs/s", _show))
     assert "<b>" not in svg and "<i>" not in svg and "&lt;b&gt;" in svg
+
+
+def test_percentiles_by_nearest_rank() -> None:
+    ordered = [float(n) for n in range(1, 101)]
+    assert [percentile(ordered, p) for p in (0.5, 0.95, 0.99, 1.0)] == [50.0, 95.0, 99.0, 100.0]
+    assert percentile([7.0], 0.99) == 7.0 and percentile([], 0.5) is None

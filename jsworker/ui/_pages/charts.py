@@ -1,14 +1,17 @@
 """The charts (``/charts``): is it getting worse? Jobs started and succeeded, retried and
 dead-lettered per second, and the share that succeeded, over a window from 15 minutes to 7
-days, for the whole app or one queue, each chart on its own scale.
+days, for the whole app or one queue, each chart on its own scale; and how long each task's
+runs waited and ran (50th, 95th and 99th percentiles).
 
 Fed from the job-events stream (``App(events=True)``): one read of the window's events,
-headers only, through a throwaway consumer (:func:`jsworker.events._window.count_events`);
-a window that holds more than :data:`~jsworker.events._window.COUNT_LIMIT` events is shown
-from its newest part that does, and the page says so."""
+headers only, through a throwaway consumer (:func:`jsworker.events._window.count_events`),
+and one of its run events with their bodies for the times
+(:func:`jsworker.events._timings.read_timings`); a window that holds more than a read takes
+is shown from its newest part that does, and the page says so."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -18,6 +21,7 @@ from starlette.routing import Route
 
 from ..._errors import EventsNotFound
 from ..._wire.names import validate_name
+from ...events._timings import Timings, percentile
 from ...events._window import EventCounts
 from .._charts import Line, line_chart
 from .._errors import refuse
@@ -32,6 +36,8 @@ WINDOWS = {
     "7d": (604_800.0, 3600.0),
 }
 _KINDS = ("started", "succeeded", "retried", "dead_lettered")
+#: The percentiles of the wait and run times table.
+_SHARES = (0.5, 0.95, 0.99)
 
 
 def _per_second(counts: EventCounts, kind: str, queue: str | None, buckets: list[int]) -> list[float]:
@@ -71,7 +77,9 @@ async def charts_page(request: Request, d: Dashboard) -> Response:
         "queues": sorted(d.app.queues),
     }
     try:
-        counts = await d.admin.event_counts(_KINDS, window=window, bucket=bucket)
+        counts, timings = await asyncio.gather(
+            d.admin.event_counts(_KINDS, window=window, bucket=bucket), d.admin.job_timings(window=window)
+        )
     except EventsNotFound:
         return render(request, "charts.html", nav="charts", charts=None, **context)
     first, last = math.floor(counts.since / bucket), math.floor(counts.until / bucket)
@@ -108,7 +116,38 @@ async def charts_page(request: Request, d: Dashboard) -> Response:
         ),
     ]
     every = f"{bucket:g}-second" if bucket < 60 else f"{bucket / 60:g}-minute" if bucket < 3600 else "hour"
-    return render(request, "charts.html", nav="charts", charts=drawn, counts=counts, every=every, **context)
+    return render(
+        request,
+        "charts.html",
+        nav="charts",
+        charts=drawn,
+        counts=counts,
+        every=every,
+        timings=timings,
+        times=_times(timings, queue),
+        **context,
+    )
+
+
+def _times(timings: Timings, queue: str | None) -> list[dict[str, Any]]:
+    """A row per queue and task (of ``queue`` when given): how many runs, and the 50th, 95th
+    and 99th percentiles of their waits and run times."""
+    rows = []
+    for key in timings.measured():
+        if queue is not None and key[0] != queue:
+            continue
+        waits, runs = timings.waits.get(key, ()), timings.runs.get(key, ())
+        rows.append(
+            {
+                "queue": key[0],
+                "task": key[1],
+                "started": len(waits),
+                "ended": len(runs),
+                "wait": [percentile(waits, p) for p in _SHARES],
+                "run": [percentile(runs, p) for p in _SHARES],
+            }
+        )
+    return rows
 
 
 routes = [Route("/charts", charts_page, methods=["GET"], name="charts")]

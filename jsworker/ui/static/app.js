@@ -183,6 +183,9 @@
   // "3m ago" grows old: said again every 15 seconds.
   window.setInterval(localTimes, 15000);
 
+  // A chart wider than a phone scrolls sideways: it opens on its newest end.
+  for (const box of document.querySelectorAll(".chart-scroll")) box.scrollLeft = box.scrollWidth;
+
   // "/" goes to the job search from anywhere but a field being typed in, as on the peers'
   // dashboards.
   document.addEventListener("keydown", (event) => {
