@@ -275,3 +275,24 @@ def test_a_paused_queue_waits_while_the_others_run(
             leave(browser)
     finally:
         assert stop(worker) == 0
+
+
+@pytest.mark.slow
+def test_a_job_list_follows_the_server_and_says_when_it_cannot(
+    app: App, browser: Chrome, tmp_path: Path, nats_server: NatsServer
+) -> None:
+    """No worker runs: a job enqueued while the waiting jobs' list is open shows up in it
+    without a reload; once the dashboard stops answering, the page says so."""
+    with served_in_thread(create_app(app)) as base:
+        browser.get(base + "/jobs?state=queued&queue=other")
+        assert "No jobs" in browser.page_source or "<tbody>" in browser.page_source
+        job = ui_app.elsewhere.delay(7)
+        until(browser, lambda d: job.id in d.page_source, "the new job in the open list")
+        assert browser.execute_script("return performance.getEntriesByType('navigation').length") == 1
+        shoot(browser, tmp_path, "jobs-followed")
+    # The dashboard is gone: the next read of the page fails, and the page says so.
+    until(browser, lambda d: "has not answered" in d.page_source, "the page to say the server is gone")
+    leave(browser)
+    # The console's only complaint: the page's own reads that found nobody.
+    said = browser.get_log("browser")  # type: ignore[no-untyped-call]
+    assert said and all("ERR_CONNECTION_REFUSED" in line["message"] for line in said), said

@@ -103,9 +103,9 @@
 
   // -- the event stream -----------------------------------------------------------------
 
-  const status = document.getElementById("live-status");
-
   function say(text, bad) {
+    // Looked up each time: a page that reads itself again puts in a new one.
+    const status = document.getElementById("live-status");
     if (!status) return;
     status.hidden = !text;
     status.textContent = text || "";
@@ -140,7 +140,11 @@
 
   // -- forms ------------------------------------------------------------------------------
 
-  for (const all of document.querySelectorAll("input[data-select-all]")) {
+  function bindForms(scope) {
+    for (const all of scope.querySelectorAll("input[data-select-all]")) bindSelection(all);
+  }
+
+  function bindSelection(all) {
     const form = all.form;
     const boxes = () => [...form.querySelectorAll("input[type=checkbox]:not([data-select-all])")];
     const buttons = () => [...form.querySelectorAll("[data-needs-selection]")];
@@ -154,6 +158,53 @@
     form.addEventListener("change", refresh);
     refresh();
   }
+  bindForms(document);
+
+  // -- lists that follow the server -----------------------------------------------------
+  // A page with data-refresh (job lists, a job, dead letters, the workers' jobs) reads itself
+  // again every that many seconds and puts in the new content, unless the viewer is busy
+  // with it: something selected, typed in or focused. A server that does not answer is said.
+
+  const every = Number(body.dataset.refresh || 0);
+  let lastGood = Date.now();
+
+  function busy(main) {
+    if (document.visibilityState !== "visible") return true;
+    if (main.querySelector("input[type=checkbox]:checked")) return true;
+    const at = document.activeElement;
+    if (at && at !== body && main.contains(at)) return true;
+    const picked = window.getSelection();
+    return Boolean(picked && String(picked).length);
+  }
+
+  async function reread() {
+    const main = document.querySelector("main");
+    if (!main || busy(main)) return;
+    const quit = new AbortController();
+    const late = window.setTimeout(() => quit.abort(), 5000);
+    try {
+      const answer = await fetch(window.location.href, { signal: quit.signal, credentials: "same-origin" });
+      if (!answer.ok) throw new Error(`HTTP ${answer.status}`);
+      const page = new DOMParser().parseFromString(await answer.text(), "text/html");
+      const fresh = page.querySelector("main");
+      if (fresh && !busy(main)) {
+        const flash = main.querySelector(".flash");
+        main.innerHTML = fresh.innerHTML;
+        if (flash && !main.querySelector(".flash")) main.prepend(flash);
+        bindForms(main);
+        localTimes();
+      }
+      lastGood = Date.now();
+      say("", false);
+    } catch (err) {
+      const since = Math.round((Date.now() - lastGood) / 1000);
+      say(`The server has not answered for ${since}s: this page shows what it held then.`, true);
+    } finally {
+      window.clearTimeout(late);
+    }
+  }
+
+  if (every > 0) window.setInterval(reread, every * 1000);
 
   // -- times in the viewer's zone ---------------------------------------------------------
   // The server writes each time in UTC in a <time> element; shown here in the viewer's own
