@@ -133,7 +133,10 @@ async def test_a_jobs_page_shows_its_events_and_its_workflow(nats_server: NatsSe
             assert flow.id in section and "chain" in section and "bounced 1" in section
             # Every enqueued step links to its page; the one that ended it is marked.
             assert f'href="/jobs/{flow.id}"' in section and f'href="/jobs/{flow.id}-1"' in section
-            assert section.count("ended it") == 1 and "not enqueued yet" in section
+            # The step after it never will be enqueued, and says so.
+            assert section.count("ended it") == 1
+            assert "never enqueued: the workflow failed before it" in section
+            assert "not enqueued yet" not in section
         plain = await work.adelay(5)
         await wait_until_async(lambda: admin.job(plain.id), until=lambda s: s.state is JobState.SUCCEEDED)
         assert 'id="workflow"' not in (await http.get(f"/jobs/{plain.id}")).text
