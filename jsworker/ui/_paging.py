@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 from .._core.job_status import JobState
 from .._core.paging import Page
 from .._deadletters.letter import DeadLetter
-from ..admin import JobSummary
+from ..admin import Admin, JobSummary, ListedState
 
 T = TypeVar("T")
 
@@ -62,6 +62,25 @@ async def both_ways(
         moved=after is not None or before is not None,
         reads=page.reads,
     )
+
+
+async def jobs_shown(
+    admin: Admin,
+    state: ListedState,
+    queue: str | None,
+    task: str | None,
+    *,
+    newest: bool,
+    limit: int,
+    after: str | None,
+    before: str | None,
+) -> Shown[JobSummary]:
+    """A page of the jobs in ``state`` (of ``queue`` and ``task``) as its cursors ask."""
+
+    async def fetch(cursor: str | None, newest_first: bool, size: int) -> Page[JobSummary]:
+        return await admin.jobs(queue, state, task, size, cursor, newest_first=newest_first)
+
+    return await both_ways(fetch, job_cursor, newest=newest, limit=limit, after=after, before=before)
 
 
 def job_cursor(job: JobSummary) -> str:

@@ -12,12 +12,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..._core.paging import Page
 from ..._enqueue.calls import check_job_id
 from ..._wire.names import validate_name
-from ...admin import LISTED_STATES, JobSummary
+from ...admin import LISTED_STATES
 from .._errors import refuse
-from .._paging import both_ways, job_cursor
+from .._paging import jobs_shown
 from .._web import Dashboard, action, audit, back, count, counted, field, link, many, page, render, sequence
 
 PAGE = 50
@@ -44,13 +43,12 @@ async def jobs_page(request: Request, d: Dashboard) -> Response:
     newest = query.get("order") == "newest"
     limit = count(query, "limit", PAGE, 500)
 
-    async def fetch(cursor: str | None, newest_first: bool, size: int) -> Page[JobSummary]:
-        return await d.admin.jobs(queue, state, task, size, cursor, newest_first=newest_first)
-
     shown, counts = await asyncio.gather(
-        both_ways(
-            fetch,
-            job_cursor,
+        jobs_shown(
+            d.admin,
+            state,
+            queue,
+            task,
             newest=newest,
             limit=limit,
             after=field(query, "after"),

@@ -8,12 +8,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..._core.paging import Page
 from ..._core.queues import QueueStatus
 from ..._wire.names import validate_name
-from ...admin import JobSummary
 from .._errors import refuse
-from .._paging import both_ways, job_cursor
+from .._paging import jobs_shown
 from .._web import Dashboard, action, audit, count, counted, field, link, page, render
 
 PAGE = 50
@@ -38,12 +36,11 @@ async def queue_page(request: Request, d: Dashboard) -> Response:
     newest = query.get("order") == "newest"
     limit = count(query, "limit", PAGE, 500)
 
-    async def fetch(cursor: str | None, newest_first: bool, size: int) -> Page[JobSummary]:
-        return await d.admin.jobs(queue, "queued", None, size, cursor, newest_first=newest_first)
-
-    shown = await both_ways(
-        fetch,
-        job_cursor,
+    shown = await jobs_shown(
+        d.admin,
+        "queued",
+        queue,
+        None,
         newest=newest,
         limit=limit,
         after=field(query, "after"),
