@@ -67,8 +67,9 @@ from ._summary import (
     JobSummary,
     ListedState,
     dead_job,
-    enqueued_at,
+    delayed_job,
     job_id_in,
+    retrying_job,
     turn_job,
     utc,
     waiting_job,
@@ -263,7 +264,7 @@ class JobListing:
             record = entry[1] if entry is not None and entry[1].seq == msg.seq else None
             job = waiting_job(self.ns, msg, JobState.RETRYING)
             if record is not None and record.state.resting and (record.next_attempt_at or 0.0) > now:
-                jobs.append(_retrying(job, record))
+                jobs.append(retrying_job(job, record))
             else:
                 jobs.append(None)
                 if state != "retrying" or (record is not None and record.state.resting):
@@ -271,7 +272,7 @@ class JobListing:
         held = await self._holders([(job, record) for _, job, record in asking])
         for (i, _, record), job in zip(asking, held, strict=True):
             if job.reason == UNHELD and record is not None and record.state.resting:
-                job = _retrying(dataclasses.replace(job, state=JobState.RETRYING, worker=None), record)
+                job = retrying_job(dataclasses.replace(job, state=JobState.RETRYING, worker=None), record)
             jobs[i] = job
         listed = [job for job in jobs if job is not None]
         if state == "retrying":
@@ -344,7 +345,7 @@ class JobListing:
             for (due, q, job_id), msg in zip(dues, stored, strict=True):
                 if msg is None or (task is not None and msg.headers.get(TASK) != task):
                     continue
-                items.append(_delayed(job_id, q, due, msg))
+                items.append(delayed_job(job_id, q, due, msg))
             if len(dues) < need:
                 break
             cursor = dues[-1]
@@ -401,28 +402,6 @@ def _due_cursor(after: str | int | None) -> _Due | None:
         raise ConfigurationError(
             f"not a cursor of scheduled jobs: {after!r} (<due ms>.<queue>.<job id>)"
         ) from None
-
-
-def _retrying(job: JobSummary, record: JobRecord) -> JobSummary:
-    error = record.error
-    return dataclasses.replace(
-        job,
-        attempts=record.attempts or None,
-        next_attempt_at=utc(record.next_attempt_at),
-        reason=record.reason or (f"{error.type}: {error.message}" if error is not None else None),
-    )
-
-
-def _delayed(job_id: str, queue: str, due_ms: int, msg: StoredMessage) -> JobSummary:
-    return JobSummary(
-        id=job_id,
-        state=JobState.SCHEDULED,
-        queue=queue,
-        task=msg.headers.get(TASK, ""),
-        seq=msg.seq,
-        enqueued_at=enqueued_at(msg.headers, msg.stored_at),
-        scheduled_for=utc(due_ms / 1000),
-    )
 
 
 def _unmoved(msg: StoredMessage) -> bool:

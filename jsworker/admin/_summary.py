@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -9,7 +10,7 @@ from typing import Any, Literal
 from .._core.paging import Page
 from .._deadletters.letter import DeadLetter
 from .._lifecycle.lookup import WAITING_TURN
-from .._lifecycle.state import JobState
+from .._lifecycle.state import JobRecord, JobState
 from .._scheduling.firing import firing
 from .._wire.headers import ENQUEUED_AT, FIRED_BY, JOB_ID, MSG_ID, TASK
 from .._wire.names import Namespace
@@ -168,4 +169,30 @@ def dead_job(letter: DeadLetter) -> JobSummary:
         enqueued_at=enqueued_at(letter.headers),
         finished_at=utc(letter.failed_at),
         reason=letter.reason or None,
+    )
+
+
+def retrying_job(job: JobSummary, record: JobRecord) -> JobSummary:
+    """``job`` (waiting out a retry's delay or a snooze) with what its record says: attempts,
+    next attempt, and why."""
+    error = record.error
+    return dataclasses.replace(
+        job,
+        attempts=record.attempts or None,
+        next_attempt_at=utc(record.next_attempt_at),
+        reason=record.reason or (f"{error.type}: {error.message}" if error is not None else None),
+    )
+
+
+def delayed_job(job_id: str, queue: str, due_ms: int, msg: StoredMessage) -> JobSummary:
+    """The summary of delayed job ``job_id`` of ``queue``, due at ``due_ms`` (unix ms), from
+    its schedule ``msg``."""
+    return JobSummary(
+        id=job_id,
+        state=JobState.SCHEDULED,
+        queue=queue,
+        task=msg.headers.get(TASK, ""),
+        seq=msg.seq,
+        enqueued_at=enqueued_at(msg.headers, msg.stored_at),
+        scheduled_for=utc(due_ms / 1000),
     )
