@@ -191,10 +191,10 @@ class ConnectOptions:
         return context
 
 
-# Older nats-py releases neither check subjects nor take the option.
 #: How long closing a connection its loop's end left open may take (seconds).
 _LOOP_END_CLOSE = 2.0
 
+# Older nats-py releases neither check subjects nor take the option.
 _CAN_SKIP_SUBJECT_CHECK = "skip_subject_validation" in inspect.signature(Client.connect).parameters
 
 

@@ -40,16 +40,11 @@ _KINDS = ("started", "succeeded", "retried", "dead_lettered")
 _SHARES = (0.5, 0.95, 0.99)
 
 
-def _per_second(counts: EventCounts, kind: str, queue: str | None, buckets: list[int]) -> list[float]:
-    """Events of ``kind`` per second in each of ``buckets`` (of ``queue``, or all queues)."""
-    queues = [queue] if queue is not None else counts.queues()
-    out = []
-    for n in buckets:
-        # The last bucket is still filling: its rate is over the part that has passed.
-        span = min(counts.bucket, max(1.0, counts.until - n * counts.bucket))
-        total = sum(counts.counts.get((q, kind), {}).get(n, 0) for q in queues)
-        out.append(total / span)
-    return out
+def _per_second(counts: EventCounts, kind: str, queue: str | None, buckets: int) -> list[float]:
+    """Events of ``kind`` per second in each of the ``buckets`` buckets counted (of ``queue``,
+    or every queue together)."""
+    series = [counts.rates(q, kind) for q in ([queue] if queue is not None else counts.queues())]
+    return [sum(values) for values in zip(*series, strict=True)] if series else [0.0] * buckets
 
 
 def _rate(value: float) -> str:
@@ -85,7 +80,7 @@ async def charts_page(request: Request, d: Dashboard) -> Response:
     first, last = math.floor(counts.since / bucket), math.floor(counts.until / bucket)
     buckets = list(range(first, last + 1))
     starts = [n * bucket for n in buckets]
-    rate = {kind: _per_second(counts, kind, queue, buckets) for kind in _KINDS}
+    rate = {kind: _per_second(counts, kind, queue, len(buckets)) for kind in _KINDS}
     ended = [s + f for s, f in zip(rate["succeeded"], rate["dead_lettered"], strict=True)]
     share = [100 * s / e if e else None for s, e in zip(rate["succeeded"], ended, strict=True)]
     drawn = [
