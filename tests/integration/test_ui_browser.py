@@ -296,3 +296,33 @@ def test_a_job_list_follows_the_server_and_says_when_it_cannot(
     # The console's only complaint: the page's own reads that found nobody.
     said = browser.get_log("browser")  # type: ignore[no-untyped-call]
     assert said and all("ERR_CONNECTION_REFUSED" in line["message"] for line in said), said
+
+
+def test_a_phone_keeps_the_columns_that_matter(app: App, browser: Chrome, tmp_path: Path) -> None:
+    """At 390 px the overview's queues show their waiting jobs, oldest age, dead letters and
+    charts without scrolling sideways (the live workers are a card above), the dead letters
+    their task, time and reason, the schedules their next run and buttons; the other columns
+    wait for a wider screen."""
+    browser.set_window_size(390, 900)
+    with served_in_thread(create_app(app)) as base:
+
+        def columns(path: str, table: str) -> tuple[list[str], list[str]]:
+            browser.get(base + path)
+            heads = browser.find_elements(By.CSS_SELECTOR, f"{table} thead th")
+            width = browser.execute_script("return document.documentElement.clientWidth")
+            shown = [h.text for h in heads if h.is_displayed() and h.rect["x"] + h.rect["width"] <= width]
+            return shown, [h.get_attribute("textContent") or "" for h in heads if not h.is_displayed()]
+
+        shown, hidden = columns("/", "table#queues")
+        for name in ("Queue", "Waiting", "Oldest", "Dead letters", "Started/s", "Failed/s"):
+            assert name in shown, (name, shown)
+        assert {"In flight", "Redelivered", "Delayed", "Workers", "Priority"} <= set(hidden), hidden
+        shoot(browser, tmp_path, "overview-390")
+        shown, hidden = columns("/dead-letters", "table.letters")
+        assert {"#", "Task", "Failed", "Why"} <= set(shown), shown
+        assert {"Job", "Size"} <= set(hidden), hidden
+        shown, hidden = columns("/schedules", "table")
+        assert {"Name", "Next run", "State", "Actions"} <= set(shown), shown
+        assert {"Task", "Expression"} <= set(hidden), hidden
+        shoot(browser, tmp_path, "schedules-390")
+        leave(browser)
