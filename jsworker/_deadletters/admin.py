@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import aclosing
 
 from .._core.paging import Page, check_limit, seq_cursor
+from .._core.serializers import decode_call
 from .._core.view import AppView
 from .._enqueue.calls import check_job_id
 from .._enqueue.receipt import Job
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, SerializationError
 from .._observability.logging import get_logger
 from .._wire import headers as wire
 from .._wire.names import validate_name
@@ -227,6 +229,23 @@ class DeadLetters(OperatorSession[AppView]):
             await asyncio.gather(*(stream.delete(letter.seq) for letter, _ in chunk))
         log.info("dlq.replayed", count=len(jobs))
         return jobs
+
+    async def replay_edited(self, ref: int | str, body: bytes) -> Job:
+        """Replay one dead letter (``ref`` as for :meth:`get`) with ``body`` for its payload
+        (arguments corrected, say), then remove it; as :meth:`replay` otherwise. ``body`` must
+        decode as a job's arguments with the app's serializer, or nothing is stored
+        (:class:`~jsworker.ConfigurationError`, saying why)."""
+        try:
+            decode_call(self.app.serializer, body)
+        except SerializationError as exc:
+            raise ConfigurationError(f"not a job's arguments: {exc}") from exc
+        (letter,) = await self._resolve([ref], None)
+        edited = dataclasses.replace(letter, body=body, original_size=None)
+        msg = self._prepare(edited, (await self.connection()).max_payload)
+        (job,) = await self._publish_chunk([(edited, msg)])
+        await (await self._stream()).delete(letter.seq)
+        log.info("dlq.replayed_edited", seq=letter.seq)
+        return job
 
     async def _replay_scan(self, stream: LimitsStream, subject: str) -> builtins.list[Job]:
         """Replay every dead letter on ``subject`` there is now, oldest first, in chunks.

@@ -329,6 +329,12 @@ class Admin(OperatorSession):
         :meth:`DeadLetters.replay <jsworker._deadletters.DeadLetters.replay>`)."""
         return await self._letters.replay(refs, task=task, all=all)
 
+    async def replay_edited(self, ref: int | str, body: bytes) -> Job:
+        """Replay one dead letter with ``body`` as its payload (its arguments corrected), then
+        remove it (see :meth:`DeadLetters.replay_edited
+        <jsworker._deadletters.DeadLetters.replay_edited>`)."""
+        return await self._letters.replay_edited(ref, body)
+
     async def delete_dead_letter(self, seq: int) -> bool:
         """Delete one dead letter (by its sequence) for good; False when there was none."""
         return await self._letters.delete(seq)

@@ -83,7 +83,11 @@ async def letter_page(request: Request, d: Dashboard) -> Response:
         raise refuse(400, "a dead letter is found by its number (#); a failed job's page links to its task's")
     letter = await d.admin.dead_letter(sequence(ref))
     shown = readable(letter.body or b"", letter.headers.get(CONTENT_TYPE)) if show else None
-    return render(request, "dead_letter.html", nav="dead_letters", letter=letter, shown=shown)
+    # What the edit-and-replay form starts from: the payload as sent (once shown, not cut).
+    editable = (letter.body or b"").decode("utf-8", "replace") if show and not letter.original_size else None
+    return render(
+        request, "dead_letter.html", nav="dead_letters", letter=letter, shown=shown, editable=editable
+    )
 
 
 @page
@@ -109,6 +113,22 @@ async def replay(request: Request, d: Dashboard, form: FormData) -> tuple[str, s
     jobs = await d.admin.replay_dead_letters(seqs)
     audit(request, "replay", dead_letters=seqs, job_ids=[job.id for job in jobs])
     return f"Replayed {counted(len(jobs), 'dead letter')}.", back(form, fallback)
+
+
+@action
+async def replay_edited(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Replays one dead letter with the payload the form gives (its arguments corrected)."""
+    if not d.settings.payloads:
+        raise refuse(403, "this dashboard shows no payloads, so it edits none")
+    seq = sequence(request.path_params["seq"])
+    body = field(form, "body")
+    if body is None:
+        raise refuse(400, "replay with what? the form gave no payload")
+    job = await d.admin.replay_edited(seq, body.encode())
+    audit(request, "replay_edited", dead_letters=[seq], job_ids=[job.id])
+    return f"Replayed dead letter #{seq} with edited arguments: {job.id} runs again.", link(
+        request, f"/jobs/{job.id}"
+    )
 
 
 @action
@@ -143,4 +163,5 @@ routes = [
     Route("/dead-letters/purge", purge, methods=["POST"], name="dead_letters_purge"),
     Route("/dead-letters/{ref}", letter_page, methods=["GET"], name="dead_letter"),
     Route("/dead-letters/{seq}/delete", delete, methods=["POST"], name="dead_letter_delete"),
+    Route("/dead-letters/{seq}/replay-edited", replay_edited, methods=["POST"], name="dead_letter_edited"),
 ]
