@@ -356,12 +356,13 @@ class Admin(OperatorSession):
         """Let paused ``queue``'s consumer hand out jobs again; False when it was not paused."""
         return await operations.resume_queue(self.app, await self.connection(), queue)
 
-    async def purge_queue(self, queue: str) -> int:
-        """Remove every job of ``queue`` from the job stream; returns how many. The server
-        purges from the oldest job on, so the messages of jobs in flight go too: a running
-        job finishes its attempt but is not retried (:mod:`jsworker.admin._operations`).
-        Delayed jobs stay; a fair queue's jobs waiting for their turn go too."""
-        return await operations.purge_queue(self.app, await self.connection(), queue)
+    async def purge_queue(self, queue: str, task: str | None = None) -> int:
+        """Remove every job of ``queue`` (only ``task``'s, when given) from the job stream;
+        returns how many. The server purges from the oldest job on, so the messages of jobs
+        in flight go too: a running job finishes its attempt but is not retried
+        (:mod:`jsworker.admin._operations`). Delayed jobs stay; a fair queue's jobs waiting
+        for their turn go too."""
+        return await operations.purge_queue(self.app, await self.connection(), queue, task)
 
     async def retry_now(self, job_id: str) -> bool:
         """Run job ``job_id``, waiting out a retry's delay or a snooze, now: it is stored again

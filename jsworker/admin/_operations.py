@@ -129,18 +129,24 @@ async def _pause_of(app: App, conn: Connection, queue: str) -> bool:
     return any(facts.paused for partition in found for facts in partition if facts.name == queue)
 
 
-async def purge_queue(app: App, conn: Connection, queue: str) -> int:
-    """Remove every job of ``queue`` the job stream holds (see the module); how many."""
+async def purge_queue(app: App, conn: Connection, queue: str, task: str | None = None) -> int:
+    """Remove every job of ``queue`` (of ``task`` in it, when given) the job stream holds
+    (see the module); how many. A task's jobs are one subject filter each partition: the
+    server purges them without a listing, however many there are."""
     validate_name("queue", queue)
+    if task is not None:
+        validate_name("task", task)
     ns = app.namespace
     jobs = LimitsStream(conn, ns.stream)
     removed = 0
     for k in range(app.queue_streams(queue)):
-        removed += await LimitsStream(conn, ns.partition_stream(k)).purge(ns.queue_filter(queue, k))
+        of_task = f"{ns.job_subject(queue, task, partition=k)}.>" if task is not None else None
+        subjects = of_task or ns.queue_filter(queue, k)
+        removed += await LimitsStream(conn, ns.partition_stream(k)).purge(subjects)
     if queue in app.fair_queues:
         # And those waiting for their turn (its intake's markers go too, which only roll up).
-        removed += await jobs.purge(app.namespace.intake_filter(queue))
-    log.info("queue.purged", queue=queue, removed=removed)
+        removed += await jobs.purge(app.namespace.intake_filter(queue, task=task))
+    log.info("queue.purged", queue=queue, task=task, removed=removed)
     return removed
 
 

@@ -129,6 +129,31 @@ async def test_a_purge_removes_the_queues_jobs_and_leaves_its_delayed_ones(nats_
         assert await admin.purge_queue("default") == 0
 
 
+async def test_a_tasks_jobs_are_purged_from_every_partition_and_the_other_tasks_stay(
+    nats_server: NatsServer,
+) -> None:
+    """Every job of one task in a queue, whatever listing page it is on and in every
+    partition, goes with one purge per partition; another task's jobs in the same queue stay."""
+    app = App("pgt", nats_server.url, partitions=2)
+
+    @app.task
+    async def bad(n: int) -> None: ...
+
+    @app.task
+    async def good(n: int) -> None: ...
+
+    await app.provision()
+    await bad.adelay_many([(n,) for n in range(300)])
+    await good.adelay_many([(n,) for n in range(7)])
+    await app.aclose()
+    async with Admin(app) as admin:
+        assert await admin.purge_queue("default", "bad") == 300
+        assert {q.queue: q.pending for q in await admin.queues()}["default"] == 7
+        assert {job.task for job in (await admin.jobs("default", limit=50)).items} == {"good"}
+        with pytest.raises(ConfigurationError, match="invalid task"):
+            await admin.purge_queue("default", "a.b")
+
+
 async def test_retry_now_runs_a_retrying_job_at_once(nats_server: NatsServer) -> None:
     app = App("rn", nats_server.url)
     runs: list[int] = []

@@ -207,6 +207,15 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
             shown = await http.get(job_page.headers["location"])
             assert "is not waiting for a retry or a snooze" in shown.text
 
+            # Every job of one task in a queue, on every page, from the filtered list.
+            filtered = {"state": "queued", "queue": "slow", "task": "hold"}
+            listed = (await http.get("/jobs", params=filtered)).text
+            assert 'href="/queues/slow/purge?task=hold"' in listed
+            asked = html.unescape((await http.get("/queues/slow/purge", params={"task": "hold"})).text)
+            assert "Purge the jobs of task <code>hold</code> in <code>slow</code>?" in asked
+            assert 'name="task" value="hold"' in asked
+            wrong = await post(http, "/queues/slow/purge", {"confirm": "slow", "task": "hold"})
+            assert wrong.headers["location"] == "/queues/slow/purge?task=hold"
             # A mistyped confirmation goes back to the question, saying why; nothing goes.
             refused = await post(http, "/queues/slow/purge", {"confirm": "wrong"})
             assert refused.status_code == 303 and refused.headers["location"] == "/queues/slow/purge"

@@ -53,9 +53,12 @@ async def queue_page(request: Request, d: Dashboard) -> Response:
 
 @page
 async def purge_confirm(request: Request, d: Dashboard) -> Response:
-    """Asks before a purge: how many jobs would go."""
+    """Asks before a purge: how many jobs would go (a task's: every one the server holds)."""
     status = await _status(d, request.path_params["queue"])
-    return render(request, "confirm_purge_queue.html", nav="overview", queue=status)
+    task = field(request.query_params, "task")
+    if task is not None:
+        validate_name("task", task)
+    return render(request, "confirm_purge_queue.html", nav="overview", queue=status, task=task)
 
 
 @action
@@ -83,14 +86,17 @@ async def resume(request: Request, d: Dashboard, form: FormData) -> tuple[str, s
 async def purge(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
     """Purges the queue's jobs once the confirmation page's form says so."""
     queue = validate_name("queue", request.path_params["queue"])
-    if field(form, "confirm") != queue:
+    task = field(form, "task") or None
+    named, what = (task, "task") if task is not None else (queue, "queue")
+    if field(form, "confirm") != named:
         # Back to the question, saying why: the operator may have mistyped.
-        return f"Nothing purged: type the queue's name ({queue}) to confirm.", link(
-            request, f"/queues/{queue}/purge"
+        return f"Nothing purged: type the {what}'s name ({named}) to confirm.", link(
+            request, f"/queues/{queue}/purge", task=task
         )
-    removed = await d.admin.purge_queue(queue)
-    audit(request, "purge_queue", queue=queue, removed=removed)
-    return f"Purged {counted(removed, 'job')} of {queue}.", link(request, f"/queues/{queue}")
+    removed = await d.admin.purge_queue(queue, task)
+    audit(request, "purge_queue", queue=queue, task=task, removed=removed)
+    of = f"task {task} in {queue}" if task is not None else queue
+    return f"Purged {counted(removed, 'job')} of {of}.", link(request, f"/queues/{queue}")
 
 
 routes = [
