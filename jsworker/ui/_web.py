@@ -91,6 +91,9 @@ class Dashboard:
         self.admin = Admin(app, purpose="ui", role=role)
         self.feed = Feed(self.admin)
         self.signer = Signer()
+        #: Replays of every dead letter of a task, by task, running beside the requests: a
+        #: page says one runs, and the dead letters' count falls as it goes.
+        self.replays: dict[str, asyncio.Task[None]] = {}
         self.templates = Environment(
             loader=PackageLoader("jsworker.ui", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -111,7 +114,10 @@ class Dashboard:
         self.templates.globals.update(blank_queue=QueueStatus(""), blank_worker=dict.fromkeys(_WORKER_FIELDS))
 
     async def aclose(self) -> None:
-        """Stop the live feed and close the NATS connection."""
+        """Stop the live feed and any replay still running, then close the NATS connection."""
+        for replay in self.replays.values():
+            replay.cancel()
+        await asyncio.gather(*self.replays.values(), return_exceptions=True)
         await self.feed.aclose()
         await self.admin.aclose()
 
@@ -259,8 +265,22 @@ def audit(request: Request, what: str, **fields: Any) -> None:
     """The ``ui.action`` log line of an action: who, from where, what, on which jobs. A list
     longer than :data:`AUDITED` (the jobs of a replay of a whole task, say) is told by its
     length and its first items: one action is one line of reasonable size."""
+    audited(request)(what, **fields)
+
+
+def audited(request: Request) -> Callable[..., None]:
+    """What writes ``request``'s audit lines (as :func:`audit`), kept for work an action
+    finishes after its request (a replay of a whole task)."""
     client = request.client.host if request.client is not None else None
     who = getattr(request.state, "who", "anonymous")
+
+    def write(what: str, **fields: Any) -> None:
+        _audit_line(who, client, what, fields)
+
+    return write
+
+
+def _audit_line(who: str, client: str | None, what: str, fields: dict[str, Any]) -> None:
     for name, value in list(fields.items()):
         if isinstance(value, list | tuple) and len(value) > AUDITED:
             fields[name] = list(value[:AUDITED])

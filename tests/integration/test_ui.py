@@ -255,9 +255,24 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
             told = html.unescape((await http.get(from_page.headers["location"])).text)
             assert f"Replayed dead letter #{newest}: {s.failed.id} runs again, from attempt 1." in told
             await wait_until_async(lambda: admin.count_dead_letters(), until=lambda n: n == 1, timeout=10)
+            # Every one of a task: replayed beside the request, the page saying so meanwhile.
+            (before,) = (await admin.dead_letters()).items
             everything = await post(http, "/dead-letters/replay", {"all_of_task": "broken"})
             assert everything.status_code == 303
-            await wait_until_async(lambda: admin.count_dead_letters(), until=lambda n: n == 1, timeout=10)
+            told = html.unescape((await http.get(everything.headers["location"])).text)
+            assert "Replaying the dead letters of broken: their count below falls as they go." in told
+            await wait_until_async(
+                lambda: admin.dead_letters(),
+                until=lambda page: [letter.seq > before.seq for letter in page.items] == [True],
+                timeout=10,
+                message="the replayed job's new dead letter",
+            )
+            await wait_until_async(
+                lambda: http.get("/dead-letters"),
+                until=lambda page: 'id="replaying"' not in page.text,
+                timeout=10,
+                message="the replay to end",
+            )
             kept = await post(http, "/dead-letters/purge", {"confirm": "no", "task": "broken"})
             assert kept.headers["location"] == "/dead-letters/purge?task=broken"
             asked = html.unescape((await http.get(kept.headers["location"])).text)
@@ -294,6 +309,8 @@ async def test_every_action_does_what_it_says(nats_server: NatsServer) -> None:
     assert all(a["who"] == "anonymous" for a in actions)
     cancel = [a for a in actions if a["action"] == "cancel"][1]
     assert cancel["job_ids"] == [s.scheduled.id, s.succeeded.id] and cancel["cancelled"] == [s.scheduled.id]
+    # A whole task's replay: one line as it starts, one with its jobs once done.
+    assert [a["action"] for a in actions if a.get("task") == "broken"][:2] == ["replay_started", "replay"]
     (large,) = [a for a in actions if a.get("job_ids_count") == 25]
     assert large["job_ids"] == many_ids[:20] and large["cancelled"] == []
     # Never a payload in the audit log.

@@ -4,7 +4,8 @@ task; purge after a confirmation page."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.datastructures import FormData
@@ -14,12 +15,27 @@ from starlette.routing import Route
 
 from ..._core.paging import Page
 from ..._deadletters.letter import DeadLetter
+from ..._errors import JsworkerError
 from ..._wire.headers import CONTENT_TYPE
 from ..._wire.names import validate_name
 from .._errors import refuse
 from .._paging import both_ways, letter_cursor
 from .._payloads import readable
-from .._web import Dashboard, action, audit, back, count, counted, field, link, many, page, render, sequence
+from .._web import (
+    Dashboard,
+    action,
+    audit,
+    audited,
+    back,
+    count,
+    counted,
+    field,
+    link,
+    many,
+    page,
+    render,
+    sequence,
+)
 
 PAGE = 50
 
@@ -53,6 +69,7 @@ async def letters_page(request: Request, d: Dashboard) -> Response:
         before=field(query, "before"),
     )
     total = await d.admin.count_dead_letters(task, queue)
+    replaying = sorted(name for name, replay in d.replays.items() if not replay.done())
     return render(
         request,
         "dead_letters.html",
@@ -65,6 +82,7 @@ async def letters_page(request: Request, d: Dashboard) -> Response:
         queues=sorted(d.app.queues),
         newest=newest,
         limit=limit,
+        replaying=replaying,
     )
 
 
@@ -106,13 +124,29 @@ async def replay(request: Request, d: Dashboard, form: FormData) -> tuple[str, s
     fallback = link(request, "/dead-letters")
     if field(form, "all_of_task") is not None:
         task = validate_name("task", field(form, "all_of_task") or "")
-        jobs = await d.admin.replay_dead_letters(task=task)
-        audit(request, "replay", task=task, job_ids=[job.id for job in jobs])
-        return f"Replayed {counted(len(jobs), 'dead letter')} of {task}.", back(form, fallback)
+        running = d.replays.get(task)
+        if running is not None and not running.done():
+            return f"The dead letters of {task} are being replayed already.", back(form, fallback)
+        # Every one of a task may be thousands, which take a while: replayed beside the
+        # request, the page following the count as it falls.
+        audit(request, "replay_started", task=task)
+        d.replays[task] = asyncio.create_task(_replay_all(d, task, audited(request)))
+        said = f"Replaying the dead letters of {task}: their count below falls as they go."
+        return said, back(form, fallback)
     seqs = many(form, "seq", sequence)
     jobs = await d.admin.replay_dead_letters(seqs)
     audit(request, "replay", dead_letters=seqs, job_ids=[job.id for job in jobs])
     return f"Replayed {counted(len(jobs), 'dead letter')}.", back(form, fallback)
+
+
+async def _replay_all(d: Dashboard, task: str, audit_done: Callable[..., None]) -> None:
+    """Replay every dead letter of ``task``; its audit line once done (or why it stopped)."""
+    try:
+        jobs = await d.admin.replay_dead_letters(task=task)
+    except JsworkerError as exc:
+        audit_done("replay", task=task, error=str(exc))
+    else:
+        audit_done("replay", task=task, job_ids=[job.id for job in jobs])
 
 
 @action
