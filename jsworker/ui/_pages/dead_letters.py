@@ -16,6 +16,7 @@ from starlette.routing import Route
 from ..._core.paging import Page
 from ..._deadletters.letter import DeadLetter
 from ..._errors import JsworkerError
+from ..._observability.logging import get_logger
 from ..._wire.headers import CONTENT_TYPE
 from ..._wire.names import validate_name
 from .._errors import refuse
@@ -38,6 +39,8 @@ from .._web import (
 )
 
 PAGE = 50
+
+log = get_logger("jsworker.ui")
 
 
 def _filters(source: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -145,6 +148,9 @@ async def _replay_all(d: Dashboard, task: str, audit_done: Callable[..., None]) 
         jobs = await d.admin.replay_dead_letters(task=task)
     except JsworkerError as exc:
         audit_done("replay", task=task, error=str(exc))
+    except Exception as exc:  # no request is left to answer: said here, or never
+        log.exception("ui.replay_failed", task=task)
+        audit_done("replay", task=task, error=repr(exc))
     else:
         audit_done("replay", task=task, job_ids=[job.id for job in jobs])
 
