@@ -42,6 +42,8 @@ class PullObserver:
             self._restarts.inc()
         if event is EngineEvent.RECONNECT:
             log.info("pull.reconnected", queue=self.queue)
+        elif event is EngineEvent.VOIDED:
+            log.info("pull.requests_voided", queue=self.queue, detail=detail)
         elif event is EngineEvent.DROPPED:
             log.info("pull.buffer_forgotten", queue=self.queue, detail=detail)
         else:

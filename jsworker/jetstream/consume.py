@@ -62,6 +62,7 @@ class EngineEvent(enum.Enum):
     MISSED_HEARTBEATS = "missed_heartbeats"  # silence for 2 x idle_heartbeat: re-pulled
     RECONNECT = "reconnect"  # the connection came back: re-pulled
     STATUS = "status"  # any other status message (detail has code and description)
+    VOIDED = "requests_voided"  # a status that voids the pull requests (a leadership change): re-pulled
     NO_RESPONDERS = "no_responders"  # 503: no consumer leader; backing off
     DROPPED = "dropped"  # buffered messages forgotten: the server may hand them out again
     ERROR = "error"  # the loop stopped, or the watchdog hit an unexpected error
@@ -439,14 +440,17 @@ class PullConsumer:
                 # disconnected, so no 409 told us). Stop, so the owner can re-create it.
                 self._stop_with(f"no consumer has answered for {self.missing_after:g}s: {detail}")
             return  # the watchdog re-pulls once retry_delay has passed
-        self._count(EngineEvent.STATUS, detail)
+        terminal = code == "400" or (code == "409" and description.lower().startswith(_TERMINAL_409))
+        # A status that voids the requests (a leader's change) is told apart from the routine
+        # ones (a request that expired): an operator sees the pull loop react to a failover.
+        self._count(EngineEvent.VOIDED if left is None and not terminal else EngineEvent.STATUS, detail)
         if left is not None:
             # 408 expired / 409 batch completed / server shutdown: that much will not come.
             try:
                 self._pending = max(len(self._buffer), self._pending - int(left))
             except ValueError:
                 self._void_requests()
-        elif code == "400" or (code == "409" and description.lower().startswith(_TERMINAL_409)):
+        elif terminal:
             self._stop_with(detail)
             return
         else:

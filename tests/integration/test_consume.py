@@ -750,7 +750,7 @@ async def test_consumer_leader_stepdown_in_cluster(nats_cluster: NatsCluster) ->
             await d.ack()
             print(f"\nstepdown: {old_leader} -> {await consumer_leader()}; events: {events.summary()}")  # noqa: T201
             assert events.count(EngineEvent.ERROR) == 0, events.summary()
-            statuses = events.details(EngineEvent.STATUS)
+            statuses = events.details(EngineEvent.VOIDED)
             recovered = (
                 any(s.startswith("409") for s in statuses)
                 or events.count(EngineEvent.NO_RESPONDERS) > 0

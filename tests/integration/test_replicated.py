@@ -167,3 +167,27 @@ async def test_delayed_jobs_run_once_and_never_early(nats_cluster_module: NatsCl
     due = {job.id: job.scheduled_for for job in jobs}
     early = [job_id for job_id, at in ran if (when := due[job_id]) is None or at < when.timestamp()]
     assert not early, f"started before they were due: {early}"
+
+
+async def test_a_consumer_leader_change_voids_the_pulls_and_says_so(nats_cluster_module: NatsCluster) -> None:
+    """The queue's consumer leader steps down while a worker's pull requests wait on it: the
+    server voids them, the worker says so (``engine.requests_voided``, logged at info: a
+    failover an operator sees) and pulls again, and the next job runs."""
+    app = r3_app("rvoid", nats_cluster_module)
+    ran: list[int] = []
+
+    @app.task
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    await app.provision()
+    async with in_process_worker(app) as worker:
+        await work.adelay(1)
+        await wait_until_async(lambda: ran == [1], timeout=20, message="a first job")
+        conn = await app.connections.connection()
+        await conn.nc.request("$JS.API.CONSUMER.LEADER.STEPDOWN.JSW_RVOID.default", b"{}", timeout=5)
+        await wait_until_async(
+            lambda: worker.counts["engine.requests_voided"], timeout=20, message="the pulls to be voided"
+        )
+        await work.adelay(2)
+        await wait_until_async(lambda: ran == [1, 2], timeout=20, message="a job after the change")
