@@ -49,7 +49,7 @@ def _first_job_stream(app: AppView, schedules: bool) -> StreamSpec:
         name=ns.stream,
         subjects=(
             ns.job_subjects,
-            *([ns.later_subjects] if schedules else []),
+            *([ns.later_subjects, ns.mark_subjects] if schedules else []),
             *([ns.flow_subjects] if flows else []),
             *([ns.intake_subjects] if fair else []),
         ),

@@ -196,6 +196,12 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
             )
             for jobs in job_streams
         ),
+        Grant(
+            ns.mark_subjects,
+            "hold a unique delayed job's key in the job stream while it waits as a schedule (a marker "
+            "a unique enqueue's one check sees; no other role writes it)",
+            _WORKER,
+        ),
         Grant(ns.record_subject(), "write job records (results, failures, cancels)", _TRUSTED),
         Grant(ns.claim_subjects, "claim fired jobs and cancelled firings (each firing runs once)", _TRUSTED),
         Grant(f"{_API}.STREAM.MSG.GET.{claims}", "read claims", _TRUSTED),

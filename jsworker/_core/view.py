@@ -8,7 +8,7 @@ needs more (the periodic schedules' declarations, say) extends the protocol with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .._observability.metrics import Metrics
@@ -34,6 +34,11 @@ class TaskView(Protocol):
 
     @property
     def options(self) -> TaskOptions: ...
+
+    @property
+    def unique(self) -> bool | Callable[..., str]:
+        """Whether its jobs are unique (or the function that makes their key)."""
+        ...
 
 
 class JobReader(Protocol):

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._core.job_status import Form, JobState, JobStatus
+from .._core.job_status import JobState, JobStatus
 from .._core.serializers import encode_call
 from .._core.view import AppView
 from .._errors import (
@@ -30,6 +30,7 @@ from .._wire.headers import (
     CONTENT_TYPE,
     ENQUEUED_AT,
     EXPECTED_LAST_SUBJECT_SEQ,
+    EXPECTED_LAST_SUBJECT_SEQ_SUBJECT,
     EXPIRES_AT,
     JOB_ID,
     MSG_ID,
@@ -38,7 +39,6 @@ from .._wire.headers import (
     TASK,
 )
 from .._wire.names import Namespace
-from .._wire.names import partition_of as stream_partition  # not a flow-control partition
 from ..jetstream.connection import Connection
 from ..jetstream.publish import NoStreamError, OutMessage, Publisher, Stored, SubjectTaken
 from .receipt import Job
@@ -58,6 +58,13 @@ _IN_STREAM = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.RETRYING, Jo
 # One publish attempt waits this long for its acknowledgement; the app's publish_timeout
 # bounds all attempts of one enqueue together.
 _ATTEMPT_TIMEOUT = 5.0
+
+
+def hold_key(namespace: Namespace, headers: dict[str, str], job_id: str) -> None:
+    """Make the message ``headers`` go with refused while job ``job_id`` holds its key in any
+    form in the first job stream (see :meth:`~jsworker._wire.names.Namespace.unique_filter`)."""
+    headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
+    headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = namespace.unique_filter(job_id)
 
 
 class DelayedStore(Protocol):
@@ -118,18 +125,20 @@ class Producer:
         if call.expires_at is not None:
             headers[EXPIRES_AT] = str(call.expires_at)
         if call.unique:
-            # The server refuses the job while its subject (ending in the id, derived from the
-            # key) holds one: queued or running. No dedup key, which would also refuse a new
-            # job with that key for a while after the last one finished.
+            # The server refuses the job while its key (the id, derived from the key) is held
+            # in any form: queued, running, delayed or a schedule. One check, in the publish
+            # itself. No dedup key, which would also refuse a new job with that key for a
+            # while after the last one finished.
             del headers[MSG_ID]
             headers[JOB_ID] = call.job_id
-            headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
+            hold_key(app.namespace, headers, call.job_id)
         elif call.explicit_id:
             # An id the caller chose names one job at a time: refused while one with it waits or
             # runs, past the dedup window too. The dedup key stays, so a retry of this very
             # publish after a lost answer is recognised (see Publisher.publish).
             headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
-        partition = app.job_partition(queue, call.job_id) if spread else 0
+        # Unique jobs stay in partition 0, whose stream holds every form of a key.
+        partition = app.job_partition(queue, call.job_id) if spread and not call.unique else 0
         subject = app.namespace.job_subject(queue, task.name, call.job_id, partition)
         declared = app.queue_options.get(queue)
         if declared is not None and declared.fair and call.due is None:
@@ -169,10 +178,6 @@ class Producer:
             # Checked before anything is sent: an older server would store the schedule as
             # a plain message on a subject no worker reads.
             self._delayed.check(await self.connection())
-        # A unique call also looks for its key in the other form (scheduled or queued); an
-        # explicit id is checked in its own form only, as that lookup costs a round trip.
-        if call.unique and (held := await self._held(task, call, other_form=True)) is not None:
-            return self._duplicate(task, held, started)
         msg = self.message(task, call)
         try:
             stored = await self._with_topology(task, lambda p: p.publish(msg), [msg])
@@ -193,51 +198,26 @@ class Producer:
         await self._emit_enqueued(task, [msg], stored)
         return self._receipt(task, call, stored[0])
 
-    async def _held(
-        self, task: Task[Any, Any], call: Call, other_form: bool = False, settling: float | None = None
-    ) -> Job | None:
-        """The receipt of the job holding a unique call's key (``duplicate=True``), or None.
+    async def _held(self, task: Task[Any, Any], call: Call, settling: float) -> Job | None:
+        """The receipt of the job holding the id the server refused ``call`` for
+        (``duplicate=True``), or None when none holds it any more.
 
-        With ``other_form``, only the form the enqueue itself does not check is looked at: a
-        scheduled job for an immediate call, a queued or running one for a delayed call.
         With ``settling`` below the patience for it, a job whose record says it finished is
         taken for gone: its ack is on the way.
 
         The job's status comes from the app's workers, or from the server when this user may
-        read the job stream; a producer with neither leaves the check to the server's refusal
-        of a second job on the same subject.
+        read the job stream; a producer with neither names the job as held, as the server did.
         """
-        form: Form | None = None
-        # While the queue's partitions change, a job of the key may wait where the layout
-        # before put it, which the enqueue's own check does not see: every form is looked at.
-        moved = other_form and call.due is None and self._elsewhere(task, call)
-        if other_form and not moved:
-            form = "scheduled" if call.due is None else "waiting"
         try:
-            status = await self._app.lifecycle.status(call.job_id, form)
+            status = await self._app.lifecycle.status(call.job_id)
         except JsworkerError:
-            if other_form:
-                return None
             status = JobStatus(call.job_id, JobState.QUEUED)  # the server refused it: one waits
         state = status.state
-        if moved:
-            held = state is JobState.SCHEDULED or state in _IN_STREAM
-        elif other_form:
-            held = state is JobState.SCHEDULED if call.due is None else state in _IN_STREAM
-        else:
-            patient = settling is not None and settling >= _SETTLE_PATIENCE
-            held = state is JobState.SCHEDULED or state in _IN_STREAM or patient
+        held = state is JobState.SCHEDULED or state in _IN_STREAM or settling >= _SETTLE_PATIENCE
         if not held:
             return None
         due = status.scheduled_for if state is JobState.SCHEDULED else None
         return Job(call.job_id, task.name, task.queue, status.seq or 0, True, due, self._app)
-
-    def _elsewhere(self, task: Task[Any, Any], call: Call) -> bool:
-        """Whether the partitions of ``call``'s queue change and the layout before puts its job
-        in another partition than the one it goes to."""
-        queue = call.queue or task.queue
-        now, *before = self._app.queue_layouts(queue)
-        return any(stream_partition(call.job_id, n) != stream_partition(call.job_id, now) for n in before)
 
     async def send_many(self, task: Task[Any, Any], calls: list[Call]) -> list[Job]:
         """Store many jobs with many acknowledgements outstanding; receipts in order."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 from .._enqueue.calls import new_job_id
+from .._enqueue.producer import hold_key
 from .._enqueue.receipt import Job
 from .._wire.headers import (
     CONTENT_TYPE,
     ENQUEUED_AT,
-    EXPECTED_LAST_SUBJECT_SEQ,
     JOB_ID,
     MSG_ID,
     SCHEDULE_NAME,
@@ -90,10 +90,11 @@ class Schedules(OperatorSession[SchedulingApp]):
         if state.job_id is not None:
             # A unique task's: its key's id, refused by the server while a job of it waits or runs.
             job_id = headers[JOB_ID] = state.job_id
-            headers[EXPECTED_LAST_SUBJECT_SEQ] = "0"
+            hold_key(self.app.namespace, headers, job_id)
+            partition = 0  # where unique jobs stay
         else:
             job_id = headers[MSG_ID] = f"{name}-manual-{new_job_id()[:12]}"
-        partition = self.app.job_partition(state.queue, job_id)
+            partition = self.app.job_partition(state.queue, job_id)
         msg = OutMessage(
             self.app.namespace.job_subject(state.queue, state.task, job_id, partition), state.body, headers
         )

@@ -18,6 +18,7 @@ from .._wire.headers import (
     SCHEDULE_TARGET,
     SCHEDULED_FOR,
     TASK,
+    UNIQUE,
 )
 from .._wire.names import is_name
 from ..events._emit import EventEmitter
@@ -25,6 +26,7 @@ from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.message import OutMessage
 from .claims import CANCELLED, claim
 from .declare import DELAYED_SINCE, at_expression
+from .markers import remove_markers
 
 if TYPE_CHECKING:
     from .._core.view import AppView
@@ -50,8 +52,9 @@ def later_message(namespace: Namespace, queue: str, job: OutMessage, due: dateti
     headers = dict(job.headers)
     headers[JOB_ID] = job_id
     headers[SCHEDULED_FOR] = str(at)
-    if EXPECTED_LAST_SUBJECT_SEQ in headers:
-        # A unique job: no other delayed job of its id may wait, whatever its due time.
+    if EXPECTED_LAST_SUBJECT_SEQ in headers and EXPECTED_LAST_SUBJECT_SEQ_SUBJECT not in headers:
+        # An id the caller chose: no other delayed job of it may wait, whatever its due time.
+        # (A unique job's check covers every form of its key already.)
         headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = namespace.later_filter(job_id=job_id)
     return OutMessage(namespace.later_subject(queue, at, job_id), job.body, headers)
 
@@ -85,7 +88,17 @@ def schedule_message(
     if EXPECTED_LAST_SUBJECT_SEQ in headers:
         out[EXPECTED_LAST_SUBJECT_SEQ] = "0"
         out[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = namespace.delayed_filter(job_id=job_id)
+    if unique_later(headers):
+        # Told by the worker, from what the server checked: the job it fires takes its key's
+        # marker away once it is in its queue (see :func:`marker_message`).
+        out[UNIQUE] = "1"
     return OutMessage(namespace.delayed_subject(queue, at, job_id), body, out)
+
+
+def unique_later(headers: Mapping[str, str]) -> bool:
+    """Whether a delayed job's message (:func:`later_message`'s) is a unique job's: checked
+    against the job's other forms, with no dedup key (an id the caller chose keeps one)."""
+    return EXPECTED_LAST_SUBJECT_SEQ in headers and MSG_ID not in headers
 
 
 class DelayedJobs:
@@ -133,4 +146,7 @@ async def cancel_delayed(app: AppView, conn: Connection, job_id: str) -> tuple[s
                 app.metrics.cancelled.labels(queue, label).inc()
                 if app.options.events:
                     await EventEmitter(conn, ns, app.metrics).emit("cancelled", queue, label, job_id)
+    # After its schedule: the key is free once neither holds it (a marker left behind by a
+    # worker stopped half way through is removed here too).
+    await remove_markers(conn, ns, job_id)
     return cancelled

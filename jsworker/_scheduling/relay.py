@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,8 +35,10 @@ from .._wire.headers import (
     FIRED_NEXT,
     MSG_ID,
     SCHEDULE_NEXT,
+    SCHEDULE_TARGET,
     SCHEDULER,
     TASK,
+    UNIQUE,
 )
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.message import OutMessage, Stored
@@ -45,6 +47,7 @@ from ..jetstream.stored import WRONG_LAST_SEQUENCE, write
 from .claims import CANCELLED, CLAIM_MARK, claim
 from .delayed import schedule_message
 from .firing import Firing, firing
+from .markers import MarkerSweep, marker_message, remove_markers
 
 if TYPE_CHECKING:
     from .._core.view import AppView
@@ -106,11 +109,14 @@ class Relay:
 
 
 def relays(app: AppView, conn: Connection) -> list[Callable[[], Awaitable[None]]]:
-    """The two moves a worker runs on a server with schedules (services of the worker)."""
+    """The two moves a worker runs on a server with schedules (services of the worker), and
+    for an app with unique tasks the sweep of the markers they leave behind."""
     ns = app.namespace
     later = Relay(conn, ns.stream, LATER_CONSUMER, lambda batch: schedule_delayed(app, conn, batch))
     fired = Relay(conn, ns.schedules_stream, FIRED_CONSUMER, FiredJobsMove(app, conn).move)
-    return [later.run, fired.run]
+    if not any(task.unique for task in app.tasks.values()):
+        return [later.run, fired.run]
+    return [later.run, fired.run, MarkerSweep(app, conn).run]
 
 
 async def schedule_delayed(app: AppView, conn: Connection, batch: Sequence[Delivery]) -> list[Moved]:
@@ -121,18 +127,25 @@ async def schedule_delayed(app: AppView, conn: Connection, batch: Sequence[Deliv
     ns = app.namespace
     done: list[Moved] = [True] * len(batch)
     schedules: list[tuple[int, OutMessage]] = []
+    markers: list[tuple[int, OutMessage]] = []
     for i, delivery in enumerate(batch):
         try:
-            schedules.append((i, schedule_message(ns, delivery.subject, delivery.body, delivery.headers)))
+            schedule = schedule_message(ns, delivery.subject, delivery.body, delivery.headers)
         except ValueError as exc:
             await _dead_letter(app, conn, delivery, str(exc))
-    answers = await store_each(conn, [msg for _, msg in schedules])
-    for (i, msg), answer in zip(schedules, answers, strict=True):
+            continue
+        schedules.append((i, schedule))
+        if UNIQUE in schedule.headers:
+            queue, due, job_id = ns.parse_delayed_subject(schedule.subject) or ("", 0, "")
+            task = ns.parse_job_subject(ns.unfired_subject(schedule.headers[SCHEDULE_TARGET]))
+            markers.append((i, marker_message(ns, queue, task[1] if task else "", job_id, due)))
+    answers = await store_each(conn, [msg for _, msg in schedules + markers])
+    for (i, msg), answer in zip(schedules + markers, answers, strict=True):
         if _moved_on(answer):
             # The job's id is scheduled already (a unique job, or this very message moved
             # before its acknowledgement was lost).
             log.info("delayed.already_scheduled", job_id=msg.headers[MSG_ID])
-        elif not isinstance(answer, Stored):
+        elif not isinstance(answer, Stored) and done[i] is True:
             done[i] = _retry(answer)
     return done
 
@@ -164,7 +177,7 @@ class FiredJobsMove:
             headers[FIRED_BY] = delivery.headers.get(SCHEDULER, "")
             headers[FIRED_NEXT] = delivery.headers.get(SCHEDULE_NEXT, "")
             found = firing(headers)
-            subject = _spread(self.app, subject, found)
+            subject = _spread(self.app, subject, found, headers)
             # Without an identity it is claimed by nobody: the worker that takes it refuses it.
             holder = f"{delivery.stream_seq}.{self._nonce}" if found is not None else ""
             prepared.append(_Fired(i, subject, headers, found, holder))
@@ -178,6 +191,10 @@ class FiredJobsMove:
         for fired, answer in zip(moving, answers, strict=True):
             if not isinstance(answer, Stored):
                 done[fired.index] = _retry(answer)
+            elif fired.found is not None and UNIQUE in fired.headers:
+                # In its queue, the job holds its key itself: the schedule's marker goes (moved
+                # again, this message would remove it again; see marker_message).
+                await remove_markers(self.conn, self.app.namespace, fired.found.job_id)
         return done
 
     def _claim_message(self, fired: _Fired) -> OutMessage:
@@ -226,11 +243,15 @@ class _Fired:
     holder: str
 
 
-def _spread(app: AppView, subject: str, found: Firing | None) -> str:
-    """Job subject ``subject`` (of partition 0) in the partition of its job: by the id it ends
-    in (a delayed job's, a unique tick's key), else by the firing's (a tick's own)."""
+def _spread(app: AppView, subject: str, found: Firing | None, headers: Mapping[str, str]) -> str:
+    """Job subject ``subject`` (of partition 0) in the partition of its job: a unique job's
+    stays in partition 0 (see :meth:`~jsworker._wire.names.Namespace.unique_filter`); any
+    other goes by the id it ends in (a delayed job's), else by the firing's (a tick's own)."""
     parsed = app.namespace.parse_job_subject(subject)
-    job_id = subject.rsplit(".", 1)[1] if subject.count(".") == 5 else found.job_id if found else None
+    keyed = subject.count(".") == 5
+    if keyed and (UNIQUE in headers or (found is not None and found.kind == "periodic")):
+        return subject  # a unique job's (a delayed one's, a unique task's tick): partition 0
+    job_id = subject.rsplit(".", 1)[1] if keyed else found.job_id if found else None
     if parsed is None or job_id is None:
         return subject
     return app.namespace.to_partition(subject, app.job_partition(parsed[0], job_id))

@@ -210,6 +210,27 @@ class Namespace:
         return self._parse_due(subject, "later")
 
     @property
+    def mark_subjects(self) -> str:
+        """Wildcard covering the markers of unique delayed jobs made schedules (in the job
+        stream, written by workers only): ``...mark.<queue>.<task>.<job id>``."""
+        return f"jsw.{self.app}.mark.>"
+
+    def mark_subject(self, queue: str, task: str, job_id: str) -> str:
+        """Subject of the marker that holds unique delayed job ``job_id``'s key in the job
+        stream while its schedule waits in the schedules stream."""
+        return f"jsw.{self.app}.mark.{queue}.{task}.{job_id}"
+
+    def mark_filter(self, job_id: str = "*") -> str:
+        """Filter of the markers of ``job_id`` (of every job when ``*``)."""
+        return f"jsw.{self.app}.mark.*.*.{job_id}"
+
+    def unique_filter(self, job_id: str) -> str:
+        """Filter of every form in which job ``job_id`` holds its key in the first job stream:
+        queued or running (``q``), delayed and not yet a schedule (``later``), a schedule
+        (its marker, ``mark``). One check against it is a unique enqueue's only round trip."""
+        return f"jsw.{self.app}.*.*.*.{job_id}"
+
+    @property
     def job_subjects(self) -> str:
         """Wildcard covering every job subject of partition 0 (the only one of an app with one;
         see :meth:`partition_subjects`)."""
@@ -433,6 +454,10 @@ class Namespace:
         """Return ``(queue, task)`` from a job subject (with or without the job id token),
         or None when it is not one of ours."""
         return self._parse(subject, "q", with_id=True)
+
+    def parse_mark_subject(self, subject: str) -> tuple[str, str] | None:
+        """Return ``(queue, task)`` from a marker's subject, or None when it is not one."""
+        return self._parse(subject, "mark", with_id=True)
 
     def parse_intake_subject(self, subject: str) -> tuple[str, str] | None:
         """Return ``(queue, task)`` from an intake subject, or None when it is not one."""

@@ -131,12 +131,16 @@ class FiredJobs(Interceptor):
             log.warning("schedule.remove_failed", schedule=scheduler, error=str(exc))
 
     async def _key_holder(self, job: JobRun) -> int | None:
-        """The stream sequence of an earlier job on a unique tick's subject (its key's id),
-        which then holds the key; None when the tick is the first. The server refuses a
-        second job of a key to producers, but fires ticks whatever waits."""
+        """The stream sequence of an earlier message holding a unique tick's key (a job on its
+        subject, or a delayed job of the key), which then holds the key; None when the tick is
+        the first. The server refuses a second job of a key to producers, but fires ticks
+        whatever waits."""
+        ns = self.app.namespace
+        # Ticks moved by an earlier version may wait in another partition, on their subject.
+        held = ns.unique_filter(job.job_id) if job.stream_partition == 0 else job.delivery.subject
         try:
-            stream = self.app.namespace.partition_stream(job.stream_partition)
-            first = await LimitsStream(self.conn, stream).next(job.delivery.subject)
+            stream = ns.partition_stream(job.stream_partition)
+            first = await LimitsStream(self.conn, stream).next(held)
         except JsworkerError as exc:
             log.warning("job.key_unchecked", error=str(exc), **job.log_fields())
             return None
