@@ -116,6 +116,17 @@ def sync(app_spec: str, prune: bool, **connection: str | None) -> None:
         click.echo(f"stale (not declared; remove with --prune): {', '.join(left)}")
 
 
+@schedules.command("mark-unique")
+@_APP
+@click.option("--dry-run", is_flag=True, help="Only count the unique delayed jobs without a marker.")
+@connection_options
+def mark_unique(app_spec: str, dry_run: bool, **connection: str | None) -> None:
+    """Mark the unique delayed jobs an earlier version scheduled, once: after the workers and
+    before the producers are upgraded (see the README's "Unique jobs")."""
+    count = _run(app_spec, connection, lambda admin: admin.mark_unique_schedules(dry_run=dry_run))
+    click.echo(f"{count} unique delayed job(s) {'lack' if dry_run else 'given'} a marker")
+
+
 @schedules.command()
 @_APP
 @_NAME

@@ -199,8 +199,8 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
         Grant(
             ns.mark_subjects,
             "hold a unique delayed job's key in the job stream while it waits as a schedule (a marker "
-            "a unique enqueue's one check sees; no other role writes it)",
-            _WORKER,
+            "a unique enqueue's one check sees; operators mark those scheduled by an earlier version)",
+            _TRUSTED,
         ),
         Grant(ns.record_subject(), "write job records (results, failures, cancels)", _TRUSTED),
         Grant(ns.claim_subjects, "claim fired jobs and cancelled firings (each firing runs once)", _TRUSTED),

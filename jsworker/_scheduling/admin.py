@@ -17,7 +17,8 @@ from .._wire.headers import (
 )
 from ..jetstream.publish import OutMessage, Publisher, SubjectTaken
 from ..jetstream.session import OperatorSession
-from .declare import PERIODIC_SINCE, SchedulingApp
+from .declare import DELAYED_SINCE, PERIODIC_SINCE, SchedulingApp
+from .markers import mark_unmarked
 from .periodic import (
     ScheduleNotFound,
     ScheduleState,
@@ -71,6 +72,13 @@ class Schedules(OperatorSession[SchedulingApp]):
     async def remove(self, name: str) -> bool:
         """Remove schedule ``name`` from the server; False when there was none."""
         return await remove_schedule(self.app, await self.connection(), name)
+
+    async def mark_unique(self, *, dry_run: bool = False) -> int:
+        """Give a marker to each unique delayed job scheduled by an earlier version (see
+        :func:`~.markers.mark_unmarked`); how many lacked one (``dry_run``: only count them)."""
+        conn = await self.connection()
+        conn.require_version("delayed jobs", DELAYED_SINCE)
+        return await mark_unmarked(self.app, conn, dry_run=dry_run)
 
     async def trigger(self, name: str) -> Job:
         """Enqueue one job of schedule ``name`` now, with its task and arguments, outside its

@@ -57,7 +57,7 @@ async def remove_markers(conn: Connection, namespace: Namespace, job_id: str) ->
 
 
 def _unmarked(namespace: Namespace, schedule: StoredMessage) -> OutMessage | None:
-    """The marker a unique delayed job's schedule made by an earlier version lacks, else None
+    """The marker a unique delayed job's schedule made by an earlier version needs, else None
     (a schedule this version made says it is unique; its worker wrote the marker)."""
     if EXPECTED_LAST_SUBJECT_SEQ not in schedule.headers or UNIQUE in schedule.headers:
         return None
@@ -76,13 +76,13 @@ async def mark_unmarked(app: AppView, conn: Connection, dry_run: bool = False) -
     Run once, after the workers and before the producers are upgraded. ``dry_run``: only
     count them (``jsworker doctor``)."""
     ns = app.namespace
-    schedules = LimitsStream(conn, ns.schedules_stream)
+    schedules, jobs = LimitsStream(conn, ns.schedules_stream), LimitsStream(conn, ns.stream)
     missing: list[OutMessage] = []
     seq = 1
     while (found := await schedules.next(ns.delayed_filter(), seq)) is not None:
         seq = found.seq + 1
         marker = _unmarked(ns, found)
-        if marker is not None:
+        if marker is not None and await jobs.next(ns.mark_filter(marker.headers[JOB_ID])) is None:
             missing.append(marker)
     if not dry_run:
         for answer in await store_each(conn, missing):

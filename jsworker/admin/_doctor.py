@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._core.layout import queue_consumer_specs
 from .._lifecycle.bucket import RECORDS_SINCE
 from .._scheduling.declare import DELAYED_SINCE
+from .._scheduling.markers import mark_unmarked
 from .._wire.names import MAX_PARTITIONS, partition_of
 from ..jetstream.health import stream_health
 from ..jetstream.inspect import consumer_facts, stream_facts
@@ -56,6 +57,7 @@ async def diagnose(app: App, conn: Connection, monitoring: Sequence[str] = ()) -
     found += await _streams(app, conn)
     found += await _consumers(app, conn)
     found += await _partitions(app, conn)
+    found += await _unmarked(app, conn)
     found += await _clock(app, conn)
     if monitoring:
         found += await asyncio.gather(*(asyncio.to_thread(_durability, url) for url in monitoring))
@@ -205,6 +207,25 @@ async def _leftover_streams(app: App, conn: Connection) -> list[Finding]:
                 Finding("ok", "partitions", f"{facts.name} is empty and no longer used: it may be deleted")
             )
     return found
+
+
+async def _unmarked(app: App, conn: Connection) -> list[Finding]:
+    """Unique delayed jobs scheduled by an earlier version, which a unique enqueue's one check
+    does not see until they are marked."""
+    if conn.server_version < DELAYED_SINCE or not any(t.unique for t in app.tasks.values()):
+        return []
+    count = await mark_unmarked(app, conn, dry_run=True)
+    if not count:
+        return [Finding("ok", "unique", "every scheduled unique job holds its key")]
+    return [
+        Finding(
+            "problem",
+            "unique",
+            f"{count} unique delayed job(s) scheduled by an earlier version hold their key where a "
+            "unique enqueue does not look: run `jsworker schedules mark-unique MODULE` once the "
+            "workers are upgraded",
+        )
+    ]
 
 
 async def _clock(app: App, conn: Connection) -> list[Finding]:

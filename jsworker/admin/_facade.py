@@ -393,6 +393,12 @@ class Admin(OperatorSession):
         """Remove schedule ``name`` from the server; False when there was none."""
         return await self._schedules.remove(name)
 
+    async def mark_unique_schedules(self, *, dry_run: bool = False) -> int:
+        """Give a marker to each unique delayed job scheduled by an earlier version, once its
+        workers are upgraded, so that a unique enqueue's one check sees it; how many lacked
+        one (``dry_run``: only count them)."""
+        return await self._schedules.mark_unique(dry_run=dry_run)
+
     async def sync_schedules(self, *, prune: bool = False) -> SyncReport:
         """Install the declared schedules as a starting worker does; with ``prune`` also
         remove those the app no longer declares."""

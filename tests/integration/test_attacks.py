@@ -371,7 +371,9 @@ def test_a_producer_enqueues_unique_jobs_without_reading_the_job_stream(
 ) -> None:
     """A unique task's second job, immediate or delayed, while the first waits or runs: a
     duplicate naming the first, found by asking the workers. With no worker running the
-    server still refuses a second job of the same form."""
+    server still refuses a second job of the same form. A delayed one made a schedule holds
+    its key through the marker the worker writes with its grants; a producer may write no
+    marker (one would hold a key no job has)."""
     url, record, gate = secured.url, tmp_path / "record", tmp_path / "gate"
 
     async def alone() -> str:
@@ -396,6 +398,23 @@ def test_a_producer_enqueues_unique_jobs_without_reading_the_job_stream(
             assert delayed.duplicate and delayed.id == job_id
             gate.touch()
             assert await running.aresult(timeout=20) == "real"
+            later = await once.aapply((str(tmp_path / "later"),), countdown=60)
+            subjects = await wait_until_async(
+                lambda: _subjects(url, "JSW_PERM"),
+                until=lambda found: (
+                    any(".mark." in s for s in found) and not any(".later." in s for s in found)
+                ),
+                timeout=20,
+                message="the worker to make the delayed job a schedule and mark its key",
+            )
+            held = await once.adelay(str(tmp_path / "later"))
+            assert held.duplicate and held.id == later.id and held.scheduled_for is not None
+            mark = next(s for s in subjects if ".mark." in s)
+            conn = await _connect(producer)
+            try:
+                await _refused(conn, mark.rsplit(".", 1)[0] + ".forged", b"")
+            finally:
+                await conn.close()
 
     try:
         asyncio.run(with_worker())

@@ -154,6 +154,8 @@ def test_the_command_line_operates_schedules_and_cancels_delayed_jobs(nats_serve
     assert cli(url, "schedules", "resume", "periodic_app", "ping-db").stdout.strip() == "ping-db: resumed"
     triggered = cli(url, "schedules", "trigger", "periodic_app", "ping-db")
     assert triggered.returncode == 0 and triggered.stdout.startswith("ping-db-manual-")
+    marked = cli(url, "schedules", "mark-unique", "periodic_app", "--dry-run")
+    assert marked.returncode == 0 and marked.stdout.strip() == "0 unique delayed job(s) lack a marker"
     unknown = cli(url, "schedules", "pause", "periodic_app", "nope")
     assert unknown.returncode == 2 and "no schedule named 'nope'" in unknown.stderr
     assert cli(url, "schedules", "remove", "periodic_app", "ping-db").returncode == 0

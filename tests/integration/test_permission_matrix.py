@@ -68,6 +68,7 @@ def families(app: str) -> list[Sample]:
         "job of partition 1": f"jsw.{app}.q1.default.add.x",
         "tick": f"jsw.{app}.q.default.add",
         "delayed job": f"jsw.{app}.later.default.{DUE}.x",
+        "unique key marker": f"jsw.{app}.mark.default.add.x",
         "delayed schedule": f"jsw.{app}.sched.at.default.{DUE}.x",
         "periodic schedule": f"jsw.{app}.sched.repeat.x",
         "fired job": f"jsw.{app}.fired.default.add",
