@@ -45,6 +45,16 @@ def _marks(subjects: dict[str, int]) -> list[str]:
     return [s for s in subjects if ".mark." in s]
 
 
+async def _marked(url: str, stream: str) -> None:
+    """Wait until a worker has made the delayed job in ``stream`` a schedule and marked its key."""
+    await wait_until_async(
+        lambda: _subjects(url, stream),
+        until=lambda s: _marks(s) and not any(".later." in x for x in s),
+        timeout=10,
+        message="the delayed job made a schedule, its key marked",
+    )
+
+
 async def test_a_unique_enqueue_sends_its_job_and_asks_nothing_first(nats_server: NatsServer) -> None:
     """No stream read and no question to the workers comes before a unique job's publish: the
     server's check of the publish is the whole lookup. A second enqueue of the key is still
@@ -81,16 +91,11 @@ async def test_a_scheduled_unique_job_holds_its_key_until_it_is_queued(nats_serv
     app = _app(url, "uqsched", ran)
     once = app.tasks["once"]
     await app.provision()
-    later = await once.aapply(("k",), countdown=3)
+    later = await once.aapply(("k",), countdown=5)
     assert (await once.adelay("k")).duplicate  # not yet a schedule: its own message holds it
     await app.aclose()  # the worker's connection takes over this loop's enqueues
     async with in_process_worker(app):
-        await wait_until_async(
-            lambda: _subjects(url, "JSW_UQSCHED"),
-            until=lambda s: _marks(s) and not any(".later." in x for x in s),
-            timeout=10,
-            message="the delayed job made a schedule, its key marked",
-        )
+        await _marked(url, "JSW_UQSCHED")
         again = await once.adelay("k")
         assert again.duplicate and again.id == later.id and again.scheduled_for == later.scheduled_for
         assert (await once.aapply(("k",), countdown=60)).duplicate
@@ -112,12 +117,7 @@ async def test_a_cancelled_scheduled_unique_job_frees_its_key(nats_server: NatsS
     later = await once.aapply(("k",), countdown=60)
     await app.aclose()
     async with in_process_worker(app):
-        await wait_until_async(
-            lambda: _subjects(url, "JSW_UQCANCEL"),
-            until=lambda s: _marks(s) and not any(".later." in x for x in s),
-            timeout=10,
-            message="the key marked",
-        )
+        await _marked(url, "JSW_UQCANCEL")
         assert await app.acancel(later.id)
         assert _marks(await _subjects(url, "JSW_UQCANCEL")) == []
         fresh = await once.adelay("k")
