@@ -153,6 +153,9 @@ async def measure(url: str) -> dict[str, Any]:
         "dead letter": f"/dead-letters/{letter.seq}",
         "dead letter with its payload": f"/dead-letters/{letter.seq}?show=payload",
         "purge confirmation": "/dead-letters/purge",
+        # Text in no job: the whole scan (the newest 2,000 waiting jobs and dead letters).
+        "search by text, no match": "/job?id=no-such-text",
+        "search by part of an id": f"/job?id={middle.id[:12]}",
         "schedules": "/schedules",
         "workers": "/workers",
     }

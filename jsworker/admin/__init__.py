@@ -15,6 +15,7 @@ from .._core.queues import QueueStatus
 from .._deadletters.admin import DeadLetters
 from ._facade import Admin
 from ._operations import JobResult
+from ._search import Match, SearchResult
 from ._summary import LISTED_STATES, JobPage, JobSummary, ListedState, RunningJobs
 
 __all__ = [
@@ -25,7 +26,9 @@ __all__ = [
     "JobResult",
     "JobSummary",
     "ListedState",
+    "Match",
     "Page",
     "QueueStatus",
     "RunningJobs",
+    "SearchResult",
 ]

@@ -45,6 +45,7 @@ from ..workflows._handle import Workflow, WorkflowStatus
 from . import _operations as operations
 from ._listing import JobListing
 from ._operations import JobResult
+from ._search import SearchResult, search_jobs
 from ._summary import LISTED_STATES, JobPage, ListedState, RunningJobs, enqueued_at
 
 if TYPE_CHECKING:
@@ -166,6 +167,12 @@ class Admin(OperatorSession):
             validate_name("task", task)
         listing = JobListing(self.app, await self.connection(), self._letters)
         return await listing.page(state, queue, task, limit, after, newest_first)
+
+    async def search(self, text: str, *, arguments: bool = True) -> SearchResult:
+        """The newest waiting jobs and dead letters whose id, arguments (unless ``arguments``
+        is false), caller headers or failure hold ``text`` (see :mod:`._search` for what a
+        search reads)."""
+        return await search_jobs(self.app, await self.connection(), text, arguments=arguments)
 
     async def job(self, job_id: str) -> JobStatus:
         """Where job ``job_id`` is in its lifecycle, read from the server directly (the same

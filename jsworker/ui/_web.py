@@ -109,6 +109,7 @@ class Dashboard:
             number=formats.number,
             size=formats.size,
             cron=as_written,
+            plural=counted,
         )
         # The empty rows the live tables copy for a queue or a worker that comes along.
         self.templates.globals.update(blank_queue=QueueStatus(""), blank_worker=dict.fromkeys(_WORKER_FIELDS))

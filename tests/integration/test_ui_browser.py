@@ -326,3 +326,25 @@ def test_a_phone_keeps_the_columns_that_matter(app: App, browser: Chrome, tmp_pa
         assert {"Task", "Expression"} <= set(hidden), hidden
         shoot(browser, tmp_path, "schedules-390")
         leave(browser)
+
+
+def test_a_search_finds_a_waiting_job_by_an_argument_value(app: App, browser: Chrome, tmp_path: Path) -> None:
+    """Text that is no id, task or queue is looked for in the newest waiting jobs: the job
+    whose argument holds it is listed, with what matched, and opens from there."""
+    wanted = ui_app.charge.delay(7351937)
+    ui_app.charge.delay(11)
+    with served_in_thread(create_app(app)) as base:
+        browser.get(base + "/")
+        search = browser.find_element(By.CSS_SELECTOR, "form.search input[name='id']")
+        search.send_keys("735193")
+        search.submit()
+        until(browser, lambda d: d.find_elements(By.ID, "search-read"), "the search's results")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#search-results tbody tr")
+        assert [r.find_element(By.TAG_NAME, "a").text for r in rows] == [wanted.id]
+        assert rows[0].find_elements(By.TAG_NAME, "td")[-1].text == "arguments"
+        assert "Searched the newest 2 waiting jobs" in browser.find_element(By.ID, "search-read").text
+        shoot(browser, tmp_path, "search")
+        rows[0].find_element(By.LINK_TEXT, wanted.id).click()
+        until(browser, lambda d: d.current_url.endswith(f"/jobs/{wanted.id}"), "the job's page")
+        assert "queued" in browser.find_element(By.TAG_NAME, "h1").text
+        leave(browser)

@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from ..._core.job_status import JobState
 from ..._deadletters.letter import DeadLetter
-from ..._enqueue.calls import check_job_id
+from ..._enqueue.calls import check_job_id, is_job_id
 from ..._errors import DeadLetterNotFound, EventsNotFound, JobNotFound, StreamRequestError
 from ..._wire.headers import CONTENT_TYPE
 from ...events import JobEvent
@@ -28,12 +28,15 @@ from .._web import Dashboard, action, audit, back, field, link, page, render
 #: The states a cancel can still stop.
 CANCELLABLE = {JobState.SCHEDULED, JobState.QUEUED, JobState.RUNNING, JobState.RETRYING, JobState.SNOOZED}
 _SHOWABLE = {"payload", "result"}
+# The longest text the search box takes.
+_MAX_TERM = 128
 
 
 @page
 async def search(request: Request, d: Dashboard) -> Response:
     """The search box's target: a job's page by its id; a task's name finds its jobs, a
-    queue's name the queue, ``#<n>`` dead letter ``n``."""
+    queue's name the queue, ``#<n>`` dead letter ``n``; any other text the newest waiting jobs
+    and dead letters that hold it (see :mod:`jsworker.admin._search`)."""
     given = field(request.query_params, "id")
     if given is None:
         return render(request, "search.html", nav="job")
@@ -44,8 +47,13 @@ async def search(request: Request, d: Dashboard) -> Response:
         return RedirectResponse(link(request, f"/queues/{term}"), status_code=303)
     if term.startswith("#") and term[1:].isascii() and term[1:].isdigit():
         return RedirectResponse(link(request, f"/dead-letters/{int(term[1:])}"), status_code=303)
-    job_id = check_job_id(term)
-    return RedirectResponse(link(request, f"/jobs/{job_id}"), status_code=303)
+    if not term or len(term) > _MAX_TERM:
+        raise refuse(400, f"search for 1 to {_MAX_TERM} characters")
+    if is_job_id(term) and (await d.admin.job(term)).state is not JobState.UNKNOWN:
+        return RedirectResponse(link(request, f"/jobs/{term}"), status_code=303)
+    # Part of an id, an argument's value, a header's, a failure's words.
+    found = await d.admin.search(term, arguments=d.settings.payloads)
+    return render(request, "search.html", nav="job", term=term, found=found)
 
 
 @page
