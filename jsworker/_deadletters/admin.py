@@ -29,9 +29,8 @@ from .._errors import ConfigurationError, SerializationError
 from .._observability.logging import get_logger
 from .._wire import headers as wire
 from .._wire.names import validate_name
-from ..jetstream.limits_stream import LimitsStream, StoredMessage
-from ..jetstream.pages import newest_first as newest_first_in
-from ..jetstream.pages import read_range
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.pages import range_page
 from ..jetstream.publish import NoStreamError, OutMessage, Publisher
 from ..jetstream.session import OperatorSession
 from .format import task_token
@@ -115,30 +114,11 @@ class DeadLetters(OperatorSession[AppView]):
         each, doubling while they hold too few (see :mod:`jsworker.jetstream.pages`).
         """
         check_limit(limit)
-        cursor = seq_cursor(after)
         conn = await self.connection()
         stream, subject = self.app.namespace.dlq_stream, self._filter(task, queue)
-        if not newest_first:
-            found = await read_range(conn, stream, subject, cursor + 1, first=limit)
-            last = str(found.messages[-1].seq) if found.more and found.messages else None
-            return Page(tuple(map(DeadLetter.from_stored, found.messages)), last, found.reads)
-        reads = 0
-
-        async def window(start: int, end: int, keep: int) -> builtins.list[StoredMessage]:
-            nonlocal reads
-            found = await read_range(conn, stream, subject, start, end=end, keep=keep)
-            reads += found.reads
-            return found.messages
-
-        before = cursor or await (await self._stream()).last_seq() + 1
-        letters: builtins.list[DeadLetter] = []
-        async with aclosing(newest_first_in(window, before, 1, limit)) as messages:
-            async for msg in messages:
-                letters.append(DeadLetter.from_stored(msg))
-                if len(letters) == limit:
-                    break
-        last = str(letters[-1].seq) if len(letters) == limit and letters[-1].seq > 1 else None
-        return Page(tuple(letters), last, reads)
+        found = await range_page(conn, stream, subject, seq_cursor(after), limit, newest=newest_first)
+        last = str(found.last) if found.last is not None else None
+        return Page(tuple(map(DeadLetter.from_stored, found.messages)), last, found.reads)
 
     async def get(self, ref: int | str) -> DeadLetter:
         """The dead letter with sequence ``ref``, or the newest one of job id ``ref``, body loaded.

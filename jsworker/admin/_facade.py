@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .._core.paging import Page, check_limit
 from .._core.queues import QueueStatus, queue_status
@@ -43,7 +43,8 @@ from ..jetstream.session import OperatorSession, SessionRole
 from ..workflows._definition import FLOW, def_subject
 from ..workflows._handle import Workflow, WorkflowStatus
 from . import _operations as operations
-from ._listing import JobListing
+from ._ended import ENDED_STATES, ended_counts, ended_page
+from ._listing import JobListing, StreamState
 from ._operations import JobResult
 from ._search import SearchResult, search_jobs
 from ._summary import LISTED_STATES, JobPage, ListedState, RunningJobs, enqueued_at
@@ -149,8 +150,9 @@ class Admin(OperatorSession):
         newest_first: bool = False,
     ) -> JobPage:
         """One page of the jobs in ``state`` (``scheduled``, ``queued``, ``reserved``: handed
-        to a worker that has not started them, ``running``, ``retrying``, or ``failed``: dead
-        letters), of ``queue`` and ``task`` when given.
+        to a worker that has not started them, ``running``, ``retrying``, ``failed``: dead
+        letters, or from the job events, :class:`EventsNotFound` without them: ``succeeded``,
+        ``cancelled``, ``expired``), of ``queue`` and ``task`` when given.
 
         Oldest first by stream sequence (``scheduled``: by due time), or newest first. Pass
         the page's ``next_after`` as ``after`` for the next one: a stream sequence, for
@@ -165,8 +167,16 @@ class Admin(OperatorSession):
             validate_name("queue", queue)
         if task is not None:
             validate_name("task", task)
+        if state in ENDED_STATES:
+            conn = await self.connection()
+            return await ended_page(self.app, conn, state, queue, task, limit, after, newest_first)
         listing = JobListing(self.app, await self.connection(), self._letters)
-        return await listing.page(state, queue, task, limit, after, newest_first)
+        return await listing.page(cast(StreamState, state), queue, task, limit, after, newest_first)
+
+    async def ended_counts(self, queue: str | None = None, task: str | None = None) -> dict[str, int]:
+        """How many jobs succeeded, were cancelled and expired (of ``queue`` and ``task``) among
+        the job events the app keeps; empty for an app without job events."""
+        return await ended_counts(self.app, await self.connection(), queue, task)
 
     async def search(self, text: str, *, arguments: bool = True) -> SearchResult:
         """The newest waiting jobs and dead letters whose id, arguments (unless ``arguments``

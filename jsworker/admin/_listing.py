@@ -65,7 +65,6 @@ from ..jetstream.service import gather
 from ._summary import (
     JobPage,
     JobSummary,
-    ListedState,
     dead_job,
     delayed_job,
     job_id_in,
@@ -81,6 +80,8 @@ if TYPE_CHECKING:
 #: What a listing of jobs handed out keeps: the running, the reserved, the retrying, or all of
 #: them but the retrying (``handed_out``: what the workers hold, for the workers' view).
 HandedOut = Literal["running", "reserved", "retrying", "handed_out"]
+#: The states read from the job, schedules and dead-letter streams.
+StreamState = Literal["scheduled", "queued", "failed"] | HandedOut
 
 # How long a running job's holder gets to say so: a live worker answers within milliseconds.
 _HELD_WAIT = 0.5
@@ -104,7 +105,7 @@ class JobListing:
 
     async def page(
         self,
-        state: ListedState | Literal["handed_out"],
+        state: StreamState,
         queue: str | None,
         task: str | None,
         limit: int,

@@ -20,8 +20,20 @@ from ..jetstream.limits_stream import StoredMessage
 #: while the server holds it (``failed``: its dead letter). ``reserved`` lists jobs handed to a
 #: worker that has not started them (queued, each with the reason), apart from ``queued``,
 #: those no worker has taken yet.
-ListedState = Literal["scheduled", "queued", "reserved", "running", "retrying", "failed"]
-LISTED_STATES: tuple[ListedState, ...] = ("scheduled", "queued", "reserved", "running", "retrying", "failed")
+ListedState = Literal[
+    "scheduled", "queued", "reserved", "running", "retrying", "failed", "succeeded", "cancelled", "expired"
+]
+LISTED_STATES: tuple[ListedState, ...] = (
+    "scheduled",
+    "queued",
+    "reserved",
+    "running",
+    "retrying",
+    "failed",
+    "succeeded",
+    "cancelled",
+    "expired",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +41,9 @@ class JobSummary:
     """One job of a listing, as far as the listing reads it (times in UTC).
 
     ``seq`` is the sequence of what was read: the job's message in the job stream (queued,
-    running, retrying), its schedule's (scheduled), or its dead letter's in the dead-letter
-    stream (failed). ``enqueued_at`` is when the producer sent it; ``scheduled_for`` when a
+    running, retrying), its schedule's (scheduled), its dead letter's in the dead-letter
+    stream (failed), or its last event's in the job-events stream (succeeded, cancelled,
+    expired). ``enqueued_at`` is when the producer sent it; ``scheduled_for`` when a
     delayed job is (or was) due. ``attempts`` is known for running, retrying and failed jobs
     (a running job's from the worker holding it). ``worker`` is the worker registry's id of
     the worker running or holding it (``host:pid`` when its entry is not found).

@@ -230,6 +230,53 @@ async def read_range(
             await conn.js.delete_consumer(stream, name)
 
 
+@dataclass(frozen=True, slots=True)
+class RangePage:
+    """One page of a Limits stream's messages on a subject: ``messages`` in the order asked
+    for, ``last``: the last one's sequence when the listing goes on (None when it ended), and
+    ``reads``: what it cost the server."""
+
+    messages: list[StoredMessage]
+    last: int | None
+    reads: int
+
+
+async def range_page(
+    conn: Connection,
+    stream: str,
+    subject: str,
+    cursor: int,
+    limit: int,
+    *,
+    newest: bool,
+    bodies: bool = False,
+) -> RangePage:
+    """The ``limit`` messages on ``subject`` after sequence ``cursor`` (0: from the start), or
+    newest first those below it (0: from the newest), through :func:`read_range`: oldest first
+    one consumer from the cursor, newest first windows below it (see the module)."""
+    if not newest:
+        found = await read_range(conn, stream, subject, cursor + 1, first=limit, bodies=bodies)
+        last = found.messages[-1].seq if found.more and found.messages else None
+        return RangePage(found.messages, last, found.reads)
+    reads = 0
+
+    async def window(start: int, end: int, keep: int) -> list[StoredMessage]:
+        nonlocal reads
+        found = await read_range(conn, stream, subject, start, end=end, keep=keep, bodies=bodies)
+        reads += found.reads
+        return found.messages
+
+    before = cursor or await LimitsStream(conn, stream).last_seq() + 1
+    out: list[StoredMessage] = []
+    async with contextlib.aclosing(newest_first(window, before, 1, limit)) as messages:
+        async for msg in messages:
+            out.append(msg)
+            if len(out) == limit:
+                break
+    last = out[-1].seq if len(out) == limit and out[-1].seq > 1 else None
+    return RangePage(out, last, reads)
+
+
 async def subject_pages(conn: Connection, stream: str, subjects: str) -> AsyncGenerator[dict[str, int], None]:
     """The subjects of ``stream`` matching ``subjects`` with their message counts, one server
     answer at a time (``STREAM.INFO`` pages them, 100,000 a page by default); nothing for a

@@ -64,6 +64,10 @@ async def both_ways(
     )
 
 
+#: A page with nothing on it and nowhere to go.
+EMPTY: Shown[JobSummary] = Shown((), None, None, False, 0)
+
+
 async def jobs_shown(
     admin: Admin,
     state: ListedState,

@@ -171,7 +171,7 @@ async def test_delayed_jobs_list_by_due_time_and_dead_letters_by_sequence(nats_s
 async def test_listing_arguments_are_checked(nats_server: NatsServer) -> None:
     app = App("adm", nats_server.url)
     bad: list[dict[str, Any]] = [
-        {"state": "succeeded"},
+        {"state": "done"},
         {"limit": 0},
         {"limit": 10_001},
         {"queue": "no.dots"},

@@ -13,10 +13,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..._enqueue.calls import check_job_id
+from ..._errors import EventsNotFound
 from ..._wire.names import validate_name
 from ...admin import LISTED_STATES
 from .._errors import refuse
-from .._paging import jobs_shown
+from .._paging import EMPTY, jobs_shown
 from .._web import Dashboard, action, audit, back, count, counted, field, link, many, page, render, sequence
 
 PAGE = 50
@@ -43,19 +44,22 @@ async def jobs_page(request: Request, d: Dashboard) -> Response:
     newest = query.get("order") == "newest"
     limit = count(query, "limit", PAGE, 500)
 
-    shown, counts = await asyncio.gather(
-        jobs_shown(
-            d.admin,
-            state,
-            queue,
-            task,
-            newest=newest,
-            limit=limit,
-            after=field(query, "after"),
-            before=field(query, "before"),
-        ),
-        _counts(d, queue, task),
+    listed = jobs_shown(
+        d.admin,
+        state,
+        queue,
+        task,
+        newest=newest,
+        limit=limit,
+        after=field(query, "after"),
+        before=field(query, "before"),
     )
+    no_events = None
+    try:
+        shown, counts = await asyncio.gather(listed, _counts(d, queue, task))
+    except EventsNotFound as exc:
+        # A state listed from job events, in an app that keeps none: say so on the page.
+        shown, counts, no_events = EMPTY, await _counts(d, queue, task), str(exc)
     return render(
         request,
         "jobs.html",
@@ -70,23 +74,28 @@ async def jobs_page(request: Request, d: Dashboard) -> Response:
         newest=newest,
         limit=limit,
         counts=counts,
+        no_events=no_events,
     )
 
 
 async def _counts(d: Dashboard, queue: str | None, task: str | None) -> dict[str, int]:
     """How many jobs each state tab holds, where the server counts them without a listing:
     waiting and delayed jobs from the queues' consumers (for a queue, not a task: those figures
-    are per queue), failed ones from the dead letters. Running, reserved and retrying jobs are
-    counted together as in flight (``running`` holds that figure)."""
-    failed = await d.admin.count_dead_letters(task, queue)
+    are per queue), failed ones from the dead letters, and those that succeeded, were
+    cancelled or expired from the job events the app keeps. Running, reserved and retrying jobs
+    are counted together as in flight (``running`` holds that figure)."""
+    failed, ended = await asyncio.gather(
+        d.admin.count_dead_letters(task, queue), d.admin.ended_counts(queue, task)
+    )
     if task is not None:
-        return {"failed": failed}
+        return {"failed": failed, **ended}
     figures = [q for q in await d.admin.queues() if queue is None or q.queue == queue]
     return {
         "queued": sum(q.pending for q in figures),
         "scheduled": sum(q.delayed for q in figures),
         "in_flight": sum(q.in_flight for q in figures),
         "failed": failed,
+        **ended,
     }
 
 
