@@ -15,7 +15,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from ..jetstream.session import SessionRole
-from ._pages import charts, dead_letters, job, jobs, overview, queues, schedules, workers
+from ._pages import bulk, charts, dead_letters, job, jobs, overview, queues, schedules, workers
 from ._security import Credentials, Gate, parse_auth
 from ._web import SECURITY_HEADERS, Dashboard, Settings, problem_page
 
@@ -64,6 +64,7 @@ def create_app(
         *charts.routes,
         *queues.routes,
         *jobs.routes,  # before job's: /jobs/cancel is an action, /jobs/<id> a job
+        *bulk.routes,
         *job.routes,
         *dead_letters.routes,
         *schedules.routes,

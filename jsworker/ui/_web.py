@@ -33,6 +33,7 @@ from ..jetstream.session import SessionRole
 from . import _formats as formats
 from ._errors import describe, refuse
 from ._feed import Feed
+from ._running import Bulk
 from ._security import CSRF_FIELD, FLASH_COOKIE, SESSION_COOKIE, Signer, cookie_path, new_session
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class Dashboard:
         #: Replays of every dead letter of a task, by task, running beside the requests: a
         #: page says one runs, and the dead letters' count falls as it goes.
         self.replays: dict[str, asyncio.Task[None]] = {}
+        #: Actions on every job a listing matches, by what and which (see ._pages.bulk).
+        self.bulks: dict[str, Bulk] = {}
         self.templates = Environment(
             loader=PackageLoader("jsworker.ui", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -115,10 +118,12 @@ class Dashboard:
         self.templates.globals.update(blank_queue=QueueStatus(""), blank_worker=dict.fromkeys(_WORKER_FIELDS))
 
     async def aclose(self) -> None:
-        """Stop the live feed and any replay still running, then close the NATS connection."""
-        for replay in self.replays.values():
-            replay.cancel()
-        await asyncio.gather(*self.replays.values(), return_exceptions=True)
+        """Stop the live feed and any replay or action on all matching jobs still running,
+        then close the NATS connection."""
+        running = [*self.replays.values(), *(b.runner for b in self.bulks.values() if b.runner is not None)]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         await self.feed.aclose()
         await self.admin.aclose()
 

@@ -19,6 +19,7 @@ from ...admin import LISTED_STATES
 from .._errors import refuse
 from .._paging import EMPTY, jobs_shown
 from .._web import Dashboard, action, audit, back, count, counted, field, link, many, page, render, sequence
+from .bulk import STATES as ALL_STATES
 
 PAGE = 50
 # Cancels and retries of a selection run this many at a time: a cancel of a running job may
@@ -75,6 +76,8 @@ async def jobs_page(request: Request, d: Dashboard) -> Response:
         limit=limit,
         counts=counts,
         no_events=no_events,
+        bulks=[b.said() for b in d.bulks.values() if b.runner is not None and not b.runner.done()],
+        all_verbs=[verb for verb, states in ALL_STATES.items() if state in states],
     )
 
 
