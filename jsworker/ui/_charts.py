@@ -15,7 +15,6 @@ from markupsafe import Markup
 # The drawing area inside the SVG's view box, and the margins the axes' labels take.
 _WIDTH, _HEIGHT = 720.0, 180.0
 _LEFT, _RIGHT, _TOP, _BOTTOM = 56.0, 12.0, 10.0, 26.0
-_TICKS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +37,14 @@ def _nice_top(largest: float) -> float:
         if largest <= step * power:
             return float(step * power)
     return float(10 * power)  # pragma: no cover - the loop ends at 10
+
+
+def _ticks(scale: float) -> int:
+    """How many steps the value axis of a chart topped at ``scale`` (above 0) is cut in, so
+    that each tick is a round number: a top of 1 or 5 times a power of ten in fifths, any
+    other (2 times one) in quarters."""
+    leading = round(scale / 10 ** math.floor(math.log10(scale)), 6)
+    return 5 if leading in (1, 5) else 4
 
 
 def _time_label(moment: float, span: float) -> str:
@@ -75,8 +82,9 @@ def line_chart(
         ),
         Markup("<title>{}</title>").format(title),
     ]
-    for k in range(_TICKS + 1):
-        value = scale * k / _TICKS
+    ticks = _ticks(scale)
+    for k in range(ticks + 1):
+        value = scale * k / ticks
         parts.append(
             Markup(
                 '<line class="grid" x1="{l}" x2="{r}" y1="{y}" y2="{y}"/>'

@@ -17,8 +17,8 @@ def test_a_chart_has_axes_with_its_unit_and_a_hover_title_per_point() -> None:
     starts = [1_700_000_000.0 + 60 * i for i in range(4)]
     started = Line("started", "started", [0.5, 3.7, None, 1.0])
     svg = str(line_chart("Throughput", starts, [started], "jobs/s", _show))
-    # The value axis runs from 0 to the largest value rounded up (3.7 -> 5), in equal steps.
-    assert re.findall(r'text-anchor="end">([^<]+)</text>', svg)[:5] == ["0", "1.25", "2.5", "3.75", "5"]
+    # The value axis runs from 0 to the largest value rounded up (3.7 -> 5), in round steps.
+    assert re.findall(r'text-anchor="end">([^<]+)</text>', svg)[:6] == ["0", "1", "2", "3", "4", "5"]
     assert ">jobs/s</text>" in svg
     # A time label at each end of the time axis.
     assert ">22:13</text>" in svg and ">22:16</text>" in svg
@@ -38,10 +38,10 @@ def test_each_chart_has_its_own_scale_and_a_fixed_top_when_given() -> None:
     share = str(line_chart("C", starts, [Line("c", "c", [10.0, 20.0])], "%", _show, top=100.0))
     assert re.findall(r'text-anchor="end">([^<]+)</text>', small)[4] == "0.02"
     assert re.findall(r'text-anchor="end">([^<]+)</text>', large)[4] == "2000"
-    assert re.findall(r'text-anchor="end">([^<]+)</text>', share)[4] == "100"
+    assert re.findall(r'text-anchor="end">([^<]+)</text>', share)[:6] == ["0", "20", "40", "60", "80", "100"]
     # Nothing at all: a chart from 0 to 1, with no line.
     empty = str(line_chart("D", starts, [Line("d", "d", [None, None])], "jobs/s", _show))
-    assert "<polyline" not in empty and re.findall(r'text-anchor="end">([^<]+)</text>', empty)[4] == "1"
+    assert "<polyline" not in empty and re.findall(r'text-anchor="end">([^<]+)</text>', empty)[5] == "1"
 
 
 def test_names_are_escaped() -> None:
