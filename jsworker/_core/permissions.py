@@ -220,6 +220,10 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
                 ("MSG.DELETE", "remove a schedule: cancelled, left behind after it fired, removed"),
             )
         ),
+        *(
+            Grant(ns.worker_ask_subject("*", verb), f"ask one worker, by its id, to {why}", _OPERATING)
+            for verb, why in (("quiet", "take no new job (before a deploy)"), ("stop", "stop"))
+        ),
         Grant(ns.ask_subject("pause"), "ask the workers to pause a periodic schedule", _DASHBOARD),
         Grant(ns.ask_subject("resume"), "ask the workers to resume a periodic schedule", _DASHBOARD),
         Grant(
@@ -272,6 +276,7 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
             for subject in (f"{_API}.CONSUMER.MSG.NEXT.{sched}.*", f"$JS.ACK.{sched}.>")
         ),
         Grant(ns.ask_subject("*"), "answer status and cancel questions", _WORKER, True),
+        Grant(ns.worker_ask_subject(), "hear what it is asked by its id (quiet, stop)", _WORKER, True),
         Grant(ns.halt_subject(), "hear of cancelled jobs it may hold", _WORKER, True),
         Grant(ns.held_subject(), "say which jobs it runs", _WORKER, True),
         Grant(

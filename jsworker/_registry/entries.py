@@ -102,6 +102,8 @@ class WorkerEntry:
     started_at: float
     seen_at: float
     outcomes: Mapping[str, int] = field(default_factory=dict)
+    #: Since when (unix seconds) it takes no new job, asked to be quiet; None while it does.
+    quiet_since: float | None = None
 
     def encode(self) -> bytes:
         """The entry as stored: compact JSON."""
@@ -133,6 +135,10 @@ class WorkerEntry:
                 outcomes={
                     _typed(k, str): _typed(v, int) for k, v in _typed(raw.get("outcomes", {}), dict).items()
                 },
+                # Entries of earlier versions have none.
+                quiet_since=None
+                if raw.get("quiet_since") is None
+                else float(_typed(raw["quiet_since"], int | float)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a worker entry: {data[:200]!r}") from exc

@@ -76,6 +76,11 @@ class RegisteredWorker(Protocol):
         """Its totals: settled jobs under their outcome's name, among other counts."""
         ...
 
+    @property
+    def quiet_since(self) -> float | None:
+        """Since when it takes no new job (asked to be quiet), None while it does."""
+        ...
+
 
 def new_worker_id(host: str, pid: int) -> str:
     """``<host>-<pid>-<6 hex digits>``: a subject token (the host's dots and other characters
@@ -106,6 +111,7 @@ class WorkerAnnouncer:
         self._failing = False
         self._replicas_reported = False
         self._removed = False
+        self._soon: asyncio.Task[None] | None = None
 
     def entry(self) -> WorkerEntry:
         """The worker's entry as of now."""
@@ -123,6 +129,7 @@ class WorkerAnnouncer:
             started_at=self.started_at,
             seen_at=time.time(),
             outcomes=outcomes,
+            quiet_since=self.worker.quiet_since,
         )
 
     async def start(self) -> None:
@@ -144,6 +151,11 @@ class WorkerAnnouncer:
             # longer than an interval is followed by the next one at once.
             due = max(due + self.interval, time.monotonic())
             await self._refresh()
+
+    def refresh_soon(self) -> None:
+        """Rewrite the entry now rather than at the next interval (it says something new)."""
+        if self._enabled and not self._removed:
+            self._soon = asyncio.get_running_loop().create_task(self._refresh())
 
     async def remove(self) -> None:
         """Take the worker out of the registry at once: a delete marker over its entry. No

@@ -1,16 +1,18 @@
 """The questions a worker answers for users that may not read the job stream or cancel on
 their own: a job's status (any producer), its cancel (a canceller), and pausing or resuming a
-periodic schedule (a dashboard).
+periodic schedule (a dashboard); and those put to one worker by its id: to go quiet or stop
+(an operator or a dashboard).
 
-Each question goes to one worker of the app (a queue group); the worker answers with what
-the server holds, read and changed with the worker's own permissions. Who may ask what is
-the server's to decide, by the permissions on ``jsw.<app>.ask.<question>.*``.
+Each question about a job or a schedule goes to one worker of the app (a queue group); the
+worker answers with what the server holds, read and changed with the worker's own
+permissions. A question to one worker goes to that worker's own subscription. Who may ask
+what is the server's to decide, by the permissions on ``jsw.<app>.ask.<question>.*``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, cast, get_args
+from typing import TYPE_CHECKING, Any, Protocol, cast, get_args
 
 from .._enqueue.calls import check_job_id
 from .._errors import JsworkerError, ScheduleNotFound
@@ -29,6 +31,18 @@ if TYPE_CHECKING:
 log = get_logger("jsworker.worker")
 
 _GROUP = "jsw-answers"
+
+
+class Controlled(Protocol):
+    """What a worker does when asked (see :func:`answer_control`)."""
+
+    def quiet(self) -> bool:
+        """Take no new job and stay up; False when it was quiet already."""
+        ...
+
+    def stop(self, *, now: bool = False) -> None:
+        """Begin a graceful stop."""
+        ...
 
 
 async def serve_app(
@@ -79,3 +93,23 @@ async def answer_questions(app: App, conn: Connection) -> Serving:
         return json.dumps({"value": value}).encode()
 
     return await serve_app(app, conn, app.namespace.ask_subject("*"), answer, "ask", group=_GROUP)
+
+
+async def answer_control(app: App, conn: Connection, worker_id: str, worker: Controlled) -> Serving:
+    """Start answering the questions put to this worker by its id (``quiet``, ``stop``): an
+    operator's or a dashboard's, as the server's permissions on them say; close the returned
+    service before the connection. The answer says whether it changed anything."""
+
+    async def answer(subject: str, body: bytes) -> bytes:
+        question = subject.rsplit(".", 1)[-1]
+        if question == "quiet":
+            value = worker.quiet()
+        elif question == "stop":
+            value = True
+            worker.stop()
+        else:
+            return json.dumps({"error": f"unknown question {question!r}"}).encode()
+        log.info("worker.asked", question=question, changed=value)
+        return json.dumps({"value": value}).encode()
+
+    return await serve_app(app, conn, app.namespace.worker_ask_subject(worker_id), answer, "worker")

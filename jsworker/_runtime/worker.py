@@ -35,7 +35,7 @@ from .limiter import Limiter
 from .observe import PullObserver
 from .outcomes import Outcome, OutcomeKind, Settlement
 from .pipeline import Interceptor, Pipeline, run_shutdown, run_startup
-from .questions import answer_questions
+from .questions import answer_control, answer_questions
 from .settings import WorkerSettings
 from .settle import Settle
 from .upkeep import heartbeats, leftover_schedules, missing_schedules, server_stats, watch_event_loop
@@ -72,6 +72,11 @@ class Worker:
         self.conn: Connection | None = None
         self.queues: list[str] = []
         self._stop = asyncio.Event()
+        # False once it stops or goes quiet: it starts no job it pulls after.
+        self._taking = True
+        #: Since when it takes no new job, asked to be quiet (see :meth:`quiet`).
+        self.quiet_since: float | None = None
+        self._quieting: asyncio.Task[None] | None = None
         self._grace = self.settings.grace
         self._grace_scope: anyio.CancelScope | None = None
         self._stop_now = False
@@ -90,7 +95,24 @@ class Worker:
             self._stop_now = True
             if self._grace_scope is not None:
                 self._grace_scope.cancel()
+        self._taking = False
         self._stop.set()
+
+    def quiet(self) -> bool:
+        """Take no new job: stop pulling, give back the jobs pulled and not started, let the
+        running ones finish, and stay up, its registry entry saying so, until stopped (an
+        operator's step before a deploy or to drain a machine). False when it was quiet or
+        stopping already."""
+        if not self._taking:
+            return False
+        self._taking = False
+        self.quiet_since = time.time()
+        for consumer in list(self._consumers.values()):
+            consumer.stop_pulling()
+        self._quieting = asyncio.get_running_loop().create_task(self._hand_back_buffered())
+        self._registry.refresh_soon()
+        log.info("worker.quiet", in_flight=self.in_flight)
+        return True
 
     @property
     def in_flight(self) -> int:
@@ -169,6 +191,7 @@ class Worker:
         jobs and stop them."""
         app, settings = self.app, self.settings
         answers = await answer_questions(app, conn)
+        control = await answer_control(app, conn, self._registry.id, self)
         # The pull loops and the worker's own services run in one task group; each job
         # runs in a task of its own, outside it (see _spawn).
         async with anyio.create_task_group() as services:
@@ -205,6 +228,7 @@ class Worker:
             await self._finish_jobs()
             # A cancel this worker carries out for a producer ends before it goes.
             await answers.close()
+            await control.close()
             # Finished jobs whose records the server has not answered yet get the grace
             # period too; past it they are redelivered later, like unfinished ones.
             with anyio.move_on_after(self._grace):
@@ -216,7 +240,7 @@ class Worker:
         assert self.conn is not None
         limited = self._rates.get(queue)
         handler = functools.partial(self._start_at_once, queue, partition, limited)
-        while not self._stop.is_set():
+        while self._taking:
             on_event = PullObserver(queue, self.app.metrics, self.counts)
             # A worker with a job budget pulls no job it could not start before it retires.
             consumer = startup.queue_consumer(
@@ -272,7 +296,7 @@ class Worker:
         # already) starts right away; the pull loop below handles those that had to wait in
         # the buffer. Worth its second route (bench/README.md, "Hot-path choices"); both
         # routes settle alike (tests/integration/test_start_paths.py).
-        if self._stop.is_set() or not self._limiter.try_acquire():
+        if not self._taking or not self._limiter.try_acquire():
             return False
         if limited is not None and not limited.in_hand():
             self._limiter.release()

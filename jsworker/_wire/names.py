@@ -382,6 +382,12 @@ class Namespace:
         ``job_id``, for users that may not read the job stream or cancel on their own."""
         return f"jsw.{self.app}.ask.{question}.{job_id}"
 
+    def worker_ask_subject(self, worker_id: str = "*", question: str = "*") -> str:
+        """Subject on which worker ``worker_id`` alone answers ``question`` (``quiet``,
+        ``stop``): a token more than :meth:`ask_subject`'s, so that no question about a job
+        reaches it, and it reaches no other worker."""
+        return f"jsw.{self.app}.ask.worker.{worker_id}.{question}"
+
     def halt_subject(self, job_id: str = "*") -> str:
         """Subject on which the workers hear that job ``job_id`` was cancelled, so that the
         one holding it drops or stops it (after checking with the server)."""

@@ -387,6 +387,18 @@ class Admin(OperatorSession):
         not waiting so (or due within a second anyway)."""
         return await operations.retry_now(self.app, await self.connection(), check_job_id(job_id))
 
+    async def quiet_worker(self, worker_id: str) -> bool:
+        """Ask worker ``worker_id`` (its registry id) to take no new job: it gives back what
+        it pulled, finishes what runs and stays up, its entry saying since when, until
+        stopped. False when it was quiet already; :class:`~jsworker.JsworkerError` when no
+        worker of that id answered."""
+        return await operations.ask_worker(self.app, await self.connection(), "quiet", worker_id)
+
+    async def stop_worker(self, worker_id: str) -> bool:
+        """Ask worker ``worker_id`` to stop as on SIGTERM (its jobs get their grace period). A
+        process of a fleet (``--processes``) is replaced by its supervisor: a restart."""
+        return await operations.ask_worker(self.app, await self.connection(), "stop", worker_id)
+
     async def trigger_schedule(self, name: str) -> Job:
         """Enqueue one job of schedule ``name`` now, outside its cadence."""
         return await self._schedules.trigger(name)

@@ -28,9 +28,10 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .._core.layout import consumer_spec
+from .._enqueue.calls import is_job_id
 from .._errors import ConfigurationError, JsworkerError, NoWorkerRunning, ScheduleNotFound
 from .._lifecycle.bucket import RECORDS_SINCE, Records
 from .._lifecycle.lookup import current_message
@@ -164,10 +165,31 @@ async def ask_to_pause(app: App, conn: Connection, name: str, paused: bool) -> b
     return await _ask_workers(app, conn, verb, name, f"{verb} schedule {name}")
 
 
+#: How long a question to one worker waits for its answer: a live one answers at once, and the
+#: others' silence is all an unknown id gets.
+_WORKER_ANSWER = 3.0
+
+
+async def ask_worker(app: App, conn: Connection, question: Literal["quiet", "stop"], worker_id: str) -> bool:
+    """Ask worker ``worker_id`` (its registry id) to go quiet (take no new job) or to stop:
+    whether that changed something; :class:`~jsworker.JsworkerError` when no worker of that
+    id answered."""
+    if not is_job_id(worker_id):
+        raise ConfigurationError(f"invalid worker id {worker_id!r:.80}")
+    subject = app.namespace.worker_ask_subject(worker_id, question)
+    return await _ask(app, conn, subject, question, f"{question} worker {worker_id}", _WORKER_ANSWER)
+
+
 async def _ask_workers(app: App, conn: Connection, question: str, key: str, what: str) -> bool:
     subject = app.namespace.ask_subject(question, key)
+    return await _ask(app, conn, subject, question, what, app.options.publish_timeout)
+
+
+async def _ask(app: App, conn: Connection, subject: str, question: str, what: str, timeout: float) -> bool:
+    """What the worker answering ``question`` on ``subject`` says, as a bool (``what``: the
+    request in words, for the errors)."""
     try:
-        raw = await ask(conn, subject, b"", app.options.publish_timeout)
+        raw = await ask(conn, subject, b"", timeout)
     except NobodyAnswered:
         raise NoWorkerRunning(
             f"cannot {what}: no worker of app {app.name} is running to carry it out "

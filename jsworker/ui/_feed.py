@@ -261,6 +261,7 @@ def worker_dict(entry: WorkerEntry, now: float) -> dict[str, Any]:
     doc["age"] = max(0.0, now - entry.started_at)
     doc["seen"] = max(0.0, now - entry.seen_at)
     doc["queue_list"] = ", ".join(entry.queues)
+    doc["state"] = "taking jobs" if entry.quiet_since is None else "quiet"
     return doc
 
 

@@ -71,6 +71,7 @@ _WORKER_FIELDS = (
     "age",
     "seen",
     "version",
+    "state",
 )
 
 

@@ -13,7 +13,7 @@ import nats
 import nats.js.errors
 import pytest
 
-from jsworker import App, JobCancelled, PermissionDeniedError
+from jsworker import Admin, App, JobCancelled, PermissionDeniedError
 from jsworker._lifecycle.state import JobRecord, JobState
 from jsworker.jetstream.api import api_subject, request_json
 from jsworker.jetstream.connection import Connection
@@ -509,3 +509,40 @@ def test_fair_queue_grants_cannot_be_misused(secured: NatsServer, tmp_path: Path
         assert stop(worker) == 0
     assert len(records(record, "done")) == 3
     assert "permission" not in (tmp_path / "worker.log").read_text().lower()
+
+
+def test_only_an_operator_or_a_dashboard_quiets_or_stops_a_worker(
+    secured: NatsServer, tmp_path: Path
+) -> None:
+    """A producer or a canceller asking a worker by its id to go quiet or stop is refused by
+    the server; the dashboard's credentials do both."""
+    url = secured.url
+    provision(url)
+    worker = start_worker(
+        url, tmp_path / "record", tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker")
+    )
+
+    async def scenario() -> None:
+        async with Admin(role_app(url, "perm-dashboard"), role="dashboard") as admin:
+            (entry,) = await wait_until_async(admin.workers, timeout=20, message="the worker's entry")
+            for user in ("perm-producer", "perm-canceller"):
+                async with role_session(url, user) as other:
+                    conn = await _connect(other)
+                    try:
+                        for verb in ("quiet", "stop"):
+                            await _refused(conn, f"jsw.perm.ask.{verb}.{entry.id}")
+                    finally:
+                        await conn.close()
+            assert await admin.quiet_worker(entry.id)
+            await wait_until_async(
+                admin.workers, until=lambda found: found and found[0].quiet_since, timeout=10, message="quiet"
+            )
+            assert await admin.stop_worker(entry.id)
+            await wait_until_async(
+                admin.workers, until=lambda found: not found, timeout=20, message="it to stop"
+            )
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0

@@ -48,6 +48,7 @@ class _Worker:
     settings: _Settings
     in_flight: int = 0
     counts: Counter[str] = field(default_factory=Counter)
+    quiet_since: float | None = None
 
 
 async def _kv_entry(url: str, bucket: str, key: str) -> dict[str, Any] | None:

@@ -59,6 +59,7 @@ def test_operator_never_pulls_from_a_queue_and_worker_never_purges() -> None:
     assert worker.subscribe == (
         "_jsw_inbox.shop.worker.>",
         "jsw.shop.ask.*.*",
+        "jsw.shop.ask.worker.*.*",
         "jsw.shop.halt.*",
         "jsw.shop.held.*",
     )
@@ -91,6 +92,8 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
         "jsw.shop.q.>",
         "jsw.shop.ask.cancel.*",
         "jsw.shop.held.*",
+        "jsw.shop.ask.worker.*.quiet",
+        "jsw.shop.ask.worker.*.stop",
         "jsw.shop.ask.pause.*",
         "jsw.shop.ask.resume.*",
     ]
