@@ -225,6 +225,11 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
             for verb, why in (("quiet", "take no new job (before a deploy)"), ("stop", "stop"))
         ),
         Grant(ns.ask_subject("pause"), "ask the workers to pause a periodic schedule", _DASHBOARD),
+        Grant(
+            ns.ask_subject("schedule"),
+            "ask the workers to create or change a schedule the code does not declare",
+            _DASHBOARD,
+        ),
         Grant(ns.ask_subject("resume"), "ask the workers to resume a periodic schedule", _DASHBOARD),
         Grant(
             f"jsw.{ns.app}.flow.*.>",

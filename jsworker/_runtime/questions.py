@@ -15,12 +15,13 @@ import json
 from typing import TYPE_CHECKING, Any, Protocol, cast, get_args
 
 from .._enqueue.calls import check_job_id
-from .._errors import JsworkerError, ScheduleNotFound
+from .._errors import ConfigurationError, JsworkerError, ScheduleNotFound
 from .._lifecycle.cancel import cancel_job
 from .._lifecycle.lookup import job_status
 from .._lifecycle.state import Form
 from .._observability.logging import get_logger
-from .._scheduling.periodic import set_paused
+from .._scheduling.declare import schedule_of
+from .._scheduling.periodic import put_schedule, set_paused
 from .._wire.names import validate_name
 from ..jetstream.service import Handler, Serving, serve
 
@@ -80,6 +81,13 @@ async def answer_questions(app: App, conn: Connection) -> Serving:
             elif question == "cancel":
                 value = await cancel_job(app, conn, job_id)
                 log.info("job.cancel_asked", job_id=job_id, cancelled=value)
+            elif question == "schedule":
+                # A dashboard's schedule made at run time, installed with the worker's grants.
+                spec = json.loads(body)
+                if not isinstance(spec, dict):
+                    raise ConfigurationError("a schedule is a JSON object of its fields")
+                value = await put_schedule(app, conn, schedule_of(app, job_id, spec))
+                log.info("schedule.put_asked", schedule=job_id, done=value)
             elif question in ("pause", "resume"):
                 # A dashboard's: it may not write the schedules stream (which honours rollups).
                 value = await set_paused(app, conn, validate_name("schedule", job_id), question == "pause")
@@ -88,7 +96,7 @@ async def answer_questions(app: App, conn: Connection) -> Serving:
                 return json.dumps({"error": f"unknown question {question!r}"}).encode()
         except ScheduleNotFound as exc:
             return json.dumps({"error": str(exc), "missing": True}).encode()
-        except JsworkerError as exc:
+        except (JsworkerError, TypeError, ValueError) as exc:  # a bad schedule's arguments too
             return json.dumps({"error": str(exc)}).encode()
         return json.dumps({"value": value}).encode()
 

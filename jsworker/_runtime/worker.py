@@ -184,7 +184,6 @@ class Worker:
         book.track_acks = pipeline.waits_for_acks
         self._services = [*pipeline.services, *startup.services(app, conn, self.queues)]
         self._registry = WorkerAnnouncer(app, conn, self)
-        await self._registry.start()
 
     async def _serve(self, conn: Connection) -> None:
         """Run the pull loops and the worker's services until :meth:`stop`, then finish the
@@ -192,6 +191,8 @@ class Worker:
         app, settings = self.app, self.settings
         answers = await answer_questions(app, conn)
         control = await answer_control(app, conn, self._registry.id, self)
+        # Listed once it answers: a worker the registry shows can be asked what it is asked.
+        await self._registry.start()
         # The pull loops and the worker's own services run in one task group; each job
         # runs in a task of its own, outside it (see _spawn).
         async with anyio.create_task_group() as services:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from .._enqueue.calls import new_job_id
 from .._enqueue.producer import hold_key
@@ -17,12 +19,13 @@ from .._wire.headers import (
 )
 from ..jetstream.publish import OutMessage, Publisher, SubjectTaken
 from ..jetstream.session import OperatorSession
-from .declare import DELAYED_SINCE, PERIODIC_SINCE, SchedulingApp
+from .declare import DELAYED_SINCE, PERIODIC_SINCE, SchedulingApp, schedule_of
 from .markers import mark_unmarked
 from .periodic import (
     ScheduleNotFound,
     ScheduleState,
     SyncReport,
+    put_schedule,
     read_schedule,
     read_schedules,
     remove_schedule,
@@ -72,6 +75,13 @@ class Schedules(OperatorSession[SchedulingApp]):
     async def remove(self, name: str) -> bool:
         """Remove schedule ``name`` from the server; False when there was none."""
         return await remove_schedule(self.app, await self.connection(), name)
+
+    async def put(self, name: str, spec: Mapping[str, Any]) -> str:
+        """Create or change schedule ``name``, one the code does not declare, as ``spec`` says
+        (see :func:`~.declare.schedule_of`): ``created``, ``updated`` or ``unchanged``."""
+        conn = await self.connection()
+        conn.require_version("periodic schedules", PERIODIC_SINCE)
+        return await put_schedule(self.app, conn, schedule_of(self.app, name, spec))
 
     async def mark_unique(self, *, dry_run: bool = False) -> int:
         """Give a marker to each unique delayed job scheduled by an earlier version (see

@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .._config import check_seconds
 from .._core.layout import SCHEDULES_SINCE
@@ -14,6 +14,7 @@ from .._core.serializers import encode_call
 from .._core.view import AppView
 from .._errors import ConfigurationError
 from .._wire.headers import check_headers
+from .._wire.names import validate_name
 from .cron import Cron, check_zone, every_seconds, go_duration, quoted
 
 if TYPE_CHECKING:
@@ -200,3 +201,46 @@ class SchedulingApp(AppView, Protocol):
 
     @property
     def schedules(self) -> Mapping[str, Schedule]: ...
+
+
+#: The fields of a schedule made at run time (:func:`schedule_of`), as a dashboard sends them.
+SPEC_FIELDS = ("task", "cron", "every", "tz", "args", "kwargs")
+
+
+def schedule_of(app: SchedulingApp, name: str, spec: Mapping[str, Any]) -> Schedule:
+    """The checked :class:`Schedule` ``name`` that ``spec`` describes (its :data:`SPEC_FIELDS`:
+    a declared task's name, ``cron`` or ``every`` seconds, ``tz``, JSON ``args`` and
+    ``kwargs``), as ``App.schedule`` would declare it; ConfigurationError or TypeError naming
+    what is wrong. A schedule the code declares is refused: workers put the code's back at
+    start, so it is changed in the code."""
+    if name in app.schedules:
+        raise ConfigurationError(
+            f"schedule {name!r} is declared in the code: change it there (workers install the "
+            "code's at start)"
+        )
+    unknown = set(spec) - set(SPEC_FIELDS)
+    if unknown:
+        raise ConfigurationError(f"schedule {name!r}: unknown fields {', '.join(sorted(unknown))}")
+    task_name = spec.get("task")
+    task = app.tasks.get(task_name) if isinstance(task_name, str) else None
+    if task is None:
+        raise ConfigurationError(f"schedule {name!r}: no task {task_name!r} in app {app.name}")
+    every = spec.get("every")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int | float)):
+        raise ConfigurationError(f"schedule {name!r}: every must be seconds, not {every!r:.40}")
+    kwargs = spec.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"schedule {name!r}: kwargs must be an object, not {kwargs!r:.100}")
+    return build_schedule(
+        app,
+        cast("Task[Any, Any]", task),
+        validate_name("schedule", name),
+        cron=spec.get("cron") or None,
+        every=every,
+        tz=spec.get("tz") or None,
+        args=spec.get("args") or (),
+        kwargs=kwargs,
+        expires=None,
+        headers=None,
+        enabled=True,
+    )

@@ -343,6 +343,16 @@ async def restore_missing(app: SchedulingApp, conn: Connection) -> list[str]:
     return restored
 
 
+async def put_schedule(app: SchedulingApp, conn: Connection, schedule: Schedule) -> str:
+    """Install ``schedule``, one the code does not declare (made at run time, see
+    :func:`~.declare.schedule_of`): ``created``, ``updated`` or ``unchanged``, its paused
+    state kept. Workers keep it as they keep every schedule they do not declare (stale,
+    removed only on request)."""
+    check_schedule_size(app, schedule)
+    current = await read_schedule(app, conn, schedule.name)
+    return await _install(app, conn, _declared_state(app, schedule), current)
+
+
 async def set_paused(app: SchedulingApp, conn: Connection, name: str, paused: bool) -> bool:
     """Pause or resume schedule ``name``; True when that changed something, False when it
     already was so. :class:`ScheduleNotFound` when there is no such schedule."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .._core.paging import Page, check_limit
 from .._core.queues import QueueStatus, queue_status
@@ -386,6 +386,34 @@ class Admin(OperatorSession):
         under its id and starts at attempt 1, as a replayed dead letter does. False when it is
         not waiting so (or due within a second anyway)."""
         return await operations.retry_now(self.app, await self.connection(), check_job_id(job_id))
+
+    async def put_schedule(
+        self,
+        name: str,
+        task: str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Create or change schedule ``name`` of declared task ``task``, one the code does not
+        declare (a schedule the code declares is refused: change it there): ``created``,
+        ``updated`` or ``unchanged``. Fields as ``App.schedule``'s; arguments as JSON. An
+        operator writes it itself; a dashboard asks the workers to (it may not write schedules).
+        Workers keep it, as every schedule they do not declare, until it is removed."""
+        spec = {
+            "task": task,
+            "cron": cron,
+            "every": every,
+            "tz": tz,
+            "args": list(args),
+            "kwargs": dict(kwargs or {}),
+        }
+        if self.role == "operator":
+            return await self._schedules.put(name, spec)
+        return await operations.ask_to_put_schedule(self.app, await self.connection(), name, spec)
 
     async def quiet_worker(self, worker_id: str) -> bool:
         """Ask worker ``worker_id`` (its registry id) to take no new job: it gives back what

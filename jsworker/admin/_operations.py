@@ -26,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._core.layout import consumer_spec
 from .._enqueue.calls import is_job_id
@@ -177,19 +178,34 @@ async def ask_worker(app: App, conn: Connection, question: Literal["quiet", "sto
     if not is_job_id(worker_id):
         raise ConfigurationError(f"invalid worker id {worker_id!r:.80}")
     subject = app.namespace.worker_ask_subject(worker_id, question)
-    return await _ask(app, conn, subject, question, f"{question} worker {worker_id}", _WORKER_ANSWER)
+    return bool(await _ask(app, conn, subject, question, f"{question} worker {worker_id}", _WORKER_ANSWER))
+
+
+async def ask_to_put_schedule(app: App, conn: Connection, name: str, spec: Mapping[str, Any]) -> str:
+    """Ask the workers to create or change schedule ``name`` as ``spec`` says (see
+    :func:`~jsworker._scheduling.declare.schedule_of`), for a user that may not write the
+    schedules stream: ``created``, ``updated`` or ``unchanged``; :class:`JsworkerError` with
+    the workers' reason when they refuse it."""
+    subject = app.namespace.ask_subject("schedule", validate_name("schedule", name))
+    body = json.dumps(dict(spec)).encode()
+    done = await _ask(
+        app, conn, subject, "schedule", f"put schedule {name}", app.options.publish_timeout, body
+    )
+    return str(done)
 
 
 async def _ask_workers(app: App, conn: Connection, question: str, key: str, what: str) -> bool:
     subject = app.namespace.ask_subject(question, key)
-    return await _ask(app, conn, subject, question, what, app.options.publish_timeout)
+    return bool(await _ask(app, conn, subject, question, what, app.options.publish_timeout))
 
 
-async def _ask(app: App, conn: Connection, subject: str, question: str, what: str, timeout: float) -> bool:
-    """What the worker answering ``question`` on ``subject`` says, as a bool (``what``: the
-    request in words, for the errors)."""
+async def _ask(
+    app: App, conn: Connection, subject: str, question: str, what: str, timeout: float, body: bytes = b""
+) -> Any:
+    """What the worker answering ``question`` on ``subject`` says (``what``: the request in
+    words, for the errors)."""
     try:
-        raw = await ask(conn, subject, b"", timeout)
+        raw = await ask(conn, subject, body, timeout)
     except NobodyAnswered:
         raise NoWorkerRunning(
             f"cannot {what}: no worker of app {app.name} is running to carry it out "
@@ -202,7 +218,7 @@ async def _ask(app: App, conn: Connection, subject: str, question: str, what: st
         raise ScheduleNotFound(answer["error"])
     if "error" in answer:
         raise JsworkerError(f"cannot {what}: {answer['error']}")
-    return bool(answer["value"])
+    return answer["value"]
 
 
 async def retry_now(app: App, conn: Connection, job_id: str) -> bool:

@@ -514,8 +514,9 @@ def test_fair_queue_grants_cannot_be_misused(secured: NatsServer, tmp_path: Path
 def test_only_an_operator_or_a_dashboard_quiets_or_stops_a_worker(
     secured: NatsServer, tmp_path: Path
 ) -> None:
-    """A producer or a canceller asking a worker by its id to go quiet or stop is refused by
-    the server; the dashboard's credentials do both."""
+    """A producer or a canceller asking a worker by its id to go quiet or stop, or asking the
+    workers to install a schedule, is refused by the server; the dashboard's credentials do
+    all of it."""
     url = secured.url
     provision(url)
     worker = start_worker(
@@ -530,19 +531,20 @@ def test_only_an_operator_or_a_dashboard_quiets_or_stops_a_worker(
                     conn = await _connect(other)
                     try:
                         for verb in ("quiet", "stop"):
-                            await _refused(conn, f"jsw.perm.ask.{verb}.{entry.id}")
+                            await _refused(conn, f"jsw.perm.ask.worker.{entry.id}.{verb}")
+                        # Nor may either have the workers install a schedule of its making.
+                        await _refused(conn, "jsw.perm.ask.schedule.mine", b'{"task": "add", "every": 1}')
                     finally:
                         await conn.close()
+            assert await admin.put_schedule("mine", "add", every=3600, args=[1, 2]) == "created"
             assert await admin.quiet_worker(entry.id)
             await wait_until_async(
                 admin.workers, until=lambda found: found and found[0].quiet_since, timeout=10, message="quiet"
             )
             assert await admin.stop_worker(entry.id)
-            await wait_until_async(
-                admin.workers, until=lambda found: not found, timeout=20, message="it to stop"
-            )
 
     try:
         asyncio.run(scenario())
+        assert worker.wait(timeout=30) == 0  # it stopped by itself, cleanly
     finally:
         assert stop(worker) == 0

@@ -91,7 +91,10 @@ def families(app: str) -> list[Sample]:
         "sink batch": f"jsw.{app}.sink.x",
         "job record": f"$KV.jsw_{app}_jobs.x",
         "registry entry": f"$KV.jsw_{app}_workers.x",
-        **{f"ask {q}": f"jsw.{app}.ask.{q}.x" for q in ("status", "cancel", "pause", "resume", "unknown")},
+        **{
+            f"ask {q}": f"jsw.{app}.ask.{q}.x"
+            for q in ("status", "cancel", "pause", "resume", "schedule", "unknown")
+        },
         **{f"ask a worker {q}": f"jsw.{app}.ask.worker.w1.{q}" for q in ("quiet", "stop", "unknown")},
         "halt": f"jsw.{app}.halt.x",
         "held": f"jsw.{app}.held.x",

@@ -76,7 +76,11 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
     # pause or resume a schedule (it writes none), delete single messages (run now, remove a
     # schedule, a replayed dead letter), purge a queue or the dead letters, pause a queue's
     # consumer. The questions are its own: an operator pauses a schedule itself.
-    assert set(dashboard.publish) - set(operator.publish) == {"jsw.shop.ask.pause.*", "jsw.shop.ask.resume.*"}
+    assert set(dashboard.publish) - set(operator.publish) == {
+        "jsw.shop.ask.pause.*",
+        "jsw.shop.ask.resume.*",
+        "jsw.shop.ask.schedule.*",
+    }
     assert {s for s in dashboard.publish if "DELETE" in s or "PURGE" in s or "PAUSE" in s} == {
         "$JS.API.STREAM.MSG.DELETE.JSW_SHOP",
         "$JS.API.STREAM.MSG.DELETE.JSW_SHOP_SCHED",
@@ -95,6 +99,7 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
         "jsw.shop.ask.worker.*.quiet",
         "jsw.shop.ask.worker.*.stop",
         "jsw.shop.ask.pause.*",
+        "jsw.shop.ask.schedule.*",
         "jsw.shop.ask.resume.*",
     ]
     # What it must not do: create streams or the queues' consumers, pull or settle a job,

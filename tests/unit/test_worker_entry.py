@@ -3,6 +3,7 @@ tests/integration/test_workers_registry.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -41,16 +42,20 @@ def test_an_entry_is_the_documented_json_and_reads_back() -> None:
         "started_at": 1764000000.125,
         "seen_at": 1764000095.5,
         "outcomes": {"succeeded": 1500, "failed": 20},
+        "quiet_since": None,
     }
     assert WorkerEntry.decode(ENTRY.encode()) == ENTRY
+    quiet = dataclasses.replace(ENTRY, quiet_since=1764000090.0)
+    assert WorkerEntry.decode(quiet.encode()) == quiet
 
 
 def test_fields_a_reader_does_not_know_are_ignored_and_outcomes_may_be_missing() -> None:
     raw = json.loads(ENTRY.encode())
     raw["added_later"] = {"anything": 1}
     del raw["outcomes"]
+    del raw["quiet_since"]  # an earlier version's entry
     entry = WorkerEntry.decode(json.dumps(raw).encode())
-    assert entry.outcomes == {}
+    assert entry.outcomes == {} and entry.quiet_since is None
     assert (entry.id, entry.queues, entry.done) == (ENTRY.id, ENTRY.queues, ENTRY.done)
 
 

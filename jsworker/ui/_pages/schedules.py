@@ -1,24 +1,88 @@
 """Periodic schedules (``/schedules``): name, task, expression, zone, next run; trigger now,
-pause, resume, remove."""
+pause, resume, remove; and a schedule made here, or changed, where the code declares none of
+that name."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..._errors import ScheduleNotFound
+from ..._errors import JsworkerError, ScheduleNotFound
 from ..._wire.names import validate_name
 from .._errors import refuse
-from .._web import Dashboard, action, audit, link, page, render
+from .._web import Dashboard, action, audit, field, link, page, render
 
 
 @page
 async def schedules_page(request: Request, d: Dashboard) -> Response:
-    """Every schedule on the server with its next run."""
+    """Every schedule on the server with its next run; the form filled with one of them
+    (``?edit=<name>``) to change it."""
     found = await d.admin.schedules()
-    return render(request, "schedules.html", nav="schedules", schedules=found)
+    editing = field(request.query_params, "edit")
+    edited = next((s for s in found if s.name == editing and not s.declared), None)
+    return render(
+        request,
+        "schedules.html",
+        nav="schedules",
+        schedules=found,
+        tasks=sorted(d.app.tasks),
+        edited=edited,
+        edited_args=_arguments(edited.body) if edited is not None else "[]",
+    )
+
+
+def _arguments(body: bytes) -> str:
+    """A schedule's arguments as the form shows them: its JSON body's ``args``."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "[]"
+    args = doc.get("args") if isinstance(doc, dict) else doc
+    return json.dumps(args if isinstance(args, list) else [])
+
+
+def _json(form: FormData, name: str, kind: type, default: str) -> Any:
+    text = field(form, name) or default
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise refuse(400, f"{name} must be JSON: {text[:60]!r} is not") from None
+    if not isinstance(value, kind):
+        raise refuse(400, f"{name} must be a JSON {'array' if kind is list else 'object'}")
+    return value
+
+
+@action
+async def put(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Creates or changes the schedule the form describes (one the code does not declare)."""
+    name = validate_name("schedule", field(form, "name") or "")
+    every_text = field(form, "every") or ""
+    try:
+        every = float(every_text) if every_text else None
+    except ValueError:
+        raise refuse(400, f"every must be a number of seconds, not {every_text[:20]!r}") from None
+    try:
+        done = await d.admin.put_schedule(
+            name,
+            field(form, "task") or "",
+            cron=field(form, "cron"),
+            every=every,
+            tz=field(form, "tz"),
+            args=_json(form, "args", list, "[]"),
+            kwargs=_json(form, "kwargs", dict, "{}"),
+        )
+    except (JsworkerError, TypeError) as exc:
+        raise refuse(400, f"schedule {name} not saved: {exc}") from exc
+    audit(request, "put_schedule", schedule=name, done=done)
+    said = {"created": "Created schedule", "updated": "Changed schedule"}.get(
+        done, "Nothing to change in schedule"
+    )
+    return f"{said} {name}.", link(request, "/schedules")
 
 
 @action
@@ -48,5 +112,6 @@ async def act(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]
 
 routes = [
     Route("/schedules", schedules_page, methods=["GET"], name="schedules"),
+    Route("/schedules/put", put, methods=["POST"], name="schedule_put"),
     Route("/schedules/{name}/{verb}", act, methods=["POST"], name="schedule_action"),
 ]
