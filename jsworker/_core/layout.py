@@ -141,16 +141,23 @@ def dlq_spec(app: AppView) -> StreamSpec:
     )
 
 
+#: Seconds a depth sample's id is remembered: longer than a sampling slot.
+DEPTH_DEDUP = 120.0
+
+
 def events_spec(app: AppView) -> StreamSpec:
     """The job-event stream (used when the app emits events)."""
     ns, options = app.namespace, app.options
     return StreamSpec(
         name=ns.events_stream,
-        subjects=(ns.events_subjects,),
+        # The queues' depth samples beside the job events, on subjects of their own that no
+        # reader of job events takes in.
+        subjects=(ns.events_subjects, ns.depth_subjects),
         work_queue=False,
         replicas=options.replicas,
-        # Events carry no Nats-Msg-Id; the window only has to be valid (<= max_age).
-        duplicate_window=min(1.0, options.events_max_age),
+        # Job events carry no Nats-Msg-Id; a depth sample's names its queue and time slot, so
+        # that of a fleet's workers sampling the same slot one is stored (see events._depth).
+        duplicate_window=min(DEPTH_DEDUP, options.events_max_age),
         max_age=options.events_max_age,
         max_bytes=options.events_max_bytes,
     )

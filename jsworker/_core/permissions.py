@@ -247,6 +247,11 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
         Grant(ns.dlq_subjects, "store dead letters", _WORKER),
         Grant(ns.events_subjects, "store job events", _WORKER),
         Grant(
+            ns.depth_subjects,
+            "sample the queues' depth for the dashboard's chart (`App(events=True)`)",
+            _WORKER,
+        ),
+        Grant(
             ns.worker_subject("*"),
             "its own entry in the worker registry (each process makes up its id)",
             _WORKER,

@@ -18,6 +18,7 @@ from .._observability.logging import get_logger
 from .._scheduling.declare import DELAYED_SINCE, PERIODIC_SINCE
 from .._scheduling.leftovers import sweep_leftovers
 from .._scheduling.periodic import restore_missing
+from ..events._depth import DepthSampler
 from ..jetstream.connection import Connection
 from ..jetstream.consume import PullConsumer
 from .execution import JobRun
@@ -74,10 +75,14 @@ async def watch_event_loop(
 
 
 async def server_stats(app: App, conn: Connection, queues: list[str], interval: float) -> None:
-    """Read the server's figures of ``queues`` into the app's metrics every ``interval`` seconds."""
+    """Read the server's figures of ``queues`` into the app's metrics every ``interval`` seconds
+    (and, with job events on, sample them for the dashboard's depth chart)."""
     # Read on an interval, not per scrape: a scrape must not cost server round trips, and
     # every worker of a fleet reports the same figures (dashboards take max by queue).
     figures = app.metrics.queue_figures
+    # The same figures, sampled for the dashboard's depth chart (one sample per queue and slot
+    # is stored, whatever the number of workers).
+    depth = DepthSampler(conn, app.namespace) if app.options.events else None
     while True:
         try:
             statuses = await queue_status(app, conn)
@@ -86,6 +91,8 @@ async def server_stats(app: App, conn: Connection, queues: list[str], interval: 
             figures.unreachable(queues)
         else:
             figures.read(queues, statuses)
+            if depth is not None:
+                await depth.sample(s for s in statuses if s.queue in queues)
         await asyncio.sleep(interval)
 
 

@@ -405,6 +405,16 @@ class Namespace:
         allowed, so that permissions can keep apps and roles apart."""
         return f"_jsw_inbox.{self.app}"
 
+    @property
+    def depth_subjects(self) -> str:
+        """Wildcard covering the queue-depth samples (in the events stream, apart from the
+        job events: ``...depth.<queue>``)."""
+        return f"jsw.{self.app}.depth.>"
+
+    def depth_subject(self, queue: str = "*") -> str:
+        """Subject of ``queue``'s depth samples (every queue's when ``*``)."""
+        return f"jsw.{self.app}.depth.{queue}"
+
     def event_subject(self, queue: str, task: str, event: str) -> str:
         """Subject of a job event (``started``, ``succeeded``, ...) of ``task`` on ``queue``."""
         return f"jsw.{self.app}.ev.{queue}.{task}.{event}"

@@ -30,6 +30,7 @@ from .._registry.entries import WorkerEntry, live_workers
 from .._scheduling.admin import Schedules
 from .._scheduling.periodic import ScheduleState, SyncReport
 from .._wire.names import validate_name
+from ..events._depth import DepthSeries, read_depth
 from ..events._timings import TIMING_LIMIT, Timings
 from ..events._timings import read_timings as _read_timings
 from ..events._window import BUCKET, COUNT_LIMIT, TIMELINE_LIMIT, WINDOW, EventCounts, JobTimeline
@@ -286,6 +287,13 @@ class Admin(OperatorSession):
             after_seq=after_seq,
             limit=limit,
         )
+
+    async def queue_depth(self, *, window: float = WINDOW, bucket: float = BUCKET) -> DepthSeries:
+        """Each queue's waiting and in-flight jobs over the last ``window`` seconds, the last
+        sample of each ``bucket``, from the samples the workers store every 30 s with job
+        events on (see :mod:`jsworker.events._depth`); :class:`~jsworker.EventsNotFound`
+        without an events stream."""
+        return await read_depth(await self.connection(), self.app.namespace, window=window, bucket=bucket)
 
     async def job_timings(self, *, window: float = WINDOW, limit: int = TIMING_LIMIT) -> Timings:
         """How long the runs of the last ``window`` seconds waited (since their enqueue) and

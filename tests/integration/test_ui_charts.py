@@ -14,7 +14,7 @@ from jsworker.admin import Admin
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 
-from ..support import wait_until_async
+from ..support import connected, wait_until_async
 from .ui_support import client, no_traceback
 from .workers import in_process_worker
 
@@ -100,3 +100,43 @@ async def test_an_app_without_job_events_is_told_how_to_get_charts(nats_server: 
         page = await http.get("/charts")
         no_traceback(page)
         assert page.status_code == 200 and 'id="no-events"' in page.text and "events=True" in page.text
+
+
+async def test_queue_depth_is_sampled_once_per_slot_and_charted(nats_server: NatsServer) -> None:
+    """Two workers read the same queue's figures; the server keeps one sample of them per
+    30-second slot, and the depth chart draws the jobs waiting and in flight."""
+    app = App("deep", nats_server.url, events=True)
+    gate = asyncio.Event()
+
+    @app.task
+    async def hold(n: int) -> None:
+        await gate.wait()
+
+    await app.provision()
+    for n in range(10):
+        await hold.adelay(n)
+    await app.aclose()
+    fast = {"concurrency": 1, "stats_interval": 0.1}
+    async with in_process_worker(app, **fast), in_process_worker(app, **fast), Admin(app) as admin:
+        depth = await wait_until_async(
+            lambda: admin.queue_depth(window=900, bucket=30),
+            until=lambda d: d.samples.get("default"),
+            timeout=15,
+            message="a depth sample of the queue",
+        )
+        (waiting, in_flight), *_ = depth.samples["default"].values()
+        assert waiting + in_flight == 10
+        # Each worker sampled every tenth of a second; one sample a slot was kept.
+        stored = await _subject_count(nats_server.url, "JSW_DEEP_EVENTS", "jsw.deep.depth.default")
+        assert 1 <= stored <= 2  # the test may span the turn of a slot
+        async with client(create_app(app)) as http:
+            text = (await http.get("/charts", params={"window": "15m"})).text
+        waiting_points = [t for t in _titles(text, "Queue depth") if " waiting: " in t]
+        assert any(t.endswith(f"waiting: {waiting} jobs") for t in waiting_points), waiting_points
+        gate.set()
+
+
+async def _subject_count(url: str, stream: str, subject: str) -> int:
+    async with connected(url) as nc:
+        info = await nc.jetstream().stream_info(stream, subjects_filter=subject)
+        return sum((info.state.subjects or {}).values())

@@ -1,12 +1,13 @@
 """The charts (``/charts``): is it getting worse? Jobs started and succeeded, retried and
-dead-lettered per second, and the share that succeeded, over a window from 15 minutes to 7
-days, for the whole app or one queue, each chart on its own scale; and how long each task's
-runs waited and ran (50th, 95th and 99th percentiles).
+dead-lettered per second, the share that succeeded, and the jobs waiting and in flight, over
+a window from 15 minutes to 7 days, for the whole app or one queue, each chart on its own
+scale; and how long each task's runs waited and ran (50th, 95th and 99th percentiles).
 
 Fed from the job-events stream (``App(events=True)``): one read of the window's events,
 headers only, through a throwaway consumer (:func:`jsworker.events._window.count_events`),
 and one of its run events with their bodies for the times
-(:func:`jsworker.events._timings.read_timings`); a window that holds more than a read takes
+(:func:`jsworker.events._timings.read_timings`), and one of the queues' depth samples, headers
+only (:func:`jsworker.events._depth.read_depth`); a window that holds more than a read takes
 is shown from its newest part that does, and the page says so."""
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ async def charts_page(request: Request, d: Dashboard) -> Response:
         "queues": sorted(d.app.queues),
     }
     try:
-        counts, timings = await asyncio.gather(
-            d.admin.event_counts(_KINDS, window=window, bucket=bucket), d.admin.job_timings(window=window)
+        counts, timings, depth = await asyncio.gather(
+            d.admin.event_counts(_KINDS, window=window, bucket=bucket),
+            d.admin.job_timings(window=window),
+            d.admin.queue_depth(window=window, bucket=bucket),
         )
     except EventsNotFound:
         return render(request, "charts.html", nav="charts", charts=None, **context)
@@ -109,6 +112,16 @@ async def charts_page(request: Request, d: Dashboard) -> Response:
             _share,
             top=100.0,
         ),
+        line_chart(
+            "Queue depth",
+            starts,
+            [
+                Line("waiting", "started", depth.series(queue, first, len(buckets), 0)),
+                Line("in flight", "retried", depth.series(queue, first, len(buckets), 1)),
+            ],
+            "jobs",
+            _rate,
+        ),
     ]
     every = f"{bucket:g}-second" if bucket < 60 else f"{bucket / 60:g}-minute" if bucket < 3600 else "hour"
     return render(
@@ -117,6 +130,7 @@ async def charts_page(request: Request, d: Dashboard) -> Response:
         nav="charts",
         charts=drawn,
         counts=counts,
+        depth=depth,
         every=every,
         timings=timings,
         times=_times(timings, queue),
