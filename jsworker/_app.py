@@ -17,6 +17,7 @@ from ._core.connections import ConnectionPool
 from ._core.hooks import HookDeclarations, Hooks, State
 from ._core.job_status import JobState, JobStatus
 from ._core.layout import (
+    depth_spec,
     dlq_spec,
     events_spec,
     final_state_spec,
@@ -507,7 +508,7 @@ class App(HookDeclarations, QueueLayout, ArqSpelling):
         if schedules:
             specs += [schedules_spec(self), claims_spec(self.namespace, self.options.replicas)]
         if self.options.events:
-            specs.append(events_spec(self))
+            specs += [events_spec(self), depth_spec(self)]
         if self.options.workflows and schedules:
             specs.append(tally_spec(self))
         if self.options.spark_sinks:

@@ -150,16 +150,29 @@ def events_spec(app: AppView) -> StreamSpec:
     ns, options = app.namespace, app.options
     return StreamSpec(
         name=ns.events_stream,
-        # The queues' depth samples beside the job events, on subjects of their own that no
-        # reader of job events takes in.
-        subjects=(ns.events_subjects, ns.depth_subjects),
+        subjects=(ns.events_subjects,),
         work_queue=False,
         replicas=options.replicas,
-        # Job events carry no Nats-Msg-Id; a depth sample's names its queue and time slot, so
-        # that of a fleet's workers sampling the same slot one is stored (see events._depth).
-        duplicate_window=min(DEPTH_DEDUP, options.events_max_age),
+        # Events carry no Nats-Msg-Id; the window only has to be valid (<= max_age).
+        duplicate_window=min(1.0, options.events_max_age),
         max_age=options.events_max_age,
         max_bytes=options.events_max_bytes,
+    )
+
+
+def depth_spec(app: AppView) -> StreamSpec:
+    """The queues' depth samples (with job events on, kept as long as the events): a stream of
+    their own, so that every message of the events stream stays a job event for its readers."""
+    ns, options = app.namespace, app.options
+    return StreamSpec(
+        name=ns.depth_stream,
+        subjects=(ns.depth_subjects,),
+        work_queue=False,
+        replicas=options.replicas,
+        # A sample's Nats-Msg-Id names its queue and time slot, so that of a fleet's workers
+        # sampling the same slot one is stored (see jsworker.events._depth).
+        duplicate_window=min(DEPTH_DEDUP, options.events_max_age),
+        max_age=options.events_max_age,
     )
 
 

@@ -92,10 +92,11 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
     # Every job stream is granted alike: a partition's is its queues' jobs, as the first one's.
     job_streams = [ns.partition_stream(k) for k in range(partitions)]
     streams = (
-        *job_streams, sched, ns.dlq_stream, ns.events_stream, claims, kv, registry, ns.tally_stream,
-        ns.rates_stream, ns.leases_stream, sinks,
+        *job_streams, sched, ns.dlq_stream, ns.events_stream, ns.depth_stream, claims, kv, registry,
+        ns.tally_stream, ns.rates_stream, ns.leases_stream, sinks,
     )  # fmt: skip
     kept = (dlq, events)
+    depth = ns.depth_stream
     return [
         # -- replies ---------------------------------------------------------------------
         *(
@@ -312,10 +313,11 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
         *(
             Grant(
                 f"{_API}.CONSUMER.{verb}.{s}{tail}",
-                "read dead letters, events and the worker registry through short-lived consumers",
+                "read dead letters, events, queue depth samples and the worker registry through "
+                "short-lived consumers",
                 _OPERATING,
             )
-            for s in (*kept, registry)
+            for s in (*kept, depth, registry)
             for verb, tail in (
                 ("CREATE", ""),
                 ("CREATE", ".>"),

@@ -61,7 +61,17 @@ def validate_name(kind: str, value: str) -> str:
 # Suffixes of the streams an app has besides its job stream. An app whose own name ends in
 # one (app "zeta_events") would have a job stream named like another app's ("zeta") events
 # stream: such names are refused.
-RESERVED_SUFFIXES = ("_dlq", "_events", "_claims", "_sched", "_leases", "_rates", "_tally", "_sinks")
+RESERVED_SUFFIXES = (
+    "_dlq",
+    "_events",
+    "_depth",
+    "_claims",
+    "_sched",
+    "_leases",
+    "_rates",
+    "_tally",
+    "_sinks",
+)
 # Likewise the job streams of an app's partitions: ``JSW_<APP>_P<k>``.
 _PARTITION_SUFFIX = re.compile(r"_p[0-9]+\Z", re.IGNORECASE)
 
@@ -406,9 +416,13 @@ class Namespace:
         return f"_jsw_inbox.{self.app}"
 
     @property
+    def depth_stream(self) -> str:
+        """Name of the stream of the queues' depth samples (with job events on)."""
+        return f"JSW_{self.app.upper()}_DEPTH"
+
+    @property
     def depth_subjects(self) -> str:
-        """Wildcard covering the queue-depth samples (in the events stream, apart from the
-        job events: ``...depth.<queue>``)."""
+        """Wildcard covering the queue-depth samples (``...depth.<queue>``)."""
         return f"jsw.{self.app}.depth.>"
 
     def depth_subject(self, queue: str = "*") -> str:

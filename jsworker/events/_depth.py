@@ -1,6 +1,6 @@
 """Queue depth over time: samples of each queue's waiting, in-flight and delayed jobs, stored
-in the events stream (``App(events=True)``) on subjects of their own (``...depth.<queue>``),
-for the dashboard's chart.
+with job events on (``App(events=True)``) in a stream of their own (``JSW_<APP>_DEPTH``,
+``...depth.<queue>``), for the dashboard's chart.
 
 Every worker reads its queues' figures from the server on an interval already (for its
 metrics); once per :data:`SLOT` seconds it stores them as a sample whose ``Nats-Msg-Id``
@@ -101,14 +101,14 @@ async def read_depth(
     :class:`EventsNotFound` when the app has no events stream."""
     now = time.time()
     since = math.floor((now - window) / bucket) * bucket
-    bounds = await stream_bounds(conn, ns.events_stream)
+    bounds = await stream_bounds(conn, ns.depth_stream)
     if bounds is None:
-        raise EventsNotFound(f"no events stream {ns.events_stream}: the app never ran with App(events=True)")
+        raise EventsNotFound(f"no depth stream {ns.depth_stream}: the app never ran with App(events=True)")
     samples: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)
     reads, cut = 0, False
     while bounds.messages:
         async with Span(
-            conn, ns.events_stream, [ns.depth_subject()], start_time=since, headers_only=True
+            conn, ns.depth_stream, [ns.depth_subject()], start_time=since, headers_only=True
         ) as span:
             if span.pending > limit and since < now - bucket:
                 # The newest part of the window that holds about ``limit`` samples, whole

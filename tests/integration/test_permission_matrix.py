@@ -78,6 +78,7 @@ def families(app: str) -> list[Sample]:
         "workflow member result": f"jsw.{app}.flow.done.x.0",
         "fair intake": f"jsw.{app}.in.default.add.x",
         "dead letter": f"jsw.{app}.dlq.default.add",
+        "depth sample": f"jsw.{app}.depth.default",
         **{
             f"{kind} event": f"jsw.{app}.ev.default.add.{kind}"
             for kind in ("enqueued", "scheduled", "cancelled")
@@ -114,6 +115,7 @@ def streams(app: str) -> dict[str, str]:
         ns.schedules_stream: "delayed schedule",
         ns.dlq_stream: "dead letter",
         ns.events_stream: "started event",
+        ns.depth_stream: "depth sample",
         ns.claims_stream: "claim",
         ns.tally_stream: "tally",
         ns.rates_stream: "rate counter",

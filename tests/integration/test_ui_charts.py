@@ -127,7 +127,7 @@ async def test_queue_depth_is_sampled_once_per_slot_and_charted(nats_server: Nat
         (waiting, in_flight), *_ = depth.samples["default"].values()
         assert waiting + in_flight == 10
         # Each worker sampled every tenth of a second; one sample a slot was kept.
-        stored = await _subject_count(nats_server.url, "JSW_DEEP_EVENTS", "jsw.deep.depth.default")
+        stored = await _subject_count(nats_server.url, "JSW_DEEP_DEPTH", "jsw.deep.depth.default")
         assert 1 <= stored <= 2  # the test may span the turn of a slot
         async with client(create_app(app)) as http:
             text = (await http.get("/charts", params={"window": "15m"})).text

@@ -90,6 +90,7 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
         "$JS.API.CONSUMER.PAUSE.JSW_SHOP.*",
         "$JS.API.CONSUMER.DELETE.JSW_SHOP_DLQ.*",  # its own short-lived reading consumers
         "$JS.API.CONSUMER.DELETE.JSW_SHOP_EVENTS.*",
+        "$JS.API.CONSUMER.DELETE.JSW_SHOP_DEPTH.*",
         "$JS.API.CONSUMER.DELETE.KV_jsw_shop_workers.*",
     }
     assert [s for s in dashboard.publish if not s.startswith("$JS.")] == [
