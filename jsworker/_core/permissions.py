@@ -167,7 +167,7 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
         ),
         *(
             Grant(f"{_API}.STREAM.INFO.{s}", "check the streams it shows (figures, health)", _DASHBOARD)
-            for s in (*job_streams, sched, dlq, events)
+            for s in (*job_streams, sched, dlq, events, depth)
         ),
         *(
             Grant(f"{_API}.CONSUMER.LIST.{jobs}", "list the queues (status, queue gauges)", _LOOKING)
