@@ -97,6 +97,12 @@ async def test_the_dashboard_role_is_all_the_dashboard_needs(secured: NatsServer
                     f"/jobs/{running.id}",
                     f"/jobs/{queued.id}",
                     f"/jobs/{added.id}?show=result",
+                    "/charts",
+                    "/jobs?state=succeeded",
+                    "/jobs?state=cancelled",
+                    f"/job?id={added.id[:10]}",
+                    "/job?id=some text",
+                    "/jobs/all?verb=cancel&state=queued&queue=gated",
                 ]
                 for path in pages:
                     page = await http.get(path)
@@ -119,6 +125,8 @@ async def test_the_dashboard_role_is_all_the_dashboard_needs(secured: NatsServer
                     ("/schedules/hourly/pause", {}),
                     ("/schedules/hourly/resume", {}),
                     ("/schedules/hourly/remove", {}),
+                    ("/schedules/put", {"name": "dash", "task": "add", "every": "3600", "args": "[1, 2]"}),
+                    ("/schedules/dash/remove", {}),
                     ("/queues/gated/purge", {"confirm": "gated"}),
                     ("/dead-letters/purge", {"confirm": "purge"}),
                 ):
