@@ -49,11 +49,10 @@ def _first_job_stream(app: AppView, schedules: bool) -> StreamSpec:
         name=ns.stream,
         subjects=(
             ns.job_subjects,
-            *([ns.later_subjects] if schedules else []),
-            # Only an app with unique tasks has markers (see jsworker._scheduling.markers): a
-            # stream's subjects are checked by every worker at start, those of earlier
-            # versions included, so no other app's stream changes.
-            *([ns.mark_subjects] if schedules and any(t.unique for t in app.tasks.values()) else []),
+            # The markers of unique delayed jobs (see jsworker._scheduling.markers): in every
+            # app's stream, whatever tasks the process declares, so that every process of
+            # the app expects the same subjects.
+            *([ns.later_subjects, ns.mark_subjects] if schedules else []),
             *([ns.flow_subjects] if flows else []),
             *([ns.intake_subjects] if fair else []),
         ),

@@ -49,9 +49,9 @@ async def test_provisioning_matches_the_declared_topology(nats_server: NatsServe
         assert jobs.config.retention == RetentionPolicy.WORK_QUEUE
         # Producers write the job stream: it honours no rollup, schedule or time to live. A
         # delayed job waits there, on subjects no queue consumer covers, until a worker makes
-        # it a schedule in the schedules stream, which only workers and operators write. (An
-        # app with unique tasks also has their markers' subjects, see test_unique_keys.)
-        assert jobs.config.subjects == ["jsw.shop.q.>", "jsw.shop.later.>"]
+        # it a schedule in the schedules stream, which only workers and operators write (and,
+        # for a unique one, a marker that holds its key in the job stream meanwhile).
+        assert jobs.config.subjects == ["jsw.shop.q.>", "jsw.shop.later.>", "jsw.shop.mark.>"]
         assert not jobs.config.allow_msg_schedules
         assert not jobs.config.allow_rollup_hdrs
         assert not jobs.config.allow_msg_ttl
@@ -199,7 +199,7 @@ async def test_a_job_stream_made_before_schedules_is_brought_up_to_date(nats_ser
         assert job.scheduled_for is not None and not job.duplicate
         await app.aclose()
         info = await js.stream_info("JSW_OLD")
-        assert info.config.subjects == ["jsw.old.q.>", "jsw.old.later.>"]
+        assert info.config.subjects == ["jsw.old.q.>", "jsw.old.later.>", "jsw.old.mark.>"]
         assert not info.config.allow_msg_schedules
         assert info.state.messages == 2  # the old job, and the delayed one no worker scheduled yet
     finally:

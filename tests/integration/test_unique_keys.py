@@ -81,7 +81,7 @@ async def test_a_unique_enqueue_sends_its_job_and_asks_nothing_first(nats_server
     again = await once.adelay("k")
     assert not first.duplicate and again.duplicate and again.id == first.id and again.seq == first.seq
     await app.aclose()
-    # The markers' subjects are in the job stream of an app with unique tasks (only).
+    # The markers' subjects are in the job stream.
     async with connected(nats_server.url) as nc:
         info = await nc.jetstream().stream_info("JSW_UQONE")
     assert "jsw.uqone.mark.>" in (info.config.subjects or [])
