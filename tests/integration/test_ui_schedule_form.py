@@ -51,6 +51,8 @@ async def test_a_schedule_is_made_and_changed_from_the_dashboard(nats_server: Na
         async with Admin(app) as admin:
             (often,) = [s for s in await admin.schedules() if s.name == "often"]
             assert often.expression == "0 */10 * * * *"
+            # The form shows it as it was written (five fields), not as the server fires it.
+            assert 'value="*/10 * * * *"' in (await http.get("/schedules?edit=often")).text
             # The operator writes one itself.
             assert await admin.put_schedule("later", "tick", every=3600, args=[9]) == "created"
             assert await admin.put_schedule("later", "tick", every=3600, args=[9]) == "unchanged"
