@@ -50,9 +50,8 @@ async def heartbeats(
         for job in list(jobs()):
             await job.delivery.in_progress()
         for consumer in list(consumers()):
-            for delivery in consumer.buffered():
+            for delivery in consumer.beat():
                 await delivery.in_progress()
-            consumer.beat()
 
 
 async def watch_event_loop(

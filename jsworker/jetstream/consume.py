@@ -119,6 +119,10 @@ class PullConsumer:
         # have been handed out again by the server: forgotten then (None: never).
         self._forget_after = forget_after
         self._beat_at = time.monotonic()
+        # After a pause, the round trip that proves what the socket held has been read: until
+        # it returns, arrivals were (or may have been) sent during the pause and are forgotten.
+        self._fence: asyncio.Task[None] | None = None
+        self._fenced = 0
         #: What this loop may hold now (requested and not handed out): ``max_messages``, or
         #: up to ``grow_to`` while the caller takes messages fast.
         self.bound = max_messages
@@ -231,6 +235,11 @@ class PullConsumer:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
+        if self._fence is not None:
+            # Awaited, not cancelled: nats-py answers a cancelled PING's PONG with an error in
+            # its read loop. The round trip ends within its timeout.
+            with contextlib.suppress(Exception):
+                await self._fence
         await self._verbs.flush()
         if self._sub is not None and not self.conn.is_closed:
             with contextlib.suppress(Exception):
@@ -297,17 +306,37 @@ class PullConsumer:
         """Messages received and not yet handed out (their ack timers are running)."""
         return tuple(self._buffer)
 
-    def beat(self) -> None:
-        """Say that the buffered messages were just told to the server as in progress; when
-        the last time was too long ago (the process paused), they are forgotten instead."""
+    def beat(self) -> tuple[Delivery, ...]:
+        """The buffered messages, to be told to the server as in progress now. When the last
+        beat was too long ago (the process paused), they are forgotten instead (none is
+        returned): the server may have handed them out again, and a word on one of them would
+        stretch another worker's timer."""
         if self._forget_after is not None and time.monotonic() - self._beat_at > self._forget_after:
             self._forget_unbeaten()
         self._beat_at = time.monotonic()
+        return tuple(self._buffer)
 
     def _forget_unbeaten(self) -> None:
         paused = time.monotonic() - self._beat_at
         self._beat_at = time.monotonic()
         self.forget_buffered(f"no heartbeat for {paused:.1f}s")
+        # What the server sent while the process stood still may still be in the socket, and
+        # the read loop hands it to _on_msg after this check has passed: a heartbeat task that
+        # wakes first would let it through. Everything read before the answer to one PING
+        # was sent before the server had it, so it is forgotten too.
+        if self._fence is None:
+            self._fence = asyncio.create_task(self._lift_fence(paused))
+
+    async def _lift_fence(self, paused: float) -> None:
+        # A failed round trip (disconnected) ends the fence too: the disconnect forgets the
+        # buffer again, and what comes after the reconnect was sent after it.
+        with contextlib.suppress(Exception):
+            await self.conn.nc.flush(timeout=max(int(self._forget_after or 0), 1))
+        fenced, self._fenced, self._fence = self._fenced, 0, None
+        if fenced:
+            self._count(EngineEvent.DROPPED, f"{fenced} arrived after a pause of {paused:.1f}s")
+        if not self._closed:
+            await self._refill()
 
     def forget_buffered(self, why: str) -> int:
         """Forget the messages received and not yet handed out, without a word to the server
@@ -395,10 +424,19 @@ class PullConsumer:
     ) -> Awaitable[None] | None:
         # Called by the read loop for each message; most need nothing awaited (a coroutine per
         # message shows in a short job's cost), the others return what to await.
-        self._last_rx = time.monotonic()
+        now = self._last_rx = time.monotonic()
         if not reply and headers and "Status" in headers:
             return self._on_status(headers)
         self._unanswered_since = None
+        if self._forget_after is not None and (
+            self._fence is not None or now - self._beat_at > self._forget_after
+        ):
+            if self._fence is None:
+                self._forget_unbeaten()
+            # Sent before the pause ended: its ack timer may have run out unseen.
+            self._pending = max(0, self._pending - 1)
+            self._fenced += 1
+            return None
         delivery = Delivery(self._verbs, subject, reply, body, headers)
         if not self._pulling:
             if not (self._inbox_closed or self._closed):

@@ -7,8 +7,10 @@ the server is mocked. Streams and consumers are made with ``jsworker.jetstream.t
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -326,6 +328,72 @@ async def test_finish_keeps_handing_out_the_buffer(nats_server: NatsServer) -> N
             assert not await pc.wait(timeout=1)
         state = await consumer_state_async(nats_server.url, STREAM, DURABLE)
         assert state.delivered == 10 and state.ack_pending == 0 and state.pending == 20
+
+
+def _pause_while_the_server_delivers(url: str, seconds: float) -> None:
+    """Block the caller's event loop for ``seconds`` (the process standing still), meanwhile
+    publishing one job from a connection of its own and waiting until the server has delivered
+    it to the pull request waiting for it: it lies unread in the socket."""
+    paused_at = time.monotonic()
+
+    async def deliver() -> None:
+        async with connected(url) as conn:
+            await conn.js.publish(SUBJECT, b"during the pause")
+            await wait_until_async(
+                lambda: consumer_state_async(url, STREAM, DURABLE),
+                until=lambda state: state.delivered == 1,
+                timeout=5,
+                message="the job delivered",
+            )
+
+    deliverer = threading.Thread(target=asyncio.run, args=(deliver(),))
+    deliverer.start()
+    deliverer.join()
+    time.sleep(max(0.0, seconds - (time.monotonic() - paused_at)))
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("beat_first", [False, True], ids=["arrival-first", "heartbeat-first"])
+async def test_what_the_server_sent_during_a_pause_is_forgotten(
+    nats_server: NatsServer, beat_first: bool
+) -> None:
+    """The process stands still (here: the event loop blocked) while the server delivers a job
+    into its socket, and past forget_after without a heartbeat: the server may hand that job to
+    another worker before this one reads it. Whichever runs first after the pause, the read
+    loop or the heartbeat, the job is forgotten, never handed out, and comes back once its
+    ack_wait runs out (its second delivery)."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn, ack_wait=1.0)
+        offered: list[Delivery] = []
+
+        def handler(delivery: Delivery) -> bool:
+            offered.append(delivery)
+            return True
+
+        async with PullConsumer(
+            conn, STREAM, DURABLE, max_messages=10, expires=30.0, handler=handler, forget_after=0.5
+        ) as pc:
+            await conn.flush()  # the pull request waits on the server
+            # Longer than forget_after since the consumer's last heartbeat (its start).
+            _pause_while_the_server_delivers(nats_server.url, 0.7)
+            if beat_first:
+                pc.beat()  # the heartbeat task wakes before the read loop has the job
+
+            async def beating() -> None:
+                while True:
+                    await anyio.sleep(0.1)
+                    for delivery in pc.beat():
+                        await delivery.in_progress()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(beating)
+                await wait_until_async(lambda: offered, timeout=10, message="a job handed out")
+                tg.cancel_scope.cancel()
+            assert [d.attempt for d in offered] == [2], "the job sent during the pause was handed out"
+            assert pc.stats[EngineEvent.DROPPED.value] >= 1
+            await offered[0].ack()
+        await conn.flush()
+        await wait_stream_empty(nats_server.url)
 
 
 async def _late_arrivals(nats_server: NatsServer, conn: Connection, pc: PullConsumer) -> None:
