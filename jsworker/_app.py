@@ -542,7 +542,8 @@ class App(HookDeclarations, QueueLayout, ArqSpelling):
         conn = conn or await self.connections.connection()
         differ = await self.provision_streams(conn)
         for spec in queue_consumer_specs(self, queues if queues is not None else self.queues):
-            await ensure_consumer(conn, spec)
+            # Read first: what was set at run time (a queue's limits) stays.
+            await apply_consumer(conn, spec)
         for spec in relay_specs(self, conn.server_version):
             await ensure_consumer(conn, spec)
         for spec in self.final_state_specs(conn.server_version):

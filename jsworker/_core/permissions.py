@@ -225,6 +225,11 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
             Grant(ns.worker_ask_subject("*", verb), f"ask one worker, by its id, to {why}", _OPERATING)
             for verb, why in (("quiet", "take no new job (before a deploy)"), ("stop", "stop"))
         ),
+        Grant(
+            ns.ask_subject("limits"),
+            "ask the workers to change a queue's max_running or rate limit",
+            _OPERATING,
+        ),
         Grant(ns.ask_subject("pause"), "ask the workers to pause a periodic schedule", _DASHBOARD),
         Grant(
             ns.ask_subject("schedule"),

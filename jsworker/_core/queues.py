@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,9 @@ class QueueStatus:
       nothing until resumed, and jobs wait.
     - ``delivered``: deliveries its consumer has made since it was created, redeliveries
       included (a counter: two readings apart give the rate at which jobs start).
+    - ``overrides``: its limits changed at run time (``Admin.set_queue_limits``), as stored:
+      ``max_running`` (``"0"``: none of its own) and ``rate_limit`` (``"50/s"``, ``"none"``);
+      a limit not in it is the code's.
     """
 
     queue: str
@@ -80,6 +83,7 @@ class QueueStatus:
     workers: int | None = None
     paused: bool = False
     delivered: int = 0
+    overrides: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: counts as ints, the age in seconds (or None)."""
@@ -194,6 +198,7 @@ async def queue_status(
                 has_consumer=True,
                 paused=consumer.paused,
                 delivered=consumer.delivered_consumer_seq,
+                overrides=_overrides(consumer.metadata),
                 # The app's max_ack_pending is every queue's limit unless it sets max_running.
                 max_running=None
                 if consumer.max_ack_pending in (None, 0, -1, app.options.max_ack_pending)
@@ -232,6 +237,11 @@ async def _oldest_pending(
             if stored_at is not None:
                 oldest[queue] = min(stored_at, oldest.get(queue, stored_at))
     return oldest
+
+
+def _overrides(metadata: Mapping[str, str]) -> dict[str, str]:
+    # jsworker's keys in a consumer's metadata ("jsw_<name>"): limits set at run time.
+    return {key[4:]: value for key, value in metadata.items() if key.startswith("jsw_")}
 
 
 def _combined(parts: list[ConsumerFacts]) -> ConsumerFacts:

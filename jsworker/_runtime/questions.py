@@ -1,7 +1,7 @@
 """The questions a worker answers for users that may not read the job stream or cancel on
-their own: a job's status (any producer), its cancel (a canceller), and pausing or resuming a
-periodic schedule (a dashboard); and those put to one worker by its id: to go quiet or stop
-(an operator or a dashboard).
+their own: a job's status (any producer), its cancel (a canceller), pausing or resuming a
+periodic schedule (a dashboard), and a queue's limits (an operator or a dashboard); and
+those put to one worker by its id: to go quiet or stop (an operator or a dashboard).
 
 Each question about a job or a schedule goes to one worker of the app (a queue group); the
 worker answers with what the server holds, read and changed with the worker's own
@@ -19,6 +19,7 @@ from .._errors import ConfigurationError, JsworkerError, ScheduleNotFound
 from .._lifecycle.cancel import cancel_job
 from .._lifecycle.lookup import job_status
 from .._lifecycle.state import Form
+from .._limits.overrides import set_queue_limits
 from .._observability.logging import get_logger
 from .._scheduling.declare import schedule_of
 from .._scheduling.periodic import put_schedule, set_paused
@@ -88,6 +89,13 @@ async def answer_questions(app: App, conn: Connection) -> Serving:
                     raise ConfigurationError("a schedule is a JSON object of its fields")
                 value = await put_schedule(app, conn, schedule_of(app, job_id, spec))
                 log.info("schedule.put_asked", schedule=job_id, done=value)
+            elif question == "limits":
+                # An operator's or a dashboard's: neither may change a queue's consumer.
+                asked = json.loads(body)
+                if not isinstance(asked, dict):
+                    raise ConfigurationError("limits are a JSON object: max_running, rate_limit")
+                value = await set_queue_limits(app, conn, job_id, asked)
+                log.info("queue.limits_asked", queue=job_id, limits=value)
             elif question in ("pause", "resume"):
                 # A dashboard's: it may not write the schedules stream (which honours rollups).
                 value = await set_paused(app, conn, validate_name("schedule", job_id), question == "pause")

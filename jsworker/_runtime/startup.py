@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from .._errors import ConfigurationError, JsworkerError, ProvisioningNeeded, ServerVersionError, TopologyError
 from .._lifecycle.finals import FinalStates
 from .._limits.fair import FairMover
+from .._limits.overrides import RateFollower
 from .._limits.rates import RateLimiter
+from .._limits.spec import Rate
 from .._observability.logging import get_logger
 from .._scheduling.declare import DELAYED_SINCE, PERIODIC_SINCE
 from .._scheduling.periodic import SchedulesRefused, sync_schedules
@@ -146,13 +148,22 @@ def _fair_report(app: App, queue: str) -> Callable[[int, int], None]:
 
 def rate_limiters(app: App, conn: Connection) -> dict[str, RateLimiter]:
     """A limiter for each of the app's rate limits, by scope (``q-<queue>``, ``t-<task>``)."""
-    held = app.metrics.rate_held
+    return {scope: _rate_limiter(app, conn, scope, rate) for scope, rate in app.rate_limits().items()}
+
+
+def rate_follower(
+    app: App, conn: Connection, queues: Iterable[str], rates: dict[str, RateLimiter]
+) -> RateFollower:
+    """What keeps ``rates`` (the queue rate limiters of a worker serving ``queues``) as set at
+    run time (see :mod:`jsworker._limits.overrides`)."""
+    declared = {q: (o.rate_limit if (o := app.queue_options.get(q)) else None) for q in queues}
+    return RateFollower(rates, declared, lambda queue, rate: _rate_limiter(app, conn, f"q-{queue}", rate))
+
+
+def _rate_limiter(app: App, conn: Connection, scope: str, rate: Rate) -> RateLimiter:
     # Each limit's series starts at 0 (labels() makes it): alerts use increase(), which cannot
     # see a series' first sample.
-    return {
-        scope: RateLimiter(conn, app.namespace, scope, rate, held.labels(scope).inc)
-        for scope, rate in app.rate_limits().items()
-    }
+    return RateLimiter(conn, app.namespace, scope, rate, app.metrics.rate_held.labels(scope).inc)
 
 
 def queue_consumer(

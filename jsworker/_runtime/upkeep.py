@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from .._core.queues import queue_status
+from .._core.queues import QueueStatus, queue_status
 from .._errors import JsworkerError
 from .._observability.logging import get_logger
 from .._scheduling.declare import DELAYED_SINCE, PERIODIC_SINCE
@@ -73,9 +73,16 @@ async def watch_event_loop(
             log.warning("worker.event_loop_blocked", seconds=round(lag, 3), async_tasks_running=running)
 
 
-async def server_stats(app: App, conn: Connection, queues: list[str], interval: float) -> None:
+async def server_stats(
+    app: App,
+    conn: Connection,
+    queues: list[str],
+    interval: float,
+    on_read: Callable[[list[QueueStatus]], None] | None = None,
+) -> None:
     """Read the server's figures of ``queues`` into the app's metrics every ``interval`` seconds
-    (and, with job events on, sample them for the dashboard's depth chart)."""
+    (and, with job events on, sample them for the dashboard's depth chart); ``on_read`` is
+    given each reading too."""
     # Read on an interval, not per scrape: a scrape must not cost server round trips, and
     # every worker of a fleet reports the same figures (dashboards take max by queue).
     figures = app.metrics.queue_figures
@@ -90,6 +97,8 @@ async def server_stats(app: App, conn: Connection, queues: list[str], interval: 
             figures.unreachable(queues)
         else:
             figures.read(queues, statuses)
+            if on_read is not None:
+                on_read(statuses)
             if depth is not None:
                 await depth.sample(s for s in statuses if s.queue in queues)
         await asyncio.sleep(interval)

@@ -42,7 +42,6 @@ from .upkeep import heartbeats, leftover_schedules, missing_schedules, server_st
 
 if TYPE_CHECKING:
     from .._app import App
-    from .._limits.rates import RateLimiter
 
 log = get_logger("jsworker.worker")
 
@@ -169,6 +168,7 @@ class Worker:
         self._handbacks = HandBackCounts(app, conn)
         limits = startup.rate_limiters(app, conn)
         self._rates = {k[2:]: v for k, v in limits.items() if k.startswith("q-")}
+        self._rate_follower = startup.rate_follower(app, conn, self.queues, self._rates)
         pool = self._executor.processes
         self.pipeline = pipeline = Pipeline(
             interceptors.assemble(app, conn, book, limits, self.counts, pool, self._extra),
@@ -205,7 +205,7 @@ class Worker:
             for service, *args in (
                 (heartbeats, interval, jobs, consumers),
                 (watch_event_loop, app, settings.blocked_loop_warning, self.counts, jobs),
-                (server_stats, app, conn, self.queues, settings.stats_interval),
+                (server_stats, app, conn, self.queues, settings.stats_interval, self._rate_follower.follow),
                 (leftover_schedules, app, conn),
                 (missing_schedules, app, conn, settings.schedules),
             ):
@@ -239,9 +239,11 @@ class Worker:
 
     async def _queue_loop(self, queue: str, partition: int) -> None:
         assert self.conn is not None
-        limited = self._rates.get(queue)
-        handler = functools.partial(self._start_at_once, queue, partition, limited)
+        handler = functools.partial(self._start_at_once, queue, partition)
         while self._taking:
+            # A rate limit set at run time reaches the next start (see _start_jobs); the pull
+            # is sized by the limit of when it began.
+            limited = self._rates.get(queue)
             on_event = PullObserver(queue, self.app.metrics, self.counts)
             # A worker with a job budget pulls no job it could not start before it retires.
             consumer = startup.queue_consumer(
@@ -272,11 +274,12 @@ class Worker:
         slots free up, until it has no more (drained, or finished and its buffer emptied)."""
         queue, partition = pulled
         priority = self.app.queue_priority(queue)
-        limited = self._rates.get(queue)
+        rates = self._rates
         while await consumer.wait():
             # A slot is taken only once there is a job for it: waiting on an idle queue
             # while holding one would starve the other queues.
             await self._limiter.acquire(priority)
+            limited = rates.get(queue)  # looked up each time: it may change at run time
             if limited is not None and not await limited.take(len(consumer.buffered()) or 1):
                 # Its turn has not come: the slot goes back to the other queues meanwhile. The
                 # start is counted just before the job is taken, so it starts in its window.
@@ -290,15 +293,14 @@ class Worker:
                 continue
             self._spawn(as_job_run(self.app, queue, delivery, partition))
 
-    def _start_at_once(
-        self, queue: str, partition: int, limited: RateLimiter | None, delivery: Delivery
-    ) -> bool:
+    def _start_at_once(self, queue: str, partition: int, delivery: Delivery) -> bool:
         # A job that arrives while a slot is free (and, under a rate limit, a start counted
         # already) starts right away; the pull loop below handles those that had to wait in
         # the buffer. Worth its second route (bench/README.md, "Hot-path choices"); both
         # routes settle alike (tests/integration/test_start_paths.py).
         if not self._taking or not self._limiter.try_acquire():
             return False
+        limited = self._rates.get(queue)
         if limited is not None and not limited.in_hand():
             self._limiter.release()
             return False

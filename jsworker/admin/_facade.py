@@ -26,6 +26,7 @@ from .._errors import ConfigurationError
 from .._lifecycle.cancel import cancel_job
 from .._lifecycle.lookup import job_status
 from .._lifecycle.state import JobStatus
+from .._limits.overrides import check_limits
 from .._registry.entries import WorkerEntry, live_workers
 from .._scheduling.admin import Schedules
 from .._scheduling.periodic import ScheduleState, SyncReport
@@ -380,6 +381,21 @@ class Admin(OperatorSession):
     async def resume_queue(self, queue: str) -> bool:
         """Let paused ``queue``'s consumer hand out jobs again; False when it was not paused."""
         return await operations.resume_queue(self.app, await self.connection(), queue)
+
+    async def set_queue_limits(
+        self, queue: str, *, max_running: int | str | None = None, rate_limit: str | None = None
+    ) -> dict[str, str]:
+        """Change ``queue``'s limits without a deploy: ``max_running`` (jobs at once across
+        every worker; 0 for none of its own), ``rate_limit`` (``"50/s"``, ``"N/m"``, ``"N/h"``,
+        or ``"none"``); ``"declared"`` puts either back to what the code declares, None leaves
+        it. A running worker makes the change (who asks may not change a queue's consumer),
+        and a deploy does not undo it (see :mod:`jsworker._limits.overrides`); the server
+        applies ``max_running`` at once, workers the rate within ``--stats-interval``. Returns
+        the limits set at run time now, as :attr:`QueueStatus.overrides`."""
+        asked = {"max_running": max_running, "rate_limit": rate_limit}
+        asked = {name: value for name, value in asked.items() if value is not None}
+        check_limits(self.app, queue, asked)  # a clear error before any round trip
+        return await operations.ask_to_set_limits(self.app, await self.connection(), queue, asked)
 
     async def purge_queue(self, queue: str, task: str | None = None) -> int:
         """Remove every job of ``queue`` (only ``task``'s, when given) from the job stream;

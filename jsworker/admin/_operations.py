@@ -194,6 +194,20 @@ async def ask_to_put_schedule(app: App, conn: Connection, name: str, spec: Mappi
     return str(done)
 
 
+async def ask_to_set_limits(
+    app: App, conn: Connection, queue: str, asked: Mapping[str, Any]
+) -> dict[str, str]:
+    """Ask the workers to change the limits of ``queue`` (see
+    :func:`~jsworker._limits.overrides.check_limits`): the overrides it keeps now;
+    :class:`JsworkerError` with the workers' reason when they refuse."""
+    subject = app.namespace.ask_subject("limits", validate_name("queue", queue))
+    body = json.dumps(dict(asked)).encode()
+    kept = await _ask(
+        app, conn, subject, "limits", f"change the limits of queue {queue}", app.options.publish_timeout, body
+    )
+    return {str(k): str(v) for k, v in dict(kept).items()}
+
+
 async def _ask_workers(app: App, conn: Connection, question: str, key: str, what: str) -> bool:
     subject = app.namespace.ask_subject(question, key)
     return bool(await _ask(app, conn, subject, question, what, app.options.publish_timeout))

@@ -12,7 +12,8 @@ seconds.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -56,6 +57,7 @@ class ConsumerFacts:
     max_ack_pending: int = 0  # the cap on num_ack_pending (0: none known)
     delivered_consumer_seq: int = 0  # deliveries made so far, redeliveries included
     paused: bool = False  # paused on the server (CONSUMER.PAUSE, 2.11+): hands out nothing
+    metadata: Mapping[str, str] = field(default_factory=dict)  # its config's (2.10+)
 
 
 class _NotFound(Exception):
@@ -159,6 +161,7 @@ def _consumer(info: dict[str, Any]) -> ConsumerFacts:
         max_ack_pending=int(config.get("max_ack_pending") or 0),
         delivered_consumer_seq=int(delivered.get("consumer_seq") or 0),
         paused=bool(info.get("paused")),
+        metadata={str(k): str(v) for k, v in (config.get("metadata") or {}).items()},
     )
 
 

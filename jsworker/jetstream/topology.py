@@ -9,6 +9,7 @@ gets :class:`~jsworker._errors.ProvisioningNeeded`, which names the command that
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import nats.errors
@@ -235,15 +236,20 @@ async def stream_exists(conn: Connection, name: str) -> bool:
 
 async def ensure_consumer(conn: Connection, spec: ConsumerSpec) -> None:
     """Create the durable consumer or update it in place (the server's create is an upsert)."""
-    try:
-        await conn.js.add_consumer(spec.stream, spec.config())
-    except nats.errors.Error as exc:
-        raise _failed(f"cannot create consumer {spec.name} on {spec.stream}", exc) from exc
+    await _upsert(conn, spec.stream, spec.config())
+
+
+#: A consumer's metadata key that says its ``max_ack_pending`` was set at run time (see
+#: :func:`set_consumer_limits`): provisioning keeps it rather than put the code's back.
+SET_MAX_ACK_PENDING = "jsw_max_running"
+# jsworker's own keys in a consumer's metadata (the server adds some of its own, "_nats.*").
+_OWN_METADATA = "jsw_"
 
 
 async def apply_consumer(conn: Connection, spec: ConsumerSpec) -> Change:
     """:func:`ensure_consumer`, reading the consumer first to tell what it changed (an
-    unchanged consumer is not written)."""
+    unchanged consumer is not written). What was set at run time stays: jsworker's keys in
+    its metadata, and its ``max_ack_pending`` while they say it was set."""
     try:
         current = (await conn.js.consumer_info(spec.stream, spec.name)).config
     except nats.js.errors.NotFoundError:
@@ -255,6 +261,11 @@ async def apply_consumer(conn: Connection, spec: ConsumerSpec) -> Change:
     except nats.errors.Error as exc:
         raise _failed(f"cannot read consumer {spec.name} on {spec.stream}", exc) from exc
     wanted = spec.config()
+    kept = {k: v for k, v in (current.metadata or {}).items() if k.startswith(_OWN_METADATA)}
+    if kept:
+        wanted.metadata = kept
+    if SET_MAX_ACK_PENDING in kept and current.max_ack_pending is not None:
+        wanted.max_ack_pending = current.max_ack_pending
     if (
         current.filter_subject == wanted.filter_subject
         and _close(current.ack_wait, wanted.ack_wait)
@@ -264,10 +275,43 @@ async def apply_consumer(conn: Connection, spec: ConsumerSpec) -> Change:
     ):
         return Change.AS_IS
     try:
-        await ensure_consumer(conn, spec)
+        await _upsert(conn, spec.stream, wanted)
     except PermissionDeniedError as exc:
         raise ProvisioningNeeded(spec.stream, "update", exc.subject, consumer=spec.name) from exc
     return Change.UPDATED
+
+
+async def set_consumer_limits(
+    conn: Connection, spec: ConsumerSpec, changes: Mapping[str, str | None], max_ack_pending: int | None
+) -> dict[str, str]:
+    """Change jsworker's keys in a consumer's metadata (a key with None is removed) and, unless
+    None, its ``max_ack_pending``; made as ``spec`` first where it does not exist, the rest of
+    it as it stands on the server (paused or not). Returns jsworker's keys it keeps now."""
+    try:
+        current = (await conn.js.consumer_info(spec.stream, spec.name)).config
+    except nats.js.errors.NotFoundError:
+        current = spec.config()
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot read consumer {spec.name} on {spec.stream}", exc) from exc
+    # The server's own keys ("_nats.*") are the server's to set.
+    metadata = {k: v for k, v in (current.metadata or {}).items() if not k.startswith("_nats.")}
+    for key, value in changes.items():
+        if value is None:
+            metadata.pop(key, None)
+        else:
+            metadata[key] = value
+    current.metadata = metadata or None
+    if max_ack_pending is not None:
+        current.max_ack_pending = max_ack_pending
+    await _upsert(conn, spec.stream, current)
+    return {k: v for k, v in metadata.items() if k.startswith(_OWN_METADATA)}
+
+
+async def _upsert(conn: Connection, stream: str, config: ConsumerConfig) -> None:
+    try:
+        await conn.js.add_consumer(stream, config)
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot create or update consumer {config.name} on {stream}", exc) from exc
 
 
 def _failed(what: str, exc: BaseException) -> TopologyError:

@@ -548,3 +548,70 @@ def test_only_an_operator_or_a_dashboard_quiets_or_stops_a_worker(
         assert worker.wait(timeout=30) == 0  # it stopped by itself, cleanly
     finally:
         assert stop(worker) == 0
+
+
+def test_a_queues_limits_change_only_through_a_worker_and_only_as_limits(
+    secured: NatsServer, tmp_path: Path
+) -> None:
+    """The dashboard may ask the workers to change a queue's limits, and nothing more: it may
+    not change a consumer itself (its filter and ack policy decide which jobs run and how
+    often); a question that names anything but a declared queue's max_running and rate limit
+    is refused by the worker, whose consumer stays as it was. A producer or a canceller may
+    not ask at all."""
+    url = secured.url
+    provision(url)
+    worker = start_worker(
+        url, tmp_path / "record", tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker")
+    )
+
+    async def consumer_config(queue: str) -> dict[str, object]:
+        nc = await nats.connect(url, user=ADMIN[0], password=ADMIN[1])
+        try:
+            info = await nc.jetstream().consumer_info("JSW_PERM", queue)
+            config: dict[str, object] = info.config.as_dict()
+            return config
+        finally:
+            await nc.close()
+
+    async def scenario() -> None:
+        async with Admin(role_app(url, "perm-dashboard"), role="dashboard") as admin:
+            await wait_until_async(admin.workers, timeout=20, message="the worker's entry")
+            before = await consumer_config("default")
+            conn = await Connection.open(admin.app.connect_options("dashboard", "attack"))
+            try:
+                # Its own consumer, or a change to the queue's: the server refuses both.
+                spec = {"stream_name": "JSW_PERM", "config": {**before, "filter_subject": "jsw.perm.>"}}
+                create = api_subject("CONSUMER.CREATE.JSW_PERM.default")
+                await _refused(conn, create, json.dumps(spec).encode())
+                await _refused(conn, api_subject("CONSUMER.DURABLE.CREATE.JSW_PERM.default"))
+                # The question, bent: another field, another consumer, a value that is none.
+                for queue, asked in (
+                    ("default", {"filter_subject": "jsw.perm.>"}),
+                    ("default", {"max_running": -1}),
+                    ("default", {"max_running": 10**30}),
+                    ("default", {"rate_limit": "0/s"}),
+                    ("_jsw_final_x", {"max_running": 1}),
+                    ("nosuch", {"max_running": 1}),
+                ):
+                    answer = await conn.nc.request(
+                        f"jsw.perm.ask.limits.{queue}", json.dumps(asked).encode(), timeout=5
+                    )
+                    assert "error" in json.loads(answer.data), (queue, asked)
+            finally:
+                await conn.close()
+            assert await consumer_config("default") == before
+            for user in ("perm-producer", "perm-canceller"):
+                async with role_session(url, user) as other:
+                    conn = await _connect(other)
+                    try:
+                        await _refused(conn, "jsw.perm.ask.limits.default", b'{"max_running": 1}')
+                    finally:
+                        await conn.close()
+            # What it may do, it does.
+            assert await admin.set_queue_limits("default", max_running=4) == {"max_running": "4"}
+            assert (await consumer_config("default"))["max_ack_pending"] == 4
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        assert stop(worker) == 0

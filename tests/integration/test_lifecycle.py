@@ -493,9 +493,14 @@ async def test_the_idempotency_key_is_one_job_s_across_attempts_and_not_the_next
         if job.attempt == 1 and len(keys) == 1:
             raise Retry(delay=0.01)
 
-    async with in_process_worker(app):
+    async with in_process_worker(app) as worker:
         await once.adelay(1)
-        await wait_until_async(lambda: len(keys) == 2, timeout=10, message="both attempts of the first job")
+        # Ended, not only started: while it runs, its key is held and the next one a duplicate.
+        await wait_until_async(
+            lambda: len(keys) == 2 and worker.counts["succeeded"] == 1,
+            timeout=10,
+            message="both attempts of the first job",
+        )
         await once.adelay(1)
         await wait_until_async(lambda: len(keys) == 3, timeout=10, message="the second job")
     (id1, key1, _), (id2, key2, attempt2), (id3, key3, _) = keys

@@ -94,7 +94,7 @@ def families(app: str) -> list[Sample]:
         "registry entry": f"$KV.jsw_{app}_workers.x",
         **{
             f"ask {q}": f"jsw.{app}.ask.{q}.x"
-            for q in ("status", "cancel", "pause", "resume", "schedule", "unknown")
+            for q in ("status", "cancel", "pause", "resume", "schedule", "limits", "unknown")
         },
         **{f"ask a worker {q}": f"jsw.{app}.ask.worker.w1.{q}" for q in ("quiet", "stop", "unknown")},
         "halt": f"jsw.{app}.halt.x",

@@ -75,7 +75,8 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
     # Its actions: enqueue again (replay, run now, trigger), ask the workers to cancel and to
     # pause or resume a schedule (it writes none), delete single messages (run now, remove a
     # schedule, a replayed dead letter), purge a queue or the dead letters, pause a queue's
-    # consumer. The questions are its own: an operator pauses a schedule itself.
+    # consumer, ask the workers to change a queue's limits (as an operator does). The other
+    # questions are its own: an operator pauses a schedule itself.
     assert set(dashboard.publish) - set(operator.publish) == {
         "jsw.shop.ask.pause.*",
         "jsw.shop.ask.resume.*",
@@ -99,6 +100,7 @@ def test_the_dashboard_reads_as_an_operator_and_takes_only_its_own_actions() -> 
         "jsw.shop.held.*",
         "jsw.shop.ask.worker.*.quiet",
         "jsw.shop.ask.worker.*.stop",
+        "jsw.shop.ask.limits.*",
         "jsw.shop.ask.pause.*",
         "jsw.shop.ask.schedule.*",
         "jsw.shop.ask.resume.*",

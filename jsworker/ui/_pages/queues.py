@@ -1,5 +1,5 @@
-"""A queue (``/queues/<name>``): its figures, its waiting jobs paged both ways, and pause,
-resume and purge (after a confirmation page)."""
+"""A queue (``/queues/<name>``): its figures, its waiting jobs paged both ways, pause,
+resume and purge (after a confirmation page), and its limits changed at run time."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..._core.queues import QueueStatus
+from ..._errors import JsworkerError
+from ..._limits.overrides import DECLARED, NO_LIMIT, queue_rate
 from ..._wire.names import validate_name
 from .._errors import refuse
 from .._paging import jobs_shown
@@ -46,8 +48,18 @@ async def queue_page(request: Request, d: Dashboard) -> Response:
         after=field(query, "after"),
         before=field(query, "before"),
     )
+    declared = d.admin.app.queue_options.get(queue)
     return render(
-        request, "queue.html", nav="overview", queue=status, shown=shown, newest=newest, limit=limit
+        request,
+        "queue.html",
+        nav="overview",
+        queue=status,
+        shown=shown,
+        newest=newest,
+        limit=limit,
+        declared_running=declared.max_running if declared else None,
+        declared_rate=declared.rate_limit.text if declared and declared.rate_limit else None,
+        rate=queue_rate(declared.rate_limit if declared else None, status.overrides),
     )
 
 
@@ -83,6 +95,39 @@ async def resume(request: Request, d: Dashboard, form: FormData) -> tuple[str, s
 
 
 @action
+async def limits(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
+    """Sets the queue's max_running and rate limit as the form says (blank: none), or both
+    back to the code's (``declared``)."""
+    queue = validate_name("queue", request.path_params["queue"])
+    running: int | str | None
+    rate: str | None
+    if field(form, "declared"):
+        running, rate = DECLARED, DECLARED
+    else:
+        text = field(form, "max_running") or "0"
+        if not text.isdigit():
+            raise refuse(400, f"max_running is a whole number (0 or blank for none), not {text[:20]!r}")
+        running, rate = int(text), field(form, "rate_limit") or NO_LIMIT
+        # A field left as it shows is left as it is: saving a new rate does not make the
+        # code's max_running one set at run time.
+        status = await _status(d, queue)
+        declared = d.admin.app.queue_options.get(queue)
+        shown = queue_rate(declared.rate_limit if declared else None, status.overrides)
+        if running == (status.max_running or 0):
+            running = None
+        if rate == (shown.text if shown else NO_LIMIT):
+            rate = None
+    try:
+        kept = await d.admin.set_queue_limits(queue, max_running=running, rate_limit=rate)
+    except JsworkerError as exc:
+        raise refuse(400, f"limits of {queue} not changed: {exc}") from exc
+    audit(request, "set_queue_limits", queue=queue, max_running=running, rate_limit=rate)
+    said = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in kept.items())
+    done = f"Limits of {queue} set: {said}." if kept else f"Limits of {queue} are the code's again."
+    return done + " Workers follow within seconds.", link(request, f"/queues/{queue}")
+
+
+@action
 async def purge(request: Request, d: Dashboard, form: FormData) -> tuple[str, str]:
     """Purges the queue's jobs once the confirmation page's form says so."""
     queue = validate_name("queue", request.path_params["queue"])
@@ -105,4 +150,5 @@ routes = [
     Route("/queues/{queue}/purge", purge, methods=["POST"], name="queue_purge"),
     Route("/queues/{queue}/pause", pause, methods=["POST"], name="queue_pause"),
     Route("/queues/{queue}/resume", resume, methods=["POST"], name="queue_resume"),
+    Route("/queues/{queue}/limits", limits, methods=["POST"], name="queue_limits"),
 ]
