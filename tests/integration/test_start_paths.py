@@ -41,7 +41,7 @@ async def _settle_all(
 ) -> Counter[str]:
     if buffered_only:
         # Every job takes the buffer and queue-loop route.
-        monkeypatch.setattr(Worker, "_start_at_once", lambda self, queue, partition, limited, delivery: False)
+        monkeypatch.setattr(Worker, "_start_at_once", lambda self, queue, partition, delivery: False)
     app = _app(url, name)
     try:
         async with in_process_worker(app, concurrency=4) as worker:
