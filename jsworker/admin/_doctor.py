@@ -117,6 +117,7 @@ async def _consumers(app: App, conn: Connection) -> list[Finding]:
     streams = sorted({spec.stream for spec in specs})
     held = dict(zip(streams, await asyncio.gather(*(consumer_facts(conn, s) for s in streams)), strict=True))
     found: list[Finding] = []
+    told: set[str] = set()
     for spec in specs:
         facts = next((c for c in held[spec.stream] if c.name == spec.name), None)
         if facts is None:
@@ -128,6 +129,20 @@ async def _consumers(app: App, conn: Connection) -> list[Finding]:
                     "has served it (`jsworker provision` makes it)",
                 )
             )
+        elif set_now := {k[4:]: v for k, v in facts.metadata.items() if k.startswith("jsw_")}:
+            # Meant: an operator changed them (Admin.set_queue_limits), and deploys keep them.
+            if spec.name not in told:
+                told.add(spec.name)  # once a queue, not once a partition
+                said = ", ".join(f"{name} {value}" for name, value in sorted(set_now.items()))
+                found.append(
+                    Finding(
+                        "warning",
+                        "consumers",
+                        f"queue {spec.name}: limits set at run time ({said}) stand in for the "
+                        "code's until they are set back to 'declared' (the queue's page, or "
+                        "Admin.set_queue_limits)",
+                    )
+                )
         elif facts.max_ack_pending not in (0, spec.max_ack_pending):
             found.append(
                 Finding(

@@ -11,6 +11,7 @@ import pytest
 
 from jsworker import Admin, App, ConfigurationError, JsworkerError
 from jsworker.admin import QueueStatus
+from jsworker.admin._doctor import diagnose
 from jsworker.testing import NatsServer
 from jsworker.ui import create_app
 
@@ -50,10 +51,18 @@ async def test_max_running_set_at_run_time_holds_at_once_and_after_a_deploy(
         await app.provision()
         status = _status(await admin.queues(), "capped")
         assert status.max_running == 5 and status.overrides == {"max_running": "5"}
+        # The doctor says the server and the code differ, and why.
+        told = [f.message for f in await diagnose(app, await admin.connection()) if f.check == "consumers"]
+        assert told == [
+            "queue capped: limits set at run time (max_running 5) stand in for the code's until "
+            "they are set back to 'declared' (the queue's page, or Admin.set_queue_limits)"
+        ]
         # Back to the code's.
         assert await admin.set_queue_limits("capped", max_running="declared") == {}
         status = _status(await admin.queues(), "capped")
         assert status.max_running == 2 and status.overrides == {}
+        told = [f.level for f in await diagnose(app, await admin.connection()) if f.check == "consumers"]
+        assert told == ["ok"]
         gate.set()
         await wait_until_async(lambda: worker.counts["succeeded"] == 8, timeout=10, message="all 8 done")
 
