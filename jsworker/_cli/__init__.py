@@ -12,6 +12,7 @@ from .._version import __version__
 from .dev import dev
 from .dlq import dlq
 from .doctor import doctor
+from .enqueue import enqueue
 from .events import events
 from .jobs import jobs
 from .permissions import permissions
@@ -43,6 +44,7 @@ cli.add_command(workers)
 cli.add_command(queues)
 cli.add_command(ui)
 cli.add_command(doctor)
+cli.add_command(enqueue)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from .._deadletters import DeadLetterNotFound, DeadLetterNotReplayable
 from .._errors import (
     ConfigurationError,
     ConnectError,
+    EnqueueError,
     JsworkerError,
     PermissionDeniedError,
     ServerVersionError,
@@ -45,11 +46,12 @@ _USAGE = (
 def exit_code(exc: BaseException) -> int:
     """The exit code of a command that stops with ``exc``.
 
-    3 when the servers cannot be reached, did not answer (trying again may work) or refused
+    3 when the servers cannot be reached, did not answer (trying again may work: an enqueue
+    that did not, under the same job id) or refused
     a permission the command needs, 2 for a usage error or a topology the server refuses, 1
     for anything else.
     """
-    if isinstance(exc, ConnectError | PermissionDeniedError):
+    if isinstance(exc, ConnectError | PermissionDeniedError | EnqueueError):
         return EXIT_CONNECT
     if isinstance(exc, TopologyError | StreamRequestError):
         if exc.transient:

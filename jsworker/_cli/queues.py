@@ -1,5 +1,5 @@
-"""``jsworker queues``: pause and resume a queue (the server's consumer pause), through
-:class:`~jsworker.admin.Admin`.
+"""``jsworker queues``: pause and resume a queue (the server's consumer pause), and change
+its limits at run time, through :class:`~jsworker.admin.Admin`.
 
 Exit codes as for every command: 0 ok, 1 crashed, 2 usage error (a queue the app does not
 declare, a server before 2.11), 3 cannot connect. A declared queue that no worker has served
@@ -24,7 +24,7 @@ _QUEUE = click.argument("queue")
 
 @click.group()
 def queues() -> None:
-    """Pause and resume queues (nats-server 2.11+). Runs as the operator."""
+    """Pause and resume queues (nats-server 2.11+), change their limits. Runs as the operator."""
 
 
 @queues.command()
@@ -73,3 +73,40 @@ def resume(app_spec: str, queue: str, **connection: str | None) -> None:
     with command_errors():
         was_paused = asyncio.run(main())
     click.echo(f"resumed {printable(queue, 64)}" if was_paused else f"{printable(queue, 64)} was not paused")
+
+
+@queues.command()
+@_APP
+@_QUEUE
+@click.option(
+    "--max-running",
+    default=None,
+    metavar="N|declared",
+    help="Jobs of QUEUE running at once across every worker (0: none of its own), or 'declared'.",
+)
+@click.option(
+    "--rate-limit",
+    default=None,
+    metavar="N/s|N/m|N/h|none|declared",
+    help="Starts of QUEUE's jobs per second, minute or hour across every worker, 'none', or 'declared'.",
+)
+@connection_options
+def limits(
+    app_spec: str, queue: str, max_running: str | None, rate_limit: str | None, **connection: str | None
+) -> None:
+    """Change QUEUE's limits without a deploy, asking a running worker to; deploys keep them
+    until set back to 'declared' (the code's). Prints the limits set at run time."""
+    configure_logging("warning")
+    app = load_connected_app(app_spec, connection)
+    running: int | str | None = max_running
+    if max_running is not None and max_running.isdigit():
+        running = int(max_running)
+
+    async def main() -> dict[str, str]:
+        async with Admin(app, purpose="queues") as admin:
+            return await admin.set_queue_limits(queue, max_running=running, rate_limit=rate_limit)
+
+    with command_errors():
+        kept = asyncio.run(main())
+    said = ", ".join(f"{name} {value}" for name, value in sorted(kept.items()))
+    click.echo(f"{printable(queue, 64)}: " + (f"set at run time: {said}" if kept else "the code's limits"))
