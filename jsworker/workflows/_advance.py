@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._errors import JsworkerError, SerializationError
+from .._errors import JobNotFound, JsworkerError, SerializationError
 from .._observability.logging import get_logger
 from .._wire.headers import EXPECTED_LAST_SUBJECT_SEQ, caller_headers
 from ..jetstream.atomic import BatchConflict, publish_atomic
@@ -188,6 +188,27 @@ class Continuations:
             batch += self._on_error(flow, index, state, reason, error, carried)
         with contextlib.suppress(_Lost):  # another delivery of this step recorded it first
             await self._write(flow, now, batch)
+
+    async def cancel(self, flow_id: str, reason: str) -> bool:
+        """End workflow ``flow_id`` as cancelled, once: its state says so, so no step ending
+        after it enqueues another and no callback runs (a cancel is no failure: the error
+        callback does not run either). False when it had ended already; JobNotFound when there
+        is no such workflow."""
+        flow = await self.definition(flow_id)
+        if flow is None:
+            raise JobNotFound(f"no workflow {flow_id} (or it expired)")
+        ended = False
+
+        async def change(now: FlowState) -> list[OutMessage] | None:
+            nonlocal ended
+            ended = now.ended is None
+            if not ended:
+                return None
+            now.ended, now.at, now.reason = "cancelled", None, reason
+            return []
+
+        await self._settle(flow, change)
+        return ended
 
     async def _member(
         self, flow: FlowDef, index: int, succeeded: bool, value: Any, state: str, reason: str, error: Any,

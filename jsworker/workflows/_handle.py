@@ -7,13 +7,20 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._core.job_status import JobState
 from .._errors import JobNotFound, JsworkerError, WorkflowFailed
 from ..jetstream.limits_stream import LimitsStream
+from ._advance import Continuations
 from ._definition import FlowDef, FlowState, def_subject, done_subject, read_result, read_state, step_id
 
 if TYPE_CHECKING:
     from .._core.job_status import JobStatus
     from .._enqueue.task import TaskOwner
+
+# A step's job in one of these states has nothing left to cancel.
+_OVER = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED, JobState.UNKNOWN}
+)
 
 # Waiting for a workflow's end reads its state, first often, then every half second at most.
 _FIRST_LOOK, _LONGEST_LOOK = 0.01, 0.5
@@ -88,6 +95,27 @@ class Workflow:
     async def _step_status(self, job_id: str) -> JobStatus:
         """The status of the step whose job is ``job_id`` (an admin reads it directly)."""
         return await self.app.lifecycle.status(job_id)
+
+    async def acancel(self) -> bool:
+        """Cancel the whole workflow: its state says ``cancelled``, so no further step is
+        enqueued and no callback runs (the error callback neither: a cancel is no failure),
+        then every step whose job is scheduled, queued, running or retrying is cancelled (a
+        running async step within moments). True when it was running; False when it had
+        ended (its jobs are left alone). :class:`~jsworker.JobNotFound` for no such workflow.
+        Writing its state needs a user that may advance workflows (an operator, or a server
+        without permissions)."""
+        conn = await self.app.connections.connection()
+        ended = await Continuations(self.app, conn).cancel(self.id, "the workflow was cancelled")
+        if ended:
+            # Read after the state write: a step enqueued by the last advance is among them.
+            for step in (await self.astatus()).steps:
+                if step is not None and step.state not in _OVER:
+                    await self.app.lifecycle.cancel(step.id)
+        return ended
+
+    def cancel(self) -> bool:
+        """Sync form of :meth:`acancel`."""
+        return self.app.bridge.run_sync(self.acancel)
 
     def status(self) -> WorkflowStatus:
         """Sync form of :meth:`astatus`."""

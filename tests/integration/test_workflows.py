@@ -338,3 +338,41 @@ async def _last(js: Any, stream: str, subject: str) -> Any:
         return await js.get_last_msg(stream, subject)
     except nats.js.errors.NotFoundError:
         return None
+
+
+async def test_a_cancelled_workflow_runs_no_further_step_and_no_callback(nats_server: NatsServer) -> None:
+    """A chain cancelled while its first step runs: that step is cancelled, no later step is
+    enqueued. A chord cancelled while its members run (members whose failures its callback
+    takes): they are cancelled, its callback never runs, nor an error callback. Both read as
+    cancelled; a second cancel changes nothing."""
+    gate = asyncio.Event()
+    ran: Counter[str] = Counter()
+    errors: list[Any] = []
+    app = make_app(nats_server.url, ran, errors)
+
+    @app.task
+    async def wait(x: int) -> int:
+        ran[f"wait {x}"] += 1
+        await gate.wait()
+        return x
+
+    async with in_process_worker(app):
+        flow = await chain(wait.s(1), app.tasks["double"].s(), on_error=app.tasks["report"].s()).aapply()
+        # Members whose failures the callback takes: cancelled one by one, they would call it.
+        members = group([wait.s(2), wait.s(3)], on_failure="continue")
+        held = await chord(members, app.tasks["total"].s()).aapply()
+        await wait_until_async(lambda: len(ran) == 3, timeout=10, message="the three waits to start")
+        assert await flow.acancel() and await held.acancel()
+        assert not await flow.acancel()  # ended already
+        for cancelled in (flow, held):
+            with pytest.raises(WorkflowFailed, match="cancelled"):
+                await cancelled.aresult(timeout=10)
+        status = await flow.astatus()
+        assert status.state == "cancelled" and status.steps[1] is None
+        await wait_until_async(
+            held.astatus,
+            until=lambda s: all(step is not None and step.state == "cancelled" for step in s.steps[:2]),
+            timeout=10,
+            message="the chord's members cancelled",
+        )
+    assert "double 1" not in ran and ran["total"] == 0 and errors == []
