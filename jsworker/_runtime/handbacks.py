@@ -9,8 +9,10 @@ stream under :meth:`~jsworker._wire.names.Namespace.handback_subject` (compare-a
 two workers never lose a count). The count is read only when a delivery has reached its task's
 limit of attempts, and the hand-backs are then not held against it: nothing on the common path.
 
-A worker that dies gives nothing back and counts nothing: its jobs' next deliveries count, as
-they must for a job that kills its workers. Servers without the claims stream (before 2.12)
+A worker that forgets jobs it had pulled (it stood still past their ack wait, or lost its
+connection) counts them too, as it forgets them. A worker that dies gives nothing back and
+counts nothing: its jobs' next deliveries count, as they must for a job that kills its
+workers. Servers without the claims stream (before 2.12)
 keep the plain count.
 """
 
@@ -51,6 +53,7 @@ class HandBackCounts:
         self._conn = conn
         self._claims = LimitsStream(conn, app.namespace.claims_stream)
         self._enabled = conn.server_version >= DELAYED_SINCE
+        self._counting: set[asyncio.Future[None]] = set()
 
     async def give_back(self, deliveries: Sequence[Delivery]) -> None:
         """Count each of ``deliveries`` as handed back, then give it back (``nak``) for
@@ -58,6 +61,16 @@ class HandBackCounts:
         await self.count(deliveries)
         for delivery in deliveries:
             await delivery.nak()
+
+    def count_soon(self, deliveries: Sequence[Delivery]) -> None:
+        """:meth:`count` beside the caller, for deliveries a worker forgot rather than gave
+        back (after a pause, or with its connection lost): the server hands each out again
+        once its ack wait runs out, through no fault of its job's, so that delivery must not
+        be taken for a crash either."""
+        if self._enabled and deliveries:
+            task = asyncio.ensure_future(self.count(deliveries))
+            self._counting.add(task)
+            task.add_done_callback(self._counting.discard)
 
     async def count(self, deliveries: Sequence[Delivery]) -> None:
         """Count each of ``deliveries`` as handed back (within a bounded time): the caller

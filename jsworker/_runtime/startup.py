@@ -175,13 +175,15 @@ def queue_consumer(
     on_event: EventHook,
     handler: Callable[[Delivery], bool] | None,
     limit: int | None,
+    forgotten: Callable[[list[Delivery]], None] | None = None,
 ) -> PullConsumer:
     """The pull loop of ``pulled``: a queue and one of its partitions. A rate-limited queue
     pulls no more than a window of its limit allows, and its ``handler`` starts a job on
     arrival only with a start in hand; a fair queue's pull does not grow past
     ``--max-messages`` (the jobs a worker holds count against its turns' bound). The
     partitions of a queue share its bounds. ``limit``: the most jobs it hands out (a worker's
-    job budget)."""
+    job budget); ``forgotten`` is told of the messages it forgets (see
+    :meth:`PullConsumer.forget_buffered`)."""
     queue, partition = pulled
     prefetch, grow_to = settings.prefetch, settings.prefetch_grows_to
     if (partitions := app.queue_streams(queue)) > 1:
@@ -208,6 +210,7 @@ def queue_consumer(
         limit=limit,
         # Well within the queue's ack_wait, and more than twice the heartbeats' interval.
         forget_after=0.8 * app.queue_ack_wait(queue),
+        on_forgotten=forgotten,
     )
 
 

@@ -255,6 +255,7 @@ class Worker:
                 on_event,
                 handler,
                 self._budget,
+                self._handbacks.count_soon,
             )
             self._consumers[queue, partition] = consumer
             await consumer.start()

@@ -103,6 +103,7 @@ class PullConsumer:
         limit: int | None = None,
         grow_to: int | None = None,
         forget_after: float | None = None,
+        on_forgotten: Callable[[list[Delivery]], None] | None = None,
     ) -> None:
         if max_messages < 1:
             raise ValueError("max_messages must be >= 1")
@@ -122,7 +123,9 @@ class PullConsumer:
         # After a pause, the round trip that proves what the socket held has been read: until
         # it returns, arrivals were (or may have been) sent during the pause and are forgotten.
         self._fence: asyncio.Task[None] | None = None
-        self._fenced = 0
+        self._fenced: list[Delivery] = []
+        # Told of the messages forgotten (their next delivery is no fault of the job's).
+        self._on_forgotten = on_forgotten
         #: What this loop may hold now (requested and not handed out): ``max_messages``, or
         #: up to ``grow_to`` while the caller takes messages fast.
         self.bound = max_messages
@@ -332,9 +335,10 @@ class PullConsumer:
         # buffer again, and what comes after the reconnect was sent after it.
         with contextlib.suppress(Exception):
             await self.conn.nc.flush(timeout=max(int(self._forget_after or 0), 1))
-        fenced, self._fenced, self._fence = self._fenced, 0, None
+        fenced, self._fenced, self._fence = self._fenced, [], None
         if fenced:
-            self._count(EngineEvent.DROPPED, f"{fenced} arrived after a pause of {paused:.1f}s")
+            self._count(EngineEvent.DROPPED, f"{len(fenced)} arrived after a pause of {paused:.1f}s")
+            self._forgotten(fenced)
         if not self._closed:
             await self._refill()
 
@@ -345,12 +349,17 @@ class PullConsumer:
         Given back (``nak``), one the server had handed out again would be delivered a third
         time; forgotten, each comes back once its timer runs out, unless it was already.
         Returns how many were forgotten."""
-        forgotten = len(self._buffer)
+        forgotten = list(self._buffer)
         if forgotten:
             self._buffer.clear()
-            self._pending = max(0, self._pending - forgotten)
-            self._count(EngineEvent.DROPPED, f"{forgotten} buffered: {why}")
-        return forgotten
+            self._pending = max(0, self._pending - len(forgotten))
+            self._count(EngineEvent.DROPPED, f"{len(forgotten)} buffered: {why}")
+            self._forgotten(forgotten)
+        return len(forgotten)
+
+    def _forgotten(self, deliveries: list[Delivery]) -> None:
+        if self._on_forgotten is not None:
+            self._on_forgotten(deliveries)
 
     @property
     def pending(self) -> int:
@@ -435,7 +444,7 @@ class PullConsumer:
                 self._forget_unbeaten()
             # Sent before the pause ended: its ack timer may have run out unseen.
             self._pending = max(0, self._pending - 1)
-            self._fenced += 1
+            self._fenced.append(Delivery(self._verbs, subject, reply, body, headers))
             return None
         delivery = Delivery(self._verbs, subject, reply, body, headers)
         if not self._pulling:

@@ -360,8 +360,8 @@ async def test_what_the_server_sent_during_a_pause_is_forgotten(
     """The process stands still (here: the event loop blocked) while the server delivers a job
     into its socket, and past forget_after without a heartbeat: the server may hand that job to
     another worker before this one reads it. Whichever runs first after the pause, the read
-    loop or the heartbeat, the job is forgotten, never handed out, and comes back once its
-    ack_wait runs out (its second delivery)."""
+    loop or the heartbeat, the job is forgotten (and the owner told), never handed out, and
+    comes back once its ack_wait runs out (its second delivery)."""
     async with connected(nats_server.url) as conn:
         await make_queue(conn, ack_wait=1.0)
         offered: list[Delivery] = []
@@ -370,8 +370,16 @@ async def test_what_the_server_sent_during_a_pause_is_forgotten(
             offered.append(delivery)
             return True
 
+        forgotten: list[Delivery] = []
         async with PullConsumer(
-            conn, STREAM, DURABLE, max_messages=10, expires=30.0, handler=handler, forget_after=0.5
+            conn,
+            STREAM,
+            DURABLE,
+            max_messages=10,
+            expires=30.0,
+            handler=handler,
+            forget_after=0.5,
+            on_forgotten=forgotten.extend,
         ) as pc:
             await conn.flush()  # the pull request waits on the server
             # Longer than forget_after since the consumer's last heartbeat (its start).
@@ -391,6 +399,8 @@ async def test_what_the_server_sent_during_a_pause_is_forgotten(
                 tg.cancel_scope.cancel()
             assert [d.attempt for d in offered] == [2], "the job sent during the pause was handed out"
             assert pc.stats[EngineEvent.DROPPED.value] >= 1
+            # Told, so that the worker counts that delivery as given back (no crash of the job's).
+            assert [d.attempt for d in forgotten] == [1]
             await offered[0].ack()
         await conn.flush()
         await wait_stream_empty(nats_server.url)
