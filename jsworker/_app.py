@@ -300,14 +300,14 @@ class App(HookDeclarations, QueueLayout, ArqSpelling):
         seconds, at least 1).
 
         The server keeps and fires the schedule: workers install it at start (``jsworker run``
-        reconciles every declared schedule, see README), so it needs no process of its own
+        reconciles every declared schedule, see docs/scheduling.md), so it needs no process of its own
         and each tick makes one job however many workers run. ``name`` (default: the task's
         name) is unique in the app. A tick that has not started ``expires`` seconds after it
         was due is not run (``"next"``: once the next tick is due; ``"never"``); None takes
         the task's own ``expires``, else ``"next"``, so ticks missed while no worker ran do
         not all run in a burst when one starts. ``headers`` ride on every tick
         (``current_job().headers``). ``enabled=False`` switches it off: a worker starting with
-        this code pauses it, and workers of older code keep it paused (README: "Switching a
+        this code pauses it, and workers of older code keep it paused (docs/scheduling.md: "Switching a
         schedule off"). A bad expression, zone, interval or argument raises
         :class:`ConfigurationError` or ``TypeError`` here, naming the schedule.
         """
@@ -375,7 +375,7 @@ class App(HookDeclarations, QueueLayout, ArqSpelling):
     async def astatus(self, job_id: str) -> JobStatus:
         """Where job ``job_id`` is in its lifecycle: ``scheduled``, ``queued``, ``running``,
         ``retrying``, ``succeeded``, ``failed``, ``cancelled``, ``expired`` or ``unknown``,
-        with attempts and times where known (README: "Job lifecycle" says what each is read
+        with attempts and times where known (docs/lifecycle.md says what each is read
         from). An id no job can have (a dot in it, say: user input) is ``unknown``. Needs
         nats-server 2.11+."""
         if not is_job_id(job_id) and isinstance(job_id, str):

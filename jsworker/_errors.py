@@ -84,7 +84,7 @@ class PermissionDeniedError(JsworkerError):
         super().__init__(
             f"permission denied: the NATS server refused to let this user {operation} "
             f"{'to' if operation == 'publish' else 'on'} {subject!r}; grant it in the user's "
-            "permissions (see the README's Security section)"
+            "permissions (see docs/security.md)"
         )
         self.operation = operation
         self.subject = subject
@@ -112,7 +112,7 @@ class ProvisioningNeeded(PermissionDeniedError):
             self,
             f"{what} {state} and this user may not {change} it (refused {subject!r}): "
             f"run `jsworker provision {module or 'MODULE'}` with the provisioner's credentials first "
-            "(README: Security)",
+            "(docs/security.md)",
         )
         self.operation, self.subject = "publish", subject
         self.stream, self.change, self.module = stream, change, module

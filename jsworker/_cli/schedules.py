@@ -122,7 +122,7 @@ def sync(app_spec: str, prune: bool, **connection: str | None) -> None:
 @connection_options
 def mark_unique(app_spec: str, dry_run: bool, **connection: str | None) -> None:
     """Mark the unique delayed jobs an earlier version scheduled, once: after the workers and
-    before the producers are upgraded (see the README's "Unique jobs")."""
+    before the producers are upgraded (see docs/lifecycle.md, "Unique jobs")."""
     count = _run(app_spec, connection, lambda admin: admin.mark_unique_schedules(dry_run=dry_run))
     click.echo(f"{count} unique delayed job(s) {'lack' if dry_run else 'given'} a marker")
 

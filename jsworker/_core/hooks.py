@@ -110,7 +110,8 @@ class HookDeclarations:
 
         At least once: the workers share one durable consumer a handler, so a restarted fleet
         goes on where it stopped, and a handler that raises hears that job again later. Make
-        it idempotent (an upsert by ``status.id``). See the README, "Final states".
+        it idempotent (an upsert by ``status.id``). See docs/middleware.md, "Final states a
+        table can rely on".
         """
         if not self.options.final_states:
             raise ConfigurationError(

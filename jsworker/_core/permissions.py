@@ -35,7 +35,7 @@ Six roles use an app (see :data:`~jsworker._wire.names.ROLES`):
   role deletes a stream.
 
 Every allow entry is a :class:`Grant` naming why it is there; ``jsworker permissions`` prints
-them as a NATS server configuration block, and :func:`role_table` as the README's table.
+them as a NATS server configuration block, and :func:`role_table` as the table of docs/security.md.
 """
 
 from __future__ import annotations
@@ -399,7 +399,7 @@ def _unique(subjects: Iterable[str]) -> tuple[str, ...]:
 
 
 def role_table(inbox_prefix: str | None = None) -> str:
-    """The README's table of every grant of an app named ``<app>``: a column a role, a row
+    """The table of every grant (docs/security.md) of an app named ``<app>``: a column a role, a row
     the entries that serve one purpose, and that purpose."""
     rows = [
         f"| subjects | | {' | '.join(ROLES)} | why |",

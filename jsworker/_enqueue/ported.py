@@ -1,6 +1,6 @@
 """Celery's and arq's spellings of an enqueue, for code ported from them. Each maps onto
 jsworker's own call and nothing more; what differs (default retries, results, how long a job
-id stays taken) is in the README's "Porting from Celery and arq"."""
+id stays taken) is in docs/migrating.md."""
 
 from __future__ import annotations
 
@@ -65,8 +65,7 @@ def refuse(task: str, spelling: str, unsupported: Mapping[str, Any]) -> None:
     """ConfigurationError naming the options of ``spelling`` that jsworker has no use for."""
     if unsupported:
         raise ConfigurationError(
-            f"task {task}: {spelling} takes no {', '.join(sorted(unsupported))} here "
-            "(README: Porting from Celery and arq)"
+            f"task {task}: {spelling} takes no {', '.join(sorted(unsupported))} here (docs/migrating.md)"
         )
 
 

@@ -60,7 +60,7 @@ class Interceptor:
     """One per-job concern of the worker: override the hooks it needs (each does nothing
     here), and list it in :func:`jsworker._runtime.interceptors.assemble`."""
 
-    #: Its name in the pipeline's list (README: "Project layout").
+    #: Its name in the pipeline's list (docs/project-layout.md).
     name: ClassVar[str] = ""
     #: Whether :meth:`after_settled` must wait until the server stored a kept result and the
     #: job was acknowledged (a hook that tells the app a job ended must); hooks that need not

@@ -1,4 +1,4 @@
-"""The web dashboard of a jsworker app (README: "Web dashboard").
+"""The web dashboard of a jsworker app (docs/dashboard.md).
 
 ::
 

@@ -35,7 +35,7 @@ def create_app(
     payloads: bool = True,
     role: SessionRole = "dashboard",
 ) -> Starlette:
-    """The dashboard of ``app`` (README: "Web dashboard"), an ASGI application to serve with
+    """The dashboard of ``app`` (docs/dashboard.md), an ASGI application to serve with
     uvicorn or mount in your own (``Mount("/jobs", create_app(app))``).
 
     It reads and acts through one :class:`~jsworker.admin.Admin` connection, as the app's

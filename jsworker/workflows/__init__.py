@@ -85,7 +85,7 @@ class _Startable:
             raise ConfigurationError(
                 f"{kind}.{spelling}() takes no {', '.join(sorted(options))}: a workflow starts when it "
                 "is applied; to start one later, apply it from a delayed job of a task of your own "
-                "(README: Workflows)"
+                "(docs/workflows.md)"
             )
 
 

@@ -1,5 +1,5 @@
-"""The job pipeline: its map in the README matches what the code builds, and a new per-job
-concern plugs in as one interceptor class, with no change to the worker."""
+"""The job pipeline: its map in docs/project-layout.md matches what the code builds, and a new
+per-job concern plugs in as one interceptor class, with no change to the worker."""
 
 from __future__ import annotations
 
@@ -29,13 +29,13 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-README = Path(__file__).parents[2] / "README.md"
+LAYOUT = Path(__file__).parents[2] / "docs" / "project-layout.md"
 
 
 def _section(name: str) -> str:
-    text = README.read_text(encoding="utf-8")
+    text = LAYOUT.read_text(encoding="utf-8")
     found = re.search(rf"<!-- {name} -->\n(.*?)<!-- end {name} -->", text, re.S)
-    assert found is not None, f"README has no {name} section"
+    assert found is not None, f"docs/project-layout.md has no {name} section"
     return found.group(1)
 
 
@@ -44,7 +44,7 @@ def readme_stages() -> list[str]:
 
 
 def readme_interceptors() -> list[tuple[str, set[str]]]:
-    """(name, hooks) of each row of the README's interceptor table."""
+    """(name, hooks) of each row of the documentation's interceptor table."""
     rows = []
     for line in _section("pipeline interceptors").splitlines()[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -65,7 +65,7 @@ async def test_a_worker_with_every_feature_on_builds_the_listed_pipeline(nats_se
     assert [i.name for i in built] == list(ORDER)
     listed = dict(readme_interceptors())
     for interceptor in built:
-        # The README's hooks column names every hook the code gathers (and, for metrics, the
+        # The documentation's hooks column names every hook the code gathers (and, for metrics, the
         # debug-only admit besides).
         assert interceptor.hooks() <= listed[interceptor.name], interceptor.name
         assert listed[interceptor.name] - interceptor.hooks() <= {"admit"}, interceptor.name

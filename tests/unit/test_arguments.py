@@ -352,7 +352,7 @@ def test_recursive_dataclasses_are_typed_arguments() -> None:
 
 
 def test_integer_dict_keys_come_back_as_ints_only_where_the_key_type_is_annotated() -> None:
-    """As the README says: JSON keys are strings; an annotated key type converts them back."""
+    """As the documentation says: JSON keys are strings; an annotated key type converts them back."""
     app = _app()
 
     @app.task

@@ -1,7 +1,7 @@
 """Imports point downward: every module of the package sits on a layer by its path and imports
 only from its own layer or the ones under it, and no modules import each other in a loop.
 
-The layers, from the ground up (README: "Project layout"):
+The layers, from the ground up (docs/project-layout.md):
 
 0. base: the exceptions (``_errors.py``), option fields (``_config.py``), the release, the
    running job's context (``_current.py``), logs and metrics (``_observability/``), the wire
@@ -143,7 +143,7 @@ EDGES = {(path, target): line for path in MODULES for target, line in imports(pa
 
 
 def test_every_module_has_a_layer() -> None:
-    """A new folder is placed on purpose: add it to FOLDERS and to the README's layout."""
+    """A new folder is placed on purpose: add it to FOLDERS and to docs/project-layout.md."""
     unplaced = [path for path in MODULES if path != FACADE and layer(path) is None]
     assert unplaced == []
 

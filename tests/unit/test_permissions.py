@@ -186,10 +186,10 @@ def test_the_permissions_command_prints_the_provisioner() -> None:
     assert "$JS.API.STREAM.UPDATE.JSW_SHOP_DLQ" in printed.output
 
 
-def test_the_readme_role_table_is_the_one_the_grants_make() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert role_table() in readme, (
-        "README.md's role table differs: paste jsworker._core.permissions.role_table()"
+def test_the_documented_role_table_is_the_one_the_grants_make() -> None:
+    documented = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    assert role_table() in documented, (
+        "docs/security.md's role table differs: paste jsworker._core.permissions.role_table()"
     )
     assert all(grant.why and grant.roles <= set(ROLES) for grant in grants("shop"))
 

@@ -257,7 +257,7 @@ def test_every_public_name_has_a_docstring() -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", jsworker.__version__)
 
 
-# The modules a user imports: the package, and the documented sub-modules (README).
+# The modules a user imports: the package, and the documented sub-modules (docs/reference/api.md).
 PUBLIC_MODULES = {
     "jsworker",
     "jsworker.__main__",

@@ -38,7 +38,7 @@ from .workflows import Workflows
 if TYPE_CHECKING:
     from ..._app import App
 
-#: The names of the built-in interceptors, in pipeline order (README: "Project layout").
+#: The names of the built-in interceptors, in pipeline order (docs/project-layout.md).
 ORDER = (
     JobMetrics.name,
     FiredJobs.name,
