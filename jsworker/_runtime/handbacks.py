@@ -12,8 +12,7 @@ limit of attempts, and the hand-backs are then not held against it: nothing on t
 A worker that forgets jobs it had pulled (it stood still past their ack wait, or lost its
 connection) counts them too, as it forgets them. A worker that dies gives nothing back and
 counts nothing: its jobs' next deliveries count, as they must for a job that kills its
-workers. Servers without the claims stream (before 2.12)
-keep the plain count.
+workers. Servers without the claims stream (before 2.12) keep the plain count.
 """
 
 from __future__ import annotations

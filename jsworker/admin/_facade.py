@@ -113,8 +113,8 @@ class Admin(OperatorSession):
     but may only take the dashboard's actions: it cancels by asking the workers (as a
     canceller does), and the server refuses it the rest (:meth:`sync_schedules`, which may
     create the app's streams). Listings are paged:
-    a :class:`~jsworker._core.paging.Page` holds one page, never a whole stream (docs/admin.md: "Admin
-    API" says what each costs the server). Connection failures raise
+    a :class:`~jsworker._core.paging.Page` holds one page, never a whole stream (docs/admin.md
+    says what each costs the server). Connection failures raise
     :class:`~jsworker.ConnectError`; a bad argument :class:`~jsworker.ConfigurationError`.
     """
 
