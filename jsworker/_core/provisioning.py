@@ -7,17 +7,23 @@ not, so none of them can reshape a stream (make it copy another app's dead lette
 A worker that finds a stream missing or out of date there stops, naming this step
 (:class:`~jsworker._errors.ProvisioningNeeded`). On a server without authentication workers
 still do it themselves at start.
+
+A queue's limits changed at run time (:func:`set_queue_limits`) are written here too, into its
+consumers, and provisioning keeps them (see :mod:`jsworker._limits.overrides`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from .._limits.overrides import DECLARED, KEYS, check_limits
 from .._registry.entries import REGISTRY_SINCE, workers_bucket_spec
 from ..jetstream.connection import Connection
-from ..jetstream.topology import Change, ReplicasDiffer, apply_consumer, apply_stream
-from .layout import queue_consumer_specs, relay_specs
+from ..jetstream.topology import Change, ReplicasDiffer, apply_consumer, apply_stream, set_consumer_limits
+from .layout import consumer_spec, queue_consumer_specs, relay_specs
 from .view import AppView
 
 
@@ -58,3 +64,27 @@ async def provision_app(
         change = await apply_consumer(conn, consumer)
         done.append(Provisioned("consumer", f"{consumer.stream} > {consumer.name}", change))
     return done
+
+
+async def set_queue_limits(
+    app: AppView, conn: Connection, queue: str, asked: Mapping[str, Any]
+) -> dict[str, str]:
+    """Change the limits of ``queue`` (see :func:`check_limits`) on every consumer of it, made
+    first where a consumer is missing: the overrides it keeps now, as
+    :attr:`~jsworker.admin.QueueStatus.overrides` will show them."""
+    changes = check_limits(app, queue, asked)
+    specs = [consumer_spec(app, queue, k) for k in range(app.queue_streams(queue))]
+    running = changes.get("max_running")
+    # None: as it stands; the declared value (the spec's) for DECLARED; a number's own, with 0
+    # for the app's max_ack_pending, the bound of a queue that declares none.
+    if running is None:
+        max_ack_pending = None
+    elif running == DECLARED:
+        max_ack_pending = specs[0].max_ack_pending
+    else:
+        max_ack_pending = int(running) or app.options.max_ack_pending
+    updates = {KEYS[name]: None if value == DECLARED else value for name, value in changes.items()}
+    kept = await asyncio.gather(
+        *(set_consumer_limits(conn, spec, updates, max_ack_pending) for spec in specs)
+    )
+    return {name: kept[0][key] for name, key in KEYS.items() if key in kept[0]}

@@ -6,7 +6,8 @@ each partition): ``jsw_max_running`` (a number; ``0`` for no limit of the queue'
 ``jsw_rate_limit`` (``"50/s"``, or ``none``). A worker writes them, asked to, with its own
 grants: the users that ask may not change a consumer, whose other settings (its filter, its
 ack policy) decide which jobs run and how often. Provisioning keeps them (see
-:func:`~jsworker.jetstream.topology.apply_consumer`), so the next deploy does not undo what an
+:func:`~jsworker.jetstream.topology.apply_consumer`; a worker writes them with
+:func:`~jsworker._core.provisioning.set_queue_limits`), so the next deploy does not undo what an
 operator changed during an incident; setting one back to :data:`DECLARED` puts back what the
 code declares.
 
@@ -17,20 +18,15 @@ Workers read the rate with the queue figures they read every few seconds
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .._core.layout import consumer_spec
 from .._errors import ConfigurationError
 from .._observability.logging import get_logger
-from ..jetstream.topology import SET_MAX_ACK_PENDING, set_consumer_limits
+from ..jetstream.topology import SET_MAX_ACK_PENDING
 from .spec import Rate, parse_rate
 
 if TYPE_CHECKING:
-    from .._core.queues import QueueStatus
-    from .._core.view import AppView
-    from ..jetstream.connection import Connection
     from .rates import RateLimiter
 
 log = get_logger("jsworker.flow")
@@ -47,6 +43,26 @@ _MOST = 2**31 - 1
 KEYS = {"max_running": SET_MAX_ACK_PENDING, "rate_limit": _RATE_LIMIT}
 
 
+class QueueLayout(Protocol):
+    """What the checks read of an app: its queues and how many streams each spans."""
+
+    @property
+    def queues(self) -> list[str]: ...
+
+    def queue_streams(self, queue: str) -> int: ...
+
+
+class Overridden(Protocol):
+    """A queue's figures as the worker reads them (a ``QueueStatus``): its name, and its
+    limits set at run time."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def overrides(self) -> dict[str, str]: ...
+
+
 def queue_rate(declared: Rate | None, overrides: Mapping[str, str]) -> Rate | None:
     """A queue's rate limit: the one set at run time (``overrides``, as
     :attr:`~jsworker.admin.QueueStatus.overrides` has them) or, without one, ``declared``."""
@@ -61,7 +77,7 @@ def queue_rate(declared: Rate | None, overrides: Mapping[str, str]) -> Rate | No
         return declared  # not written by jsworker: the code's limit holds
 
 
-def check_limits(app: AppView, queue: str, asked: Mapping[str, Any]) -> dict[str, str]:
+def check_limits(app: QueueLayout, queue: str, asked: Mapping[str, Any]) -> dict[str, str]:
     """The overrides ``asked`` (``max_running``, ``rate_limit``; absent or None: as they are)
     for a declared ``queue``, checked, as the values stored; ConfigurationError otherwise."""
     if queue not in app.queues:
@@ -96,30 +112,6 @@ def check_limits(app: AppView, queue: str, asked: Mapping[str, Any]) -> dict[str
     return stored
 
 
-async def set_queue_limits(
-    app: AppView, conn: Connection, queue: str, asked: Mapping[str, Any]
-) -> dict[str, str]:
-    """Change the limits of ``queue`` (see :func:`check_limits`) on every consumer of it, made
-    first where a consumer is missing: the overrides it keeps now, as
-    :attr:`~jsworker.admin.QueueStatus.overrides` will show them."""
-    changes = check_limits(app, queue, asked)
-    specs = [consumer_spec(app, queue, k) for k in range(app.queue_streams(queue))]
-    running = changes.get("max_running")
-    # None: as it stands; the declared value (the spec's) for DECLARED; a number's own, with 0
-    # for the app's max_ack_pending, the bound of a queue that declares none.
-    if running is None:
-        max_ack_pending = None
-    elif running == DECLARED:
-        max_ack_pending = specs[0].max_ack_pending
-    else:
-        max_ack_pending = int(running) or app.options.max_ack_pending
-    updates = {KEYS[name]: None if value == DECLARED else value for name, value in changes.items()}
-    kept = await asyncio.gather(
-        *(set_consumer_limits(conn, spec, updates, max_ack_pending) for spec in specs)
-    )
-    return {name: kept[0][key] for name, key in KEYS.items() if key in kept[0]}
-
-
 class RateFollower:
     """Keeps a worker's queue rate limiters (``rates``, by queue: what its pull loops read
     before each start) as the queue figures it reads say (:meth:`follow`): a limit set at run
@@ -135,7 +127,7 @@ class RateFollower:
         self._declared = declared
         self._make = make
 
-    def follow(self, statuses: Iterable[QueueStatus]) -> None:
+    def follow(self, statuses: Iterable[Overridden]) -> None:
         """Apply the rates of ``statuses`` (of the queues this worker serves only)."""
         for status in statuses:
             queue = status.queue

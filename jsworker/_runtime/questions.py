@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Protocol, cast, get_args
 
+from .._core.provisioning import set_queue_limits
 from .._enqueue.calls import check_job_id
 from .._errors import ConfigurationError, JsworkerError, ScheduleNotFound
 from .._lifecycle.cancel import cancel_job
 from .._lifecycle.lookup import job_status
 from .._lifecycle.state import Form
-from .._limits.overrides import set_queue_limits
 from .._observability.logging import get_logger
 from .._scheduling.declare import schedule_of
 from .._scheduling.periodic import put_schedule, set_paused
