@@ -44,6 +44,7 @@ pytestmark = pytest.mark.faults
 R3 = {"JSWORKER_REPLICAS": "3"}
 WORKER_ARGS = ("-c", "200", "-Q", "default")
 JOB_MS = 200.0
+LONG_JOB_MS = 500.0
 
 
 def _start_on_another_node(
@@ -68,7 +69,7 @@ def test_cluster_stream_leader_sigkill(
 ) -> None:
     """R3 stream, two workers (-c 200) given all three URLs: w1 connected to node X, w2 to another
     node. The stream and consumer leaders are moved onto X (the worst case: one kill takes out
-    both), 5,000 jobs of 200 ms are enqueued, and X is SIGKILLed mid-run (at least 1,500 done).
+    both), 5,000 jobs of 500 ms are enqueued, and X is SIGKILLed mid-run (at least 1,500 done).
     Nothing is lost.
     Reported: the stall (longest gap between completions after the kill; a Raft election takes
     4-9 s), the time until a survivor named a new stream leader (polled, to about 1 s), the
@@ -89,9 +90,11 @@ def test_cluster_stream_leader_sigkill(
     stream_leader, consumer_leader = leaders(urls, STREAM, "default")
     assert node_index(stream_leader or "n0") == x, (stream_leader, target)
 
-    # Jobs of 200 ms: two workers of -c 200 need at least 2.5 s for them all, longer than the
-    # enqueue takes, so the kill lands mid-run however fast the workers are.
-    jobs = fault_app.work.delay_many([(i, JOB_MS) for i in range(5000)])
+    # Jobs of 500 ms: two workers of -c 200 need at least 6 s for them all, longer than the
+    # enqueue takes, so the kill lands mid-run however fast the workers are; with 200 ms jobs,
+    # a loaded machine kept this process from looking for the 2 s they took, and every job
+    # was done before it looked.
+    jobs = fault_app.work.delay_many([(i, LONG_JOB_MS) for i in range(5000)])
     enqueued = {j.id for j in jobs}
     wait_until(
         lambda: len(records.done_ids()) >= 1500, timeout=60, interval=0.01, message="1,500 completions"
