@@ -26,19 +26,31 @@ pytestmark = pytest.mark.anyio
 async def test_a_process_tasks_job_waits_for_a_free_process_before_it_starts(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    app, gate = slots_app.app, tmp_path / "gate"
-    os.mkfifo(gate)
+    app = slots_app.app
     app.servers = [nats_server.url]
+    # One gate per job: with one shared FIFO, the second job's open for reading returned at
+    # once whenever the test's open for writing (for the first job) was not yet closed, and
+    # the test then waited for a reader that never came.
+    gates = {name: tmp_path / f"{name}.gate" for name in ("first", "second")}
+    for gate in gates.values():
+        os.mkfifo(gate)
 
-    def let_one_through() -> None:
-        # Returns once a job's run has opened the gate for reading, and lets that one go on.
-        os.close(os.open(gate, os.O_WRONLY))
+    async def let_through(name: str) -> None:
+        """Returns once that job's run has opened its gate for reading, and lets it go on."""
+        gate = gates[name]
+        try:
+            await asyncio.wait_for(asyncio.to_thread(lambda: os.close(os.open(gate, os.O_WRONLY))), 30)
+        except TimeoutError:
+            # A reader of our own releases the thread still blocked in open, so the test fails
+            # here rather than hanging the event loop's shutdown.
+            os.close(os.open(gate, os.O_RDONLY | os.O_NONBLOCK))
+            raise
 
     slots_app.begun.ids.clear()
     async with in_process_worker(app, concurrency=2, task_processes=1):
-        first = await slots_app.gated.adelay(str(tmp_path / "first"), str(gate))
+        first = await slots_app.gated.adelay(str(tmp_path / "first"), str(gates["first"]))
         await wait_until_async((tmp_path / "first").exists, timeout=30, message="the first job running")
-        second = await slots_app.gated.adelay(str(tmp_path / "second"), str(gate))
+        second = await slots_app.gated.adelay(str(tmp_path / "second"), str(gates["second"]))
         waiting = await wait_until_async(
             lambda: app.astatus(second.id),
             until=lambda s: s.state is JobState.QUEUED and s.reason == "waiting for a task process",
@@ -48,8 +60,8 @@ async def test_a_process_tasks_job_waits_for_a_free_process_before_it_starts(
         assert waiting.started_at is None
         # Taken up by the worker, but not begun: its around_run has not run.
         assert slots_app.begun.ids == [first.id]
-        await asyncio.wait_for(asyncio.to_thread(let_one_through), 30)
+        await let_through("first")
         first_pid = await first.aresult(timeout=30)
-        await asyncio.wait_for(asyncio.to_thread(let_one_through), 30)
+        await let_through("second")
         assert await second.aresult(timeout=30) == first_pid  # one process ran both
     assert slots_app.begun.ids == [first.id, second.id]
