@@ -253,7 +253,9 @@ async def test_a_due_retry_no_worker_has_taken_yet_is_retrying_not_held_by_a_gon
     @app.task
     async def flaky(n: int) -> None:
         tried.append(n)
-        raise Retry(delay=0.5, reason="not yet")
+        # Long enough that the worker surely stops before the retry comes due, even when a
+        # loaded machine takes a second over the status reads below (0.5 s was not).
+        raise Retry(delay=3, reason="not yet")
 
     await app.provision()
     job = await flaky.adelay(1)
