@@ -40,6 +40,11 @@ class TaskView(Protocol):
         """Whether its jobs are unique (or the function that makes their key)."""
         ...
 
+    def given_back(self, value: Any) -> Any:
+        """A kept return value as the task's return annotation says (as kept when it says
+        nothing to convert)."""
+        ...
+
 
 class JobReader(Protocol):
     """Results, status and cancels of an app's jobs: the lifecycle feature's part

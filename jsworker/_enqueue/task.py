@@ -31,6 +31,7 @@ from .calls import Call, CallArgs, due_time, new_job_id
 from .calls import check_job_id as check_job_id
 from .ported import SignatureSpelling, refuse, seconds_until, takes_celery_failure
 from .receipt import Job
+from .results import TypedResult
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -174,6 +175,8 @@ class Task(Generic[P, R]):
         #: The annotated parameters checked at enqueue and converted at run (None: none, or
         #: the app turned it off with ``validate_arguments=False``).
         self.typed = TypedArguments.of(name, fn, self.signature) if app.options.validate_arguments else None
+        #: How a kept return value is encoded and given back (None: kept as returned).
+        self.typed_result = TypedResult.of(fn) if app.options.validate_arguments else None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -181,6 +184,12 @@ class Task(Generic[P, R]):
     def queue(self) -> str:
         """The queue this task's jobs go to."""
         return self.options.queue
+
+    def given_back(self, value: Any) -> Any:
+        """A kept return value as this task's return annotation says: a ``Decimal``, a
+        dataclass... (as kept when the annotation says nothing to convert). ``TypeError``
+        when it does not fit, as a result kept before the annotation changed."""
+        return value if self.typed_result is None else self.typed_result.decode(value)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.run(*args, **kwargs)

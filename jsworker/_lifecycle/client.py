@@ -68,7 +68,11 @@ class JobLifecycle:
 
     def _value(self, job_id: str, record: JobRecord) -> Any:
         if record.state is JobState.SUCCEEDED:
-            return record.result(self.app.serializer)
+            value = record.result(self.app.serializer)
+            # Given back as its task's return annotation says, whichever handle asks: the
+            # record names the task, an id alone does not.
+            task = self.app.tasks.get(record.task)
+            return value if task is None else task.given_back(value)
         if record.state is JobState.CANCELLED:
             raise JobCancelled(job_id)
         if record.state is JobState.EXPIRED:

@@ -236,8 +236,9 @@ class JobBook:
         value: bytes | None = None
         if value_kept:
             serializer = self.app.serializer
+            typed = job.task.typed_result if job.task is not None else None
             try:
-                value = serializer.dumps(outcome.value)
+                value = serializer.dumps(outcome.value if typed is None else typed.encode(outcome.value))
             except Exception as exc:  # an encoder may raise anything on a foreign object
                 return _unstorable(
                     f"return value cannot be encoded with {serializer.content_type}: {exc}", exc

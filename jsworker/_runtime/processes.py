@@ -224,7 +224,8 @@ def _run(call: ProcessCall, replies: Connection) -> Returned | Raised:
     if value is None or not call.keep_result:
         return Returned(None)
     try:
-        return Returned(serializer.dumps(value))
+        typed = task.typed_result
+        return Returned(serializer.dumps(value if typed is None else typed.encode(value)))
     except Exception as exc:  # an encoder may raise anything on a foreign object
         return _raised("result", exc)
 

@@ -150,7 +150,9 @@ class Workflow:
                 raise JsworkerError(f"workflow {self.id}: the result of step {i} is gone")
             kept = self.app.serializer.loads(found.body)
             if "ok" in kept:
-                values.append(kept["ok"])
+                # As the step's task's return annotation says (see jsworker._enqueue.results).
+                task = self.app.tasks.get(flow.steps[i]["task"])
+                values.append(kept["ok"] if task is None else task.given_back(kept["ok"]))
             elif "error" in kept:
                 values.append(kept["error"])
         return values[0] if flow.kind == "chain" else values

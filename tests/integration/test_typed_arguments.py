@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import sys
 from decimal import Decimal
 from typing import Any
 
@@ -15,9 +16,13 @@ import pytest
 
 from jsworker import App
 from jsworker.testing import NatsServer
+from jsworker.workflows import chain
 
 from ..support import stream_messages_async, stream_state_async, wait_until_async
-from .workers import in_process_worker
+from .workers import APPS, in_process_worker
+
+sys.path.insert(0, str(APPS))
+import typed_results_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -98,3 +103,51 @@ async def test_a_body_that_does_not_fit_is_dead_lettered_naming_the_parameter(
     assert letter.headers is not None
     reason = letter.headers["Jsw-Dlq-Reason"]
     assert "bad arguments" in reason and "argument 'when'" in reason, reason
+
+
+class Mine:
+    """A class of the app's own: no annotation jsworker converts."""
+
+
+async def test_a_typed_result_is_kept_as_json_and_given_back_as_its_annotation(
+    nats_server: NatsServer,
+) -> None:
+    """A task returning a Decimal, a dataclass (in a list), a date: kept (JSON refused them as
+    they were, and dead-lettered the job after its work), and given back typed to a receipt, to
+    a handle from the id alone, and to a chain's next step; a sync task's too. A return
+    annotation of a class of the app's own leaves the value as returned."""
+    app = App("typedres", nats_server.url, results=True, workflows=True)
+
+    @app.task
+    async def total(lines: list[Line]) -> Decimal:
+        return sum((Decimal(line.qty) * Decimal("2.50") for line in lines), Decimal(0))
+
+    @app.task
+    async def split(amount: Decimal) -> list[Line]:
+        return [Line(f"part-{amount}", 1)]
+
+    @app.task
+    def due(days: int) -> datetime.date:
+        return datetime.date(2026, 12, 1) + datetime.timedelta(days=days)
+
+    @app.task
+    async def opaque() -> Mine:
+        return "as returned"  # type: ignore[return-value]
+
+    async with in_process_worker(app):
+        job = await total.adelay([Line("book", 3)])
+        assert await job.aresult(timeout=20) == Decimal("7.50")
+        assert type(await app.job(job.id).aresult(timeout=20)) is Decimal
+        assert await (await due.adelay(30)).aresult(timeout=20) == datetime.date(2026, 12, 31)
+        assert await (await chain(total.s([Line("pen", 2)]), split.s()).aapply()).aresult(timeout=20) == [
+            Line("part-5.00", 1)
+        ]
+        assert await (await opaque.adelay()).aresult(timeout=20) == "as returned"
+
+
+async def test_a_task_processs_typed_result_is_kept_and_given_back(nats_server: NatsServer) -> None:
+    app = typed_results_app.app
+    app.servers = [nats_server.url]
+    async with in_process_worker(app, task_processes=1):
+        job = await typed_results_app.tax.adelay(Decimal("10.05"))
+        assert await job.aresult(timeout=30) == Decimal("2.01")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..._errors import JsworkerError
 from ..._observability.logging import get_logger
@@ -52,7 +52,7 @@ class Workflows(Interceptor):
         outcome = await call_next()
         headers = job.delivery.headers
         if outcome.kind is OutcomeKind.SUCCEEDED and FLOW in headers:
-            return await _continued(self._flows, headers, outcome)
+            return await _continued(self._flows, headers, outcome, _sent_on(job, outcome.value))
         return outcome
 
     async def before_final(self, job: JobRun, settlement: Settlement) -> bool:
@@ -119,10 +119,25 @@ def _forged(flows: Continuations, job: JobRun) -> Awaitable[str | None]:
     return flows.forged(d.headers, job.job_id, d.stream_seq, job.fired is not None)
 
 
-async def _continued(flows: Continuations, headers: Mapping[str, str], outcome: Outcome) -> Outcome:
-    """``outcome`` once what follows the step is stored (see :func:`_patiently`)."""
+def _sent_on(job: JobRun, value: Any) -> Any:
+    """A step's return value as what follows it gets it: JSON-ready when its task's return
+    annotation is typed (a Decimal, a dataclass), so the next step's own annotation rebuilds
+    it. One that cannot be made so goes as it is, and fails the workflow saying why."""
+    typed = job.task.typed_result if job.task is not None else None
+    if typed is None:
+        return value
     try:
-        await _patiently(lambda: flows.ended(dict(headers), True, outcome.value, "succeeded", "", None))
+        return typed.encode(value)
+    except TypeError:
+        return value
+
+
+async def _continued(
+    flows: Continuations, headers: Mapping[str, str], outcome: Outcome, value: Any
+) -> Outcome:
+    """``outcome`` once what follows the step (given ``value``) is stored (see :func:`_patiently`)."""
+    try:
+        await _patiently(lambda: flows.ended(dict(headers), True, value, "succeeded", "", None))
     except JsworkerError as exc:
         # Not recorded: the step runs again later, and its next step is enqueued then.
         return _not_now(f"could not enqueue what follows it: {exc}", exc)

@@ -1,0 +1,10 @@
+"""Django's command line for the example project: ``python manage.py migrate``."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
