@@ -1,4 +1,4 @@
-"""The README's first command must keep working: the quickstart runs end to end."""
+"""The examples run end to end: the README's first command (the quickstart) and the others."""
 
 from __future__ import annotations
 
@@ -45,5 +45,30 @@ def test_the_task_tracking_example_keeps_every_jobs_final_state(tmp_path: Path) 
         ["charge", "succeeded", "2"],  # failed once, retried
         ["report", "cancelled", "1"],
         ["ship", "failed", "1"],
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_the_typed_example_gets_its_typed_result_and_a_wrong_type_is_refused() -> None:
+    result = run_example("typed_tasks")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "amount due: Decimal('200.75')",
+        "refused at enqueue: task amount_due: argument 'as_of' (date): Expected `date`, got `int`",
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_the_workflow_example_runs_a_chain_a_stopped_chain_and_a_chord() -> None:
+    result = run_example("workflows")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "chain: charged 12.50 for order 1"
+    assert lines[1].startswith("chain stopped: workflow ") and lines[1].endswith(
+        "failed at step 0: no sold-out left"
+    )
+    assert lines[2:] == [
+        "  its steps: failed, never enqueued",
+        "chord: thumbnails.zip (3 files: photo-0-320w.png, photo-1-320w.png, photo-2-320w.png)",
     ]
     assert "Traceback" not in result.stderr
