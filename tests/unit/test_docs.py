@@ -139,7 +139,7 @@ def _command_problem(line: str) -> str | None:
         names, args = args[0].split("/"), args[1:]
         found = [command.get_command(click.Context(command), name) for name in names]
         if None in found:
-            return f"no command {(args and names) or names} in {command.name}"
+            return f"no command {'/'.join(names)} in {command.name}"
         command = found[0]  # type: ignore[assignment]
     options = {"--help", "-h"} | {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
     unknown = [a.split("=")[0] for a in args if a.startswith("-") and a.split("=")[0] not in options]
