@@ -12,7 +12,9 @@ import asyncio
 import click
 
 from .._app import App
+from .._observability.logging import configure_logging
 from ..admin._doctor import Finding, diagnose, findings_json
+from ..admin._doctor_access import role_of
 from ..jetstream.connection import Connection
 from .connection import connection_options, load_connected_app
 from .errors import command_errors
@@ -38,7 +40,14 @@ _LABELS = {"ok": "ok", "warning": "warning", "problem": "PROBLEM"}
 def doctor(app_spec: str, monitoring: tuple[str, ...], as_json: bool, **connection: str | None) -> None:
     """Check how the App in MODULE runs on its servers: the server and what it supports, the
     streams and queue consumers against the code, where jobs sit while the partitions change,
-    the clock, and the servers' durability. Exits 4 when something is wrong."""
+    the periodic schedules against the code, the credential in use against its role, the
+    clock, and the servers' durability. Exits 4 when something is wrong.
+
+    Run it with an operator's credential to check everything; with another role's (a user
+    named <app>-<role>) it checks that credential and says what that role may not read."""
+    # The findings say what the client would log (a read refused to this role, say), and
+    # stdout carries only them: --json must stay JSON.
+    configure_logging("critical")
     app = load_connected_app(app_spec, connection)
     with command_errors("doctor failed"):
         found = asyncio.run(_diagnose(app, monitoring))
@@ -52,7 +61,10 @@ def doctor(app_spec: str, monitoring: tuple[str, ...], as_json: bool, **connecti
 
 
 async def _diagnose(app: App, monitoring: tuple[str, ...]) -> list[Finding]:
-    conn = await Connection.open(app.connect_options("operator", "doctor"))
+    # As the role its user is named for (<app>-<role>), whose inbox that user may use: an
+    # operator's by default, which may make every read the checks make.
+    role = role_of(app.name, app.connection.user) or "operator"
+    conn = await Connection.open(app.connect_options(role, "doctor"))
     try:
         return await diagnose(app, conn, monitoring)
     finally:

@@ -1,6 +1,8 @@
 """What ``jsworker doctor`` checks: the server and what it supports, the app's streams and queue
-consumers against what the code declares, where its jobs sit while its partitions change, the
-clock, and (given the servers' monitoring ports) whether an acknowledged write is on disk.
+consumers against what the code declares (replicas, duplicate window, ack wait, limits...),
+where its jobs sit while its partitions change, its periodic schedules against the code's, the
+credential in use against its role, the clock, and (given the servers' monitoring ports)
+whether an acknowledged write is on disk.
 
 Each check gives :class:`Finding`\\s: ``ok``, a ``warning`` (works, but look), or a ``problem``
 (something the app needs is wrong; the command exits non-zero). Every read is one the operator
@@ -15,22 +17,26 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .._core.layout import queue_consumer_specs
+from .._errors import PermissionDeniedError
 from .._lifecycle.bucket import RECORDS_SINCE
 from .._scheduling.declare import DELAYED_SINCE
 from .._scheduling.markers import mark_unmarked
 from .._wire.names import MAX_PARTITIONS, partition_of
 from ..jetstream.health import stream_health
 from ..jetstream.inspect import consumer_facts, stream_facts
+from ..jetstream.topology import consumer_drift, stream_drift
+from ._doctor_access import credentials
+from ._doctor_schedules import schedules
+from ._findings import Finding as Finding
+from ._findings import Level
+from ._findings import findings_json as findings_json
 
 if TYPE_CHECKING:
     from .._app import App
     from ..jetstream.connection import Connection
-
-Level = Literal["ok", "warning", "problem"]
 
 #: nats-server's default ``sync_interval``: an acknowledged write may sit in the page cache
 #: this long before it is flushed.
@@ -40,25 +46,25 @@ _SKEW = 1.0
 _HTTP_TIMEOUT = 5.0
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One thing ``jsworker doctor`` found: its ``level``, the ``check`` it came from and what
-    it says."""
-
-    level: Level
-    check: str
-    message: str
-
-
 async def diagnose(app: App, conn: Connection, monitoring: Sequence[str] = ()) -> list[Finding]:
     """Every check's findings for ``app`` over ``conn``; ``monitoring``: the servers' monitoring
     URLs (``http://host:8222``), without which durability is not checked."""
     found = [_server(app, conn)]
-    found += await _streams(app, conn)
-    found += await _consumers(app, conn)
-    found += await _partitions(app, conn)
-    found += await _unmarked(app, conn)
-    found += await _clock(app, conn)
+    checks = (
+        ("streams", _streams),
+        ("consumers", _consumers),
+        ("partitions", _partitions),
+        ("unique", _unmarked),
+        ("schedules", schedules),
+        ("credentials", credentials),
+        ("clock", _clock),
+    )
+    for name, check in checks:
+        try:
+            found += await check(app, conn)
+        except PermissionDeniedError as exc:
+            # Run with a role's credential that may not read this: the rest still says something.
+            found.append(Finding("warning", name, f"not checked: this user may not read {exc.subject}"))
     if monitoring:
         found += await asyncio.gather(*(asyncio.to_thread(_durability, url) for url in monitoring))
     else:
@@ -107,6 +113,15 @@ async def _streams(app: App, conn: Connection) -> list[Finding]:
             )
         elif not health.healthy:
             found.append(Finding("warning", "streams", f"{spec.name} has no leader or a follower behind"))
+        elif drift := await stream_drift(conn, spec):
+            found.append(
+                Finding(
+                    "warning",
+                    "streams",
+                    f"{spec.name} differs from the code: {'; '.join(drift)}. `jsworker provision` (or a "
+                    "worker's start) brings it in line",
+                )
+            )
     if not found:
         found.append(Finding("ok", "streams", f"{len(specs)} streams as the app declares them"))
     return found
@@ -143,13 +158,13 @@ async def _consumers(app: App, conn: Connection) -> list[Finding]:
                         "Admin.set_queue_limits)",
                     )
                 )
-        elif facts.max_ack_pending not in (0, spec.max_ack_pending):
+        elif drift := await consumer_drift(conn, spec):
             found.append(
                 Finding(
                     "warning",
                     "consumers",
-                    f"queue {spec.name} on {spec.stream} runs {facts.max_ack_pending} "
-                    f"at most, the code says {spec.max_ack_pending}: a worker applies it when it starts",
+                    f"queue {spec.name} on {spec.stream} differs from the code: {'; '.join(drift)}. "
+                    "A worker's start (or `jsworker provision`) brings it in line",
                 )
             )
     if not found:
@@ -283,8 +298,3 @@ def _durability(url: str) -> Finding:
         "if every replica loses power at once"
         + (" (set sync_interval: always, see deploy/nats)" if level != "ok" else ""),
     )
-
-
-def findings_json(found: Sequence[Finding]) -> str:
-    """``found`` as one JSON array (``jsworker doctor --json``)."""
-    return json.dumps([{"level": f.level, "check": f.check, "message": f.message} for f in found], indent=2)

@@ -18,6 +18,7 @@ import nats.js.errors
 
 from .._errors import ApiError as ApiError
 from .._errors import Failure as Failure
+from .._errors import PermissionDeniedError
 from .._errors import StreamRequestError as StreamRequestError
 from .connection import Connection
 
@@ -83,6 +84,37 @@ def parse_reply(data: bytes, headers: Mapping[str, str] | None = None) -> dict[s
         text = str(error.get("description") or error)
         raise ApiError(Failure(text, code == UNAVAILABLE, code, int(error.get("err_code") or 0)))
     return body
+
+
+async def may_request(conn: Connection, subject: str, *, timeout: float = TIMEOUT) -> bool | None:
+    """Whether this connection's user may make the API request ``subject`` (sent with no
+    body): True once the server answered (a refusal such as "not found" is an answer), False
+    when it refused the publish for permissions, None when no answer came. A refusal here is
+    an answer, not logged as an error."""
+    conn.nc.denials.probing(subject)
+    try:
+        await request_json(conn, subject, timeout=timeout)
+    except PermissionDeniedError:
+        return False
+    except ApiError:
+        return True
+    except (nats.errors.Error, TimeoutError, OSError):
+        return None
+    return True
+
+
+async def stream_absent(conn: Connection, name: str) -> bool:
+    """True only when the server said stream ``name`` does not exist: False when it exists,
+    when this user may not ask (not logged as an error) and when no answer came."""
+    subject = api_subject("STREAM.INFO", name)
+    conn.nc.denials.probing(subject)
+    try:
+        await request_json(conn, subject)
+    except ApiError as exc:
+        return exc.failure.code == NOT_FOUND
+    except (PermissionDeniedError, nats.errors.Error, TimeoutError, OSError):
+        return False
+    return False
 
 
 async def request_json(

@@ -319,6 +319,12 @@ class Connection:
         raise ConnectError(redact_urls(f"cannot connect to NATS at {where}: {_describe(last)}")) from last
 
     @property
+    def auth_required(self) -> bool:
+        """Whether the server asks its clients for credentials (as its INFO says)."""
+        info = getattr(self.nc, "_server_info", None)
+        return isinstance(info, dict) and bool(info.get("auth_required"))
+
+    @property
     def server_version(self) -> tuple[int, int, int]:
         """(major, minor, patch) of the server this connection is attached to."""
         version = self.nc.connected_server_version

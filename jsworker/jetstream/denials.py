@@ -70,13 +70,15 @@ class Denials:
         self._listeners: list[Listener] = []
         self._logged: set[Denial] = set()
         self._publishes: dict[str, Denial] = {}
+        # Subjects asked only to learn whether they are allowed: a refusal is an answer.
+        self._probes: set[str] = set()
 
     def report(self, error: BaseException) -> bool:
         """Take an error the client reported; True when it was a refusal."""
         denial = parse_denial(error)
         if denial is None:
             return False
-        if denial not in self._logged and len(self._logged) < 1000:
+        if denial not in self._logged and denial.subject not in self._probes and len(self._logged) < 1000:
             self._logged.add(denial)
             log.error("nats.permission_denied", operation=denial.operation, subject=denial.subject)
         if denial.operation == "subscribe":
@@ -102,6 +104,11 @@ class Denials:
         for listener in list(self._listeners):
             listener(denial)
         return True
+
+    def probing(self, subject: str) -> None:
+        """Expect ``subject`` may be refused: its refusal is not logged (it still ends the
+        request, which is how the caller learns of it)."""
+        self._probes.add(subject.lower())
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with every refusal from now on; returns a function that stops it."""

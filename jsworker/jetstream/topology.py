@@ -9,7 +9,7 @@ gets :class:`~jsworker._errors.ProvisioningNeeded`, which names the command that
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import nats.errors
@@ -196,19 +196,7 @@ async def _reconcile_stream(
             f"{current.subjects}; jsworker expects {wanted.retention} on {list(spec.subjects)}. "
             "Does something else on this server use that stream name?"
         )
-    if (
-        _close(current.duplicate_window, wanted.duplicate_window)
-        and _close(current.max_age, wanted.max_age)
-        and (current.max_bytes or -1) == wanted.max_bytes
-        and current.discard == wanted.discard
-        and sorted(current.subjects or []) == sorted(spec.subjects)
-        and (current.max_msgs_per_subject or -1) == wanted.max_msgs_per_subject
-        # Schedules, once allowed, cannot be turned off again; a spec without them leaves them.
-        and (bool(current.allow_msg_schedules) or not spec.schedules)
-        and (bool(current.allow_msg_ttl) or not (spec.kv or spec.atomic or spec.ttl))
-        and (bool(current.allow_atomic) or not spec.atomic)
-        and (bool(current.allow_batched) or not spec.batched)
-    ):
+    if not stream_differences(current, spec):
         return Change.AS_IS, differ
     if current.allow_msg_schedules:
         wanted.allow_msg_schedules = True
@@ -221,6 +209,56 @@ async def _reconcile_stream(
     except nats.errors.Error as exc:
         raise _failed(f"cannot update stream {spec.name}", exc) from exc
     return Change.UPDATED, differ
+
+
+def stream_differences(current: StreamConfig, spec: StreamSpec) -> list[str]:
+    """How stream ``current`` (as the server holds it) differs from ``spec``, replicas aside
+    (see :func:`apply_stream`): one phrase per setting, empty when it is as declared."""
+    wanted = spec.config()
+    subjects = sorted(current.subjects or [])
+    ttls = spec.kv or spec.atomic or spec.ttl
+    said = [
+        (_close(current.duplicate_window, wanted.duplicate_window), "duplicate window",
+         current.duplicate_window, wanted.duplicate_window),
+        (_close(current.max_age, wanted.max_age), "max age", current.max_age, wanted.max_age),
+        ((current.max_bytes or -1) == wanted.max_bytes, "max bytes", current.max_bytes, wanted.max_bytes),
+        (current.discard == wanted.discard, "discard", current.discard, wanted.discard),
+        (subjects == sorted(spec.subjects), "subjects", subjects, sorted(spec.subjects)),
+        ((current.max_msgs_per_subject or -1) == wanted.max_msgs_per_subject, "max messages per subject",
+         current.max_msgs_per_subject, wanted.max_msgs_per_subject),
+        # Schedules, once allowed, cannot be turned off again; a spec without them leaves them.
+        (bool(current.allow_msg_schedules) or not spec.schedules, "message schedules", False, True),
+        (bool(current.allow_msg_ttl) or not ttls, "message TTLs", False, True),
+        (bool(current.allow_atomic) or not spec.atomic, "atomic batches", False, True),
+        (bool(current.allow_batched) or not spec.batched, "batched publishing", False, True),
+    ]  # fmt: skip
+    return _phrases(said)
+
+
+def _phrases(said: Sequence[tuple[bool, str, object, object]]) -> list[str]:
+    """``<setting> <value now> (declared <value>)`` for each setting that is not the same."""
+    return [
+        f"{what} {_shown(now)} (declared {_shown(wanted)})" for same, what, now, wanted in said if not same
+    ]
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}s"
+    return str(getattr(value, "value", value))
+
+
+async def stream_drift(conn: Connection, spec: StreamSpec) -> list[str] | None:
+    """:func:`stream_differences` of the stream on the server; None when it does not exist."""
+    try:
+        info = await conn.js.stream_info(spec.name)
+    except nats.js.errors.NotFoundError:
+        return None
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot read stream {spec.name}", exc) from exc
+    return stream_differences(info.config, spec)
 
 
 async def stream_exists(conn: Connection, name: str) -> bool:
@@ -260,25 +298,53 @@ async def apply_consumer(conn: Connection, spec: ConsumerSpec) -> Change:
         return Change.CREATED
     except nats.errors.Error as exc:
         raise _failed(f"cannot read consumer {spec.name} on {spec.stream}", exc) from exc
-    wanted = spec.config()
-    kept = {k: v for k, v in (current.metadata or {}).items() if k.startswith(_OWN_METADATA)}
-    if kept:
-        wanted.metadata = kept
-    if SET_MAX_ACK_PENDING in kept and current.max_ack_pending is not None:
-        wanted.max_ack_pending = current.max_ack_pending
-    if (
-        current.filter_subject == wanted.filter_subject
-        and _close(current.ack_wait, wanted.ack_wait)
-        and current.max_ack_pending == wanted.max_ack_pending
-        and current.max_deliver == wanted.max_deliver
-        and current.ack_policy == wanted.ack_policy
-    ):
+    wanted = _wanted_consumer(current, spec)
+    if not consumer_differences(current, wanted):
         return Change.AS_IS
     try:
         await _upsert(conn, spec.stream, wanted)
     except PermissionDeniedError as exc:
         raise ProvisioningNeeded(spec.stream, "update", exc.subject, consumer=spec.name) from exc
     return Change.UPDATED
+
+
+def _wanted_consumer(current: ConsumerConfig, spec: ConsumerSpec) -> ConsumerConfig:
+    """``spec``'s config with what was set at run time on ``current`` kept (see
+    :func:`set_consumer_limits`)."""
+    wanted = spec.config()
+    kept = {k: v for k, v in (current.metadata or {}).items() if k.startswith(_OWN_METADATA)}
+    if kept:
+        wanted.metadata = kept
+    if SET_MAX_ACK_PENDING in kept and current.max_ack_pending is not None:
+        wanted.max_ack_pending = current.max_ack_pending
+    return wanted
+
+
+def consumer_differences(current: ConsumerConfig, wanted: ConsumerConfig) -> list[str]:
+    """How consumer ``current`` differs from ``wanted`` in what provisioning sets: one phrase
+    per setting, empty when it is as wanted."""
+    said = [
+        (current.filter_subject == wanted.filter_subject, "filter", current.filter_subject,
+         wanted.filter_subject),
+        (_close(current.ack_wait, wanted.ack_wait), "ack wait", current.ack_wait, wanted.ack_wait),
+        (current.max_ack_pending == wanted.max_ack_pending, "max ack pending", current.max_ack_pending,
+         wanted.max_ack_pending),
+        (current.max_deliver == wanted.max_deliver, "max deliver", current.max_deliver, wanted.max_deliver),
+        (current.ack_policy == wanted.ack_policy, "ack policy", current.ack_policy, wanted.ack_policy),
+    ]  # fmt: skip
+    return _phrases(said)
+
+
+async def consumer_drift(conn: Connection, spec: ConsumerSpec) -> list[str] | None:
+    """:func:`consumer_differences` of the consumer on the server from ``spec`` (what was set
+    at run time kept); None when it does not exist."""
+    try:
+        current = (await conn.js.consumer_info(spec.stream, spec.name)).config
+    except nats.js.errors.NotFoundError:
+        return None
+    except nats.errors.Error as exc:
+        raise _failed(f"cannot read consumer {spec.name} on {spec.stream}", exc) from exc
+    return consumer_differences(current, _wanted_consumer(current, spec))
 
 
 async def set_consumer_limits(

@@ -6,9 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from jsworker import App, Schedules
 from jsworker._cli.doctor import EXIT_PROBLEM
+from jsworker._core.permissions import server_config
+from jsworker.admin._doctor import diagnose
 from jsworker.testing import NatsCluster, NatsServer
 
+from ..support import connected
+from .secured import ADMIN, as_user, provision, role_cli, server_with
 from .workers import cli
 
 
@@ -51,3 +58,130 @@ def test_a_server_that_syncs_every_write_is_fine(tmp_path: Path) -> None:
         done = cli(server.url, "doctor", "doctor_app", "--monitoring", server.monitoring_url)
     (durable,) = _lines(done.stdout, "durability")
     assert durable.startswith("ok") and "(sync always)" in durable, done.stdout
+
+
+async def _findings(app: App, check: str) -> list[tuple[str, str]]:
+    conn = await app.connections.connection()
+    return [(f.level, f.message) for f in await diagnose(app, conn) if f.check == check]
+
+
+@pytest.mark.anyio
+async def test_streams_and_consumers_that_differ_from_the_code_are_named_with_their_settings(
+    nats_server: NatsServer,
+) -> None:
+    """A job stream whose duplicate window and a queue consumer whose ack wait were changed on
+    the server (by hand, or by an older release): each setting named, now and as declared;
+    ``provision`` puts them back, and the checks are ok again."""
+    app = App("drift", nats_server.url)
+
+    @app.task
+    async def work() -> None: ...
+
+    await app.provision()
+    async with connected(nats_server.url) as nc:
+        js = nc.jetstream()
+        stream = (await js.stream_info("JSW_DRIFT")).config
+        stream.duplicate_window = 30.0
+        await js.update_stream(stream)
+        consumer = (await js.consumer_info("JSW_DRIFT", "default")).config
+        consumer.ack_wait = 5.0
+        await js.add_consumer("JSW_DRIFT", consumer)
+    assert await _findings(app, "streams") == [
+        (
+            "warning",
+            "JSW_DRIFT differs from the code: duplicate window 30s (declared 120s). `jsworker provision` "
+            "(or a worker's start) brings it in line",
+        )
+    ]
+    ((level, said),) = await _findings(app, "consumers")
+    assert level == "warning" and said.startswith(
+        "queue default on JSW_DRIFT differs from the code: ack wait 5s"
+    )
+    await app.provision()
+    assert [level for level, _ in await _findings(app, "streams") + await _findings(app, "consumers")] == [
+        "ok"
+    ] * 2
+    await app.aclose()
+
+
+@pytest.mark.anyio
+async def test_schedules_declared_installed_changed_and_left_behind_are_told_apart(
+    nats_server: NatsServer,
+) -> None:
+    before = App("cron", nats_server.url)
+    after = App("cron", nats_server.url)
+    for app in (before, after):
+
+        @app.task
+        async def report() -> None: ...
+
+        app.schedule(report, cron="0 6 * * *", name="kept")
+    before.schedule(before.tasks["report"], cron="0 7 * * *", name="changed")
+    before.schedule(before.tasks["report"], cron="0 8 * * *", name="left")
+    after.schedule(after.tasks["report"], cron="0 9 * * *", name="changed")
+    after.schedule(after.tasks["report"], cron="0 10 * * *", name="new")
+    async with Schedules(before) as schedules:
+        await schedules.sync()
+    assert await _findings(after, "schedules") == [
+        (
+            "warning",
+            "declared, not installed: new; a worker installs them when it starts, or run "
+            "`jsworker schedules sync MODULE`",
+        ),
+        (
+            "warning",
+            "installed as an earlier version of the code declared them: changed; run "
+            "`jsworker schedules sync MODULE`",
+        ),
+        (
+            "warning",
+            "installed, declared by no code here: left; they keep firing until "
+            "`jsworker schedules sync MODULE --prune` removes them",
+        ),
+    ]
+    async with Schedules(after) as schedules:
+        await schedules.sync(prune=True)
+    assert await _findings(after, "schedules") == [("ok", "3 declared, all installed as declared")]
+    for app in (before, after):
+        await app.aclose()
+
+
+def test_the_credential_in_use_is_compared_with_its_role(secured: NatsServer, tmp_path: Path) -> None:
+    """On a server whose users are the printed ones: an operator is its role and no more; an
+    administrator's credential may delete streams of any name (a problem: no role may); a user
+    named as another app's role is not compared."""
+    provision(secured.url)
+
+    def credentials(user: str, password: str | None = None) -> list[str]:
+        env = as_user(user) if password is None else {"JSWORKER_USER": user, "JSWORKER_PASSWORD": password}
+        done = role_cli(secured.url, user, "doctor", "perm_app", "--json", env=env)
+        return [
+            f"{f['level']} {f['message']}" for f in json.loads(done.stdout) if f["check"] == "credentials"
+        ]
+
+    assert credentials("perm-operator") == ["ok user perm-operator: role operator, nothing beyond it seen"]
+    broad, unnamed = credentials(*ADMIN)
+    assert broad.startswith("problem user admin may delete streams of any name"), broad
+    assert unnamed.startswith("warning user admin is not named as a role of app perm"), unnamed
+    (other,) = credentials("other-operator")
+    assert other.startswith("warning user other-operator is not named as a role of app perm"), other
+
+
+def test_a_user_refused_what_its_role_is_granted_is_a_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``perm-worker`` given only the producer's permissions: its role's reads are refused."""
+    monkeypatch.setenv("PERM_PRODUCER_PASSWORD", "pw")
+    block = server_config(["perm"], roles=["producer"]).replace('"perm-producer"', '"perm-worker"')
+    server = server_with(tmp_path, block)
+    try:
+        env = {"JSWORKER_USER": "perm-worker", "JSWORKER_PASSWORD": "pw"}
+        done = role_cli(server.url, "perm-worker", "doctor", "perm_app", "--json", env=env)
+    finally:
+        server.stop()
+    assert done.stdout, done.stderr
+    found = json.loads(done.stdout)
+    (said,) = [f for f in found if f["check"] == "credentials"]
+    assert said["level"] == "problem"
+    assert said["message"].startswith("user perm-worker (role worker) is refused what its role is granted: ")
+    assert "$JS.API.STREAM.INFO.JSW_PERM," in said["message"]

@@ -47,7 +47,8 @@ def test_the_site_builds_strictly_offline(tmp_path: Path) -> None:
 
 
 DOCS = ROOT / "docs"
-_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+# An info string is a language (```python) or attributes (```{.python title="..."}).
+_FENCE = re.compile(r"^```\{?\.?(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 _RUN_BY = re.compile(r"<!-- run by (\S+) -->")
 
 
