@@ -43,6 +43,10 @@ def test_the_site_builds_strictly_offline(tmp_path: Path) -> None:
     assert "set_queue_limits" in api and "Change <code>queue</code>" in api
     cli = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     assert all(f"jsworker {command}" in cli for command in ("run", "enqueue", "doctor", "queues limits"))
+    # The docstrings' reST roles show as their code (docs/hooks.py), not as ":class:Job".
+    assert re.search(r":(meth|class|func|attr|exc|data|mod):<code>", api) is None
+    assert "<code>JobFailed</code>" in api
+    assert "Sentinel" not in cli
     assert (site / "getting-started" / "index.html").exists()
 
 
