@@ -156,3 +156,23 @@ def test_every_command_the_docs_show_exists_with_its_options() -> None:
         f"{where}: `{line}`: {problem}" for where, line in _commands() if (problem := _command_problem(line))
     ]
     assert problems == []
+
+
+def test_the_shell_completion_the_cli_reference_documents_completes_commands() -> None:
+    """``_JSWORKER_COMPLETE=bash_source jsworker`` (docs/reference/cli.md) gives bash a
+    completion function, and what it asks for completes a command's name."""
+    jsworker = [sys.executable, "-m", "jsworker"]
+    documented = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
+    assert "_JSWORKER_COMPLETE=bash_source jsworker" in documented
+
+    def run(**env: str) -> str:
+        done = subprocess.run(
+            jsworker, env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=True
+        )
+        return done.stdout
+
+    source = run(_JSWORKER_COMPLETE="bash_source")
+    assert "_jsworker_completion()" in source
+    assert (
+        run(_JSWORKER_COMPLETE="bash_complete", COMP_WORDS="jsworker qu", COMP_CWORD="1") == "plain,queues\n"
+    )
