@@ -22,6 +22,8 @@ skipping them. This package itself does not import pytest.
 :func:`record_execution`, called inside tasks, appends one line per run to a file shared by
 all worker processes, so a test can count how often each job ran (see :mod:`.recording`).
 :func:`job_context` makes ``current_job()`` work in a plain unit test of a task's code.
+:func:`running_worker` (async) and :func:`worker_thread` (sync) run a worker for the length of
+a ``with`` block, so the jobs a test enqueues run (see :mod:`._worker`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 from .._server import NatsCluster, NatsServer
 from ._context import job_context
 from ._recording import Execution, append_record, parse_execution, record_execution
+from ._worker import running_worker, worker_thread
 
 __all__ = [
     "Execution",
@@ -38,4 +41,6 @@ __all__ = [
     "job_context",
     "parse_execution",
     "record_execution",
+    "running_worker",
+    "worker_thread",
 ]
