@@ -54,12 +54,17 @@ DOCS = ROOT / "docs"
 # An info string is a language (```python) or attributes (```{.python title="..."}).
 _FENCE = re.compile(r"^```\{?\.?(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 _RUN_BY = re.compile(r"<!-- run by (\S+) -->")
+_INCLUDE = re.compile(r'--8<-- "([^"]+\.md)"')
 
 
 def _blocks() -> Iterator[tuple[str, str, str, str]]:
-    """Every fenced block of the docs: (where, language, its text, the line before it)."""
+    """Every fenced block of the docs: (where, language, its text, the line before it). A
+    page that is another file's Markdown (``--8<-- "deploy/README.md"``) is read as that file."""
     for page in sorted(DOCS.rglob("*.md")):
         text = page.read_text(encoding="utf-8")
+        if (included := _INCLUDE.fullmatch(text.strip())) is not None:
+            page = ROOT / included[1]
+            text = page.read_text(encoding="utf-8")
         for found in _FENCE.finditer(text):
             before = [line for line in text[: found.start()].splitlines() if line.strip()]
             line = text[: found.start()].count("\n") + 1
@@ -126,7 +131,7 @@ def _commands() -> Iterator[tuple[str, str]]:
             yield str(page.relative_to(ROOT)), found[1]
     for where, language, code, _ in _blocks():
         if language in ("console", "bash", "sh"):
-            for line in code.splitlines():
+            for line in re.sub(r"\\\n\s*", " ", code).splitlines():  # continued lines joined
                 if line.startswith("$ ") or language != "console":
                     yield where, line.removeprefix("$ ")
 
