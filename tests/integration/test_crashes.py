@@ -70,7 +70,10 @@ async def test_a_crash_between_two_failures_spends_no_retry(nats_server: NatsSer
         return await stream_messages_async(nats_server.url, app.namespace.dlq_stream)
 
     await _run_until(app, dead, "the job to be dead-lettered")
-    assert attempts == [1, 3]
+    # Run twice: the first delivery and one after the lost one. Usually the third, but a
+    # loaded server may hand the third to a pull request of the first worker's that it has
+    # not dropped yet; that delivery is never started, and the fourth runs.
+    assert len(attempts) == 2 and attempts[0] == 1 and attempts[1] >= 3, attempts
     reason = (await app.astatus(job.id)).reason or ""
     assert "attempts exhausted: 2 of 2" in reason, reason
     await app.aclose()

@@ -68,7 +68,7 @@ def test_the_workflow_example_runs_a_chain_a_stopped_chain_and_a_chord() -> None
         "failed at step 0: no sold-out left"
     )
     assert lines[2:] == [
-        "  its steps: failed, never enqueued",
+        "  its state: failed at step 0; step 1 enqueued: False",
         "chord: thumbnails.zip (3 files: photo-0-320w.png, photo-1-320w.png, photo-2-320w.png)",
     ]
     assert "Traceback" not in result.stderr
