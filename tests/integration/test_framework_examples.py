@@ -16,7 +16,7 @@ import httpx
 
 from jsworker.testing import NatsServer
 
-from ..support import stream_state, wait_until
+from ..support import connections, stream_state, wait_until
 from .workers import ROOT, stop
 
 EXAMPLES = ROOT / "examples"
@@ -104,45 +104,54 @@ def test_the_fastapi_example_enqueues_waits_for_a_result_and_shuts_down_cleanly(
         assert web.get("/thumbnails/no-such-job").status_code == 404
 
 
-# Runs the FastAPI example's lifespan in a loop that goes on after it: the connection must end
-# with the lifespan, not with the loop (which would close it anyway, since jsworker ties each
-# connection to its loop).
+# Runs the FastAPI example's lifespan in a loop that goes on after it, each step once the test
+# answers on stdin: the connection must end with the lifespan, not with the loop (which would
+# close it anyway, since jsworker ties each connection to its loop).
 _LIFESPAN = """
-import asyncio, json, sys, urllib.request
+import asyncio, sys
 from web import api, thumbnail
 
-def clients():
-    with urllib.request.urlopen(sys.argv[1] + "/connz", timeout=5) as answer:
-        return json.loads(answer.read())["num_connections"]
+async def told(what):
+    print(what, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
 async def main():
     async with api.router.lifespan_context(api):
         await thumbnail.adelay("a.png", 1)
-        during = clients()
-    # The server drops a closed connection from its list a moment after: waited for, while
-    # this loop still runs (past 10 s, the connection was not closed).
-    deadline = asyncio.get_running_loop().time() + 10
-    while clients() and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
-    print(during, clients())
+        await told("enqueued")
+    await told("closed")
 
 asyncio.run(main())
 """
 
 
 def test_the_fastapi_examples_lifespan_closes_the_apps_connection(nats_server: NatsServer) -> None:
-    ran = subprocess.run(
-        [sys.executable, "-c", _LIFESPAN, nats_server.monitoring_url],
+    def clients() -> int:
+        return len(connections(nats_server.monitoring_url))
+
+    with subprocess.Popen(
+        [sys.executable, "-c", _LIFESPAN],
         cwd=EXAMPLES / "fastapi_app",
-        env={**_env(nats_server.url), "NO_PROXY": "*"},
-        capture_output=True,
+        env=_env(nats_server.url),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    assert ran.returncode == 0, ran.stderr
-    during, after = map(int, ran.stdout.split())
-    assert (during, after) == (1, 0)
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            assert proc.stdout.readline() == "enqueued\n"
+            assert clients() == 1
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "closed\n"
+            # The lifespan is over and the loop still runs: the server lets the connection go.
+            wait_until(lambda: clients() == 0, timeout=10, message="the app's connection closed")
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def _gunicorn(app: str, sock: Path, *args: str) -> list[str]:
