@@ -13,11 +13,13 @@ Two ways in, because the two kinds of stream allow different ones:
 The server has no "previous message on a subject": :func:`newest_first` reads backwards in
 windows of sequences, each read forward, starting right below the cursor and doubling while
 they hold fewer messages than the page still needs. A window keeps only its newest messages
-that the page can use, so memory stays one page whatever a window holds.
+that the page can use, so memory stays one page (one a part while its parts are read at once)
+whatever a window holds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections import deque
@@ -34,6 +36,8 @@ from .limits_stream import LimitsStream, LimitsStreamError, StoredMessage
 from .limits_stream import _stored as stored_message  # scan's reading of a consumer's message
 
 _FETCH_WAIT = 5.0
+# Parts of a window a SubjectReader reads at once (see SubjectReader.window).
+_PARTS = 8
 # A throwaway consumer outlives a crashed reader only this long (seconds).
 _INACTIVE = 60.0
 _BATCH = 1000
@@ -89,7 +93,25 @@ class SubjectReader:
             seq = msg.seq + 1
 
     async def window(self, start: int, end: int, keep: int) -> list[StoredMessage]:
-        """A :data:`WindowReader`: every message of the window is read, its newest ``keep`` kept."""
+        """A :data:`WindowReader`: every message of the window is read, its newest ``keep`` kept.
+
+        The window is read in :data:`_PARTS` parts at once, each forward: one request a message
+        one after the other took a round trip each (2,000 of them for a search's 2,000 newest
+        jobs, a second at a million waiting jobs)."""
+        span = end - start
+        if span < 2 * _PARTS:
+            return await self._part(start, end, keep)
+        step = -(-span // _PARTS)
+        parts = await asyncio.gather(
+            *(self._part(s, min(s + step, end), keep) for s in range(start, end, step))
+        )
+        kept: deque[StoredMessage] = deque(maxlen=keep)
+        for part in parts:
+            kept.extend(part)
+        return list(kept)
+
+    async def _part(self, start: int, end: int, keep: int) -> list[StoredMessage]:
+        """The newest ``keep`` messages with ``start <= seq < end``, read forward."""
         kept: deque[StoredMessage] = deque(maxlen=keep)
         seq = start
         while seq < end:

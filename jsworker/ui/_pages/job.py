@@ -5,6 +5,7 @@ with payloads off); cancel, retry now, and replay a failed one from its dead let
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.datastructures import FormData
@@ -49,10 +50,15 @@ async def search(request: Request, d: Dashboard) -> Response:
         return RedirectResponse(link(request, f"/dead-letters/{int(term[1:])}"), status_code=303)
     if not term or len(term) > _MAX_TERM:
         raise refuse(400, f"search for 1 to {_MAX_TERM} characters")
-    if is_job_id(term) and (await d.admin.job(term)).state is not JobState.UNKNOWN:
-        return RedirectResponse(link(request, f"/jobs/{term}"), status_code=303)
-    # Part of an id, an argument's value, a header's, a failure's words.
-    found = await d.admin.search(term, arguments=d.settings.payloads)
+    # Part of an id, an argument's value, a header's, a failure's words: searched while a
+    # term that may be a whole id is looked up, so a miss costs the longer of the two only.
+    searching = asyncio.ensure_future(d.admin.search(term, arguments=d.settings.payloads))
+    try:
+        if is_job_id(term) and (await d.admin.job(term)).state is not JobState.UNKNOWN:
+            return RedirectResponse(link(request, f"/jobs/{term}"), status_code=303)
+        found = await searching
+    finally:
+        searching.cancel()
     return render(request, "search.html", nav="job", term=term, found=found)
 
 
