@@ -14,6 +14,7 @@ Two things are decided here for every suite:
 
 from __future__ import annotations
 
+import compileall
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,23 @@ RUN_TOGETHER = (
     "tests/integration/test_replicated.py",
     "tests/integration/test_ui_browser.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Write the bytecode of this checkout's code once, before any test starts (in the
+    controller of a parallel run, not in each of its processes).
+
+    The suite starts hundreds of Python processes (workers, examples, Spark's Python workers)
+    that import jsworker and the test apps. Where PYTHONDONTWRITEBYTECODE is set, as on many CI
+    machines, none of them writes what it compiles, so each compiled all of it from source
+    again: on a 2-core machine that was a large share of the suite's time, and it made Spark's
+    Python workers miss the 10 s Spark gives them to connect back. ``compileall`` writes
+    bytecode whatever that variable says, and only for files changed since.
+    """
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: its controller compiled before starting it
+    for tree in ("jsworker", "tests", "examples"):
+        compileall.compile_dir(TESTS.parent / tree, quiet=1)
 
 
 @pytest.fixture

@@ -151,6 +151,7 @@ async def apply_stream(conn: Connection, spec: StreamSpec) -> tuple[Change, Repl
     with another retention or for other subjects: updating it would hijack somebody else's data;
     :class:`ProvisioningNeeded` when the server refuses this user the create or update.
     """
+    unanswered: nats.errors.TimeoutError | None = None
     for _ in range(3):
         try:
             info = await conn.js.stream_info(spec.name)
@@ -164,11 +165,21 @@ async def apply_stream(conn: Connection, spec: StreamSpec) -> tuple[Change, Repl
                 if exc.err_code == _STREAM_NAME_IN_USE:
                     continue  # another process created it between our two calls
                 raise _failed(f"cannot create stream {spec.name}", exc) from exc
+            except nats.errors.TimeoutError as exc:
+                # A busy cluster's meta leader may answer after the request's timeout and
+                # still create the stream: read it again, and create it if it is not there
+                # (a create of the same config is no change to the server).
+                unanswered = exc
+                continue
             except nats.errors.Error as exc:
                 raise _failed(f"cannot create stream {spec.name}", exc) from exc
         except nats.errors.Error as exc:
             raise _failed(f"cannot read stream {spec.name}", exc) from exc
-        return await _reconcile_stream(conn, spec, info.config)
+        change, differ = await _reconcile_stream(conn, spec, info.config)
+        # Found as sent after a create that went unanswered: most likely that create made it.
+        return (Change.CREATED if unanswered and change is Change.AS_IS else change), differ
+    if unanswered is not None:
+        raise _failed(f"cannot create stream {spec.name}", unanswered) from unanswered
     raise TopologyError(f"stream {spec.name} keeps appearing and disappearing")
 
 

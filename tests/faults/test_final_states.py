@@ -69,13 +69,15 @@ def test_the_final_state_table_matches_the_ground_truth(
     def started(name: str) -> int:
         return len({r.job_id for r in records.of("start")} & held[name])
 
-    a = workers.start(url, "a", "-c", "50", module="track_app")
-    b = workers.start(url, "b", "-c", "50", module="track_app")
+    # At debug level each job's start and end is logged: a failure can say what became of one.
+    debug = ("--log-level", "debug")
+    a = workers.start(url, "a", "-c", "50", *debug, module="track_app")
+    b = workers.start(url, "b", "-c", "50", *debug, module="track_app")
     a.wait_started()
     b.wait_started()
     wait_until(lambda: started("kill") >= 50, timeout=60, message="jobs held for the kill")
     a.kill()
-    c = workers.start(url, "c", "-c", "50", module="track_app")
+    c = workers.start(url, "c", "-c", "50", *debug, module="track_app")
     c.wait_started()
     open_gate(url, workers, "kill")
     wait_until(lambda: started("restart") >= 50, timeout=90, message="jobs held for the restart")
@@ -93,9 +95,28 @@ def test_the_final_state_table_matches_the_ground_truth(
     wait_until(released, timeout=90, interval=0.5, message="the jobs held for the restart to run")
 
     record = workers.record
-    wait_until(
-        lambda: set(tables(record)["final"]) >= set(truth), timeout=120, message="every job's final state"
-    )
+
+    def unheard() -> dict[str, list[str]]:
+        """The jobs no final state was heard for yet, by their true state (a few ids each)."""
+        missing: dict[str, list[str]] = defaultdict(list)
+        for job_id in set(truth) - set(tables(record)["final"]):
+            missing[truth[job_id]].append(job_id)
+        return {state: [f"{len(ids)} jobs", *sorted(ids)[:5]] for state, ids in missing.items()}
+
+    try:
+        wait_until(unheard, until=lambda missing: not missing, timeout=120, message="every job's final state")
+    except AssertionError as exc:
+        unheard_ids = sorted(set(truth) - set(tables(record)["final"]))[:10]
+        now = {job_id: (truth[job_id], app.status(job_id).state.value) for job_id in unheard_ids}
+        said = [
+            f"{proc.log.name}: {line}"
+            for proc in (a, b, c)
+            for line in proc.log.read_text(errors="replace").splitlines()
+            if unheard_ids[0] in line
+        ]
+        raise AssertionError(
+            f"{exc}; what their records say now (truth, record): {now}; the workers on the first: {said}"
+        ) from exc
     heard = tables(record)
     final, settled = heard["final"], heard["settled"]
     wrong = {job_id: states for job_id, states in final.items() if states[-1] != truth.get(job_id)}

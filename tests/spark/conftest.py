@@ -6,17 +6,13 @@ CI, where skipping would hide a broken install: there they fail.
 
 from __future__ import annotations
 
-import compileall
 import os
 import shutil
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-import jsworker
 
 from ..support import need
 
@@ -44,10 +40,8 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # A Python data source's reader runs in a Python process Spark starts for it, which must
-    # connect back within 10 s (fixed in Spark). From an editable install with
-    # PYTHONDONTWRITEBYTECODE set, every such start compiled jsworker from source: about half
-    # its imports' time, and on a loaded machine past the 10 s. Its bytecode, written once:
-    compileall.compile_dir(Path(jsworker.__file__).parent, quiet=1)
+    # connect back within 10 s (fixed in Spark): it finds jsworker's bytecode written (see
+    # pytest_configure in tests/conftest.py), not compiled again at every start.
     session = (
         SparkSession.builder.master("local[2,4]")
         .appName("jsworker-tests")
