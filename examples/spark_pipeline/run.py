@@ -35,9 +35,8 @@ from jsworker.events import export_events  # noqa: E402
 from jsworker.testing import NatsServer  # noqa: E402
 
 
-def spark_session(**config: str) -> Any:
-    """A local Spark session using this interpreter for its Python workers; ``config``: more
-    Spark settings."""
+def spark_session() -> Any:
+    """A local Spark session using this interpreter for its Python workers."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -49,8 +48,6 @@ def spark_session(**config: str) -> Any:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    for key, value in config.items():
-        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -9,7 +9,7 @@ the orders as they land in a folder (one JSON-lines file a wave) and write each 
 ``charge`` and of ``ship`` (``writeStream.format("jsworker")``: one job per row, once, keyed
 by the order id). A third reads ``spark.readStream.format("jsworker-events")``: succeeded and
 failed runs per task and 1-minute window (of the events' own time, with a 2-minute watermark
-bounding the state), shown by the console sink as each micro-batch updates them. After each of
+bounding the state), printed as each micro-batch updates them. After each of
 the ``--waves``, once the worker has settled its jobs and their events are stored, the query
 catches up; after the last everything stops. ``charge`` declines one order in four (rejected,
 no retry); ``ship`` fails its first attempt for one order in ten (retried, then succeeds).
@@ -163,6 +163,12 @@ def sink(spark: Any, url: str, folder: Path, task: str, checkpoint: Path) -> Any
     )
 
 
+def show(batch: Any, batch_id: int) -> None:
+    """Print the windows a micro-batch updated, with their figures so far."""
+    print(f"-------------------------------------------\nBatch: {batch_id}", flush=True)
+    batch.orderBy("minute", "task").show(50, truncate=False)
+
+
 def stream(spark: Any, url: str, tmp: Path, jobs: int, waves: int) -> None:
     """Run the waves with the queries writing jobs and watching events; check every event was read."""
     import jsworker.spark
@@ -172,16 +178,19 @@ def stream(spark: Any, url: str, tmp: Path, jobs: int, waves: int) -> None:
     folder = tmp / "orders"
     folder.mkdir()
     sinks = [sink(spark, url, folder, task, tmp / f"sink-{task}") for task in ("charge", "ship")]
+    # No extra micro-batch only to move the watermark on: each table shown has new figures.
+    no_data = "spark.sql.streaming.noDataMicroBatches.enabled"
+    before = spark.conf.get(no_data)
+    spark.conf.set(no_data, "false")
     query = (
         per_task_minutes(spark, url)
         .writeStream.outputMode("update")
-        .format("console")
-        .option("truncate", "false")
-        .option("numRows", 50)
+        .foreachBatch(show)
         .option("checkpointLocation", str(tmp / "checkpoint"))
         .trigger(processingTime="1 second")
         .start()
     )
+    spark.conf.set(no_data, before)  # read when the query started: the session is left as it was
     stored = 0
     try:
         for wave in range(1, waves + 1):
@@ -203,24 +212,30 @@ def stream(spark: Any, url: str, tmp: Path, jobs: int, waves: int) -> None:
         raise SystemExit(f"the query read {read} events, the stream holds {stored}")
 
 
+def run(spark: Any, url: str, tmp: Path, jobs: int, waves: int) -> int:
+    """A worker for the app on the server at ``url``, the waves streamed through it, the worker
+    stopped; its exit code."""
+    app.servers = [url]
+    worker = start_worker(url, tmp / "worker.log")
+    try:
+        stream(spark, url, tmp, jobs, waves)
+    finally:
+        code = stop_worker(worker)
+    print(f"worker stopped (exit code {code})")
+    return code
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200, help="orders a wave (default 200)")
     parser.add_argument("--waves", type=int, default=3, help="waves of orders (default 3)")
     args = parser.parse_args()
 
-    # No extra micro-batch only to move the watermark on: each table shown has new figures.
-    spark = spark_session(**{"spark.sql.streaming.noDataMicroBatches.enabled": "false"})
+    spark = spark_session()
     try:
         with NatsServer() as server, tempfile.TemporaryDirectory(prefix="jsworker-streaming-") as tmp:
             print(f"nats-server with JetStream at {server.url}", flush=True)
-            app.servers = [server.url]
-            worker = start_worker(server.url, Path(tmp) / "worker.log")
-            try:
-                stream(spark, server.url, Path(tmp), args.jobs, args.waves)
-            finally:
-                code = stop_worker(worker)
-            print(f"worker stopped (exit code {code})")
+            code = run(spark, server.url, Path(tmp), args.jobs, args.waves)
     finally:
         spark.stop()
     if code != 0:

@@ -4,6 +4,7 @@ job's final state; the in-process ``on_settled`` hook is reported beside it."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -15,9 +16,11 @@ import pytest
 from jsworker.testing import NatsServer
 
 from ..support import wait_until
-from .harness import Records, Workers, app_module, open_gate, summarize
+from .harness import Records, Workers, app_module, open_gate, request_json, summarize
 
 pytestmark = pytest.mark.faults
+
+JOB_ID = re.compile(r'"job_id": "(\w+)"')
 
 
 @pytest.fixture
@@ -77,11 +80,13 @@ def test_the_final_state_table_matches_the_ground_truth(
     b.wait_started()
     wait_until(lambda: started("kill") >= 50, timeout=60, message="jobs held for the kill")
     a.kill()
+    faults = {"worker a killed": time.time()}
     c = workers.start(url, "c", "-c", "50", *debug, module="track_app")
     c.wait_started()
     open_gate(url, workers, "kill")
     wait_until(lambda: started("restart") >= 50, timeout=90, message="jobs held for the restart")
     nats_server.kill()
+    faults["server killed"] = time.time()
     b.wait_logged("worker.disconnected")
     c.wait_logged("worker.disconnected")
     nats_server.restart()
@@ -108,14 +113,33 @@ def test_the_final_state_table_matches_the_ground_truth(
     except AssertionError as exc:
         unheard_ids = sorted(set(truth) - set(tables(record)["final"]))[:10]
         now = {job_id: (truth[job_id], app.status(job_id).state.value) for job_id in unheard_ids}
-        said = [
-            f"{proc.log.name}: {line}"
-            for proc in (a, b, c)
-            for line in proc.log.read_text(errors="replace").splitlines()
-            if unheard_ids[0] in line
-        ]
+        logs = {proc.log.name: proc.log.read_text(errors="replace").splitlines() for proc in (a, b, c)}
+        first = unheard_ids[0]
+        said = [f"{name}: {line[:240]}" for name, lines in logs.items() for line in lines if first in line]
+        every = set(truth) - set(tables(record)["final"])
+        ended_on = {
+            name: sum(
+                1
+                for line in lines
+                if '"job.succeeded"' in line and (found := JOB_ID.search(line)) and found[1] in every
+            )
+            for name, lines in logs.items()
+        }
+        at = {fault: time.strftime("%H:%M:%S", time.gmtime(when)) for fault, when in faults.items()}
+        bucket = request_json(url, f"$JS.API.STREAM.INFO.{app.namespace.jobs_stream}")["state"]
+        kept = {
+            k: bucket.get(k) for k in ("messages", "first_seq", "last_seq", "num_deleted", "num_subjects")
+        }
+        troubles = {
+            event: sum(line.count(event) for lines in logs.values() for line in lines)
+            for event in ("job.record_failed", "job.result_retrying", "job.result_unkept", "final_states.")
+        }
+        # What was found first: a report cut short keeps the start of its message.
         raise AssertionError(
-            f"{exc}; what their records say now (truth, record): {now}; the workers on the first: {said}"
+            f"final states unheard; their records now (truth, record): {now}; "
+            f"record troubles logged: {troubles}; where they succeeded: {ended_on}; faults at {at}; "
+            f"the records bucket: {kept}; "
+            f"the workers on the first: {said[:8]}; {exc}"
         ) from exc
     heard = tables(record)
     final, settled = heard["final"], heard["settled"]

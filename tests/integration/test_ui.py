@@ -89,14 +89,23 @@ async def scene(url: str) -> AsyncIterator[Scene]:
 
 
 async def test_every_page_shows_what_the_server_holds(nats_server: NatsServer) -> None:
-    async with scene(nats_server.url) as s, client(create_app(s.app)) as http:
+    async with scene(nats_server.url) as s, client(create_app(s.app)) as http, Admin(s.app) as admin:
+        # The queued tab shows the consumer's own count of undelivered jobs. nats-server keeps
+        # that as a running total, which now and then stays one above the stored jobs (2.15,
+        # under load); the page shows the server's figure, whatever it is.
+        waiting = {q.queue: q.pending for q in await admin.queues()}["slow"]
+        assert waiting >= 1
         pages = {
             "/": ["slow", "default", "2.15", "Workers alive"],
             "/queues/slow": [s.queued.id, "Pause", "Purge"],
             "/queues/slow?order=newest": [s.queued.id],
             "/jobs": [s.queued.id],
             # Counts on the state tabs: per queue (in flight together), per task only failed.
-            "/jobs?queue=slow": ['queued <span class="count">1</span>', "In flight (running, reserved"],
+            "/jobs?queue=slow": [
+                f'queued <span class="count">{waiting}</span>',
+                "In flight (running, reserved",
+                "1 shown",
+            ],
             "/jobs?task=broken": ['failed <span class="count">1</span>'],
             "/jobs?state=scheduled": [s.scheduled.id],
             "/jobs?state=running": [s.running.id, "Cancel selected"],

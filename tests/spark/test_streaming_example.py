@@ -1,23 +1,22 @@
-"""examples/spark_pipeline/streaming_events.py runs by itself: a worker, a streaming query of
-its job events, per-task figures per minute on the console, every event read, a clean stop."""
+"""examples/spark_pipeline/streaming_events.py on the suite's Spark session: a worker, a
+streaming query of its job events, per-task figures per minute printed, every event read, a
+clean stop."""
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ..support import need
+from jsworker.testing import NatsServer
+
+from .examples import load_example
 
 pytestmark = pytest.mark.timeout(240)
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "spark_pipeline" / "streaming_events.py"
-
-# A console-sink row: minute, task, runs, successes, failures, failure rate.
+# A printed row: minute, task, runs, successes, failures, failure rate.
 ROW = re.compile(
     r"^\|(\d{4}-\d\d-\d\d \d\d:\d\d:00)\|(\w+) *\|(\d+) *\|(\d+) *\|(\d+) *\|([\d.]+) *\|$", re.M
 )
@@ -33,17 +32,14 @@ def totals(out: str) -> dict[str, list[int]]:
     return summed
 
 
-def test_streaming_example_prints_per_task_windows() -> None:
-    need(shutil.which("java") is not None, "Spark needs Java 17+ on PATH")
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--jobs", "40", "--waves", "2"],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
+def test_streaming_example_prints_per_task_windows(
+    spark: Any, nats_server: NatsServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = load_example("streaming_events")
+    no_data = "spark.sql.streaming.noDataMicroBatches.enabled"
+    before = spark.conf.get(no_data)
+    assert example.run(spark, nats_server.url, tmp_path, 40, 2) == 0
+    out = capsys.readouterr().out
     assert "Batch: 0" in out
     # Two waves of 40 orders: 10 charges declined a wave; 4 shipments failed once, then succeeded.
     assert totals(out) == {"charge": [80, 60, 20], "ship": [88, 80, 8]}, out
@@ -52,4 +48,4 @@ def test_streaming_example_prints_per_task_windows() -> None:
     # Per wave: 3 events a job, a dead letter per declined charge, 3 more per failed shipment.
     assert "the query read 524 events" in out, out
     assert "worker stopped (exit code 0)" in out
-    assert "Traceback" not in result.stderr
+    assert spark.conf.get(no_data) == before  # the session is left as it was
