@@ -89,6 +89,9 @@ class JobBook:
         #: Places (partition, stream sequence) of jobs settled for good (acknowledged or
         #: ended), newest last.
         self.finished: deque[tuple[int, int]] = deque(maxlen=_REMEMBERED_FINISHED)
+        #: Successes by place whose record is being stored: their ack waits for it, so this
+        #: worker still holds them (a job is finished only once its ack is sent).
+        self.storing: dict[tuple[int, int], JobRun] = {}
         #: Jobs in a slot that wait for a limit (a rate, a partition's lease), with the reason
         #: a status gives: such a job is queued, not running (see :mod:`.limited`).
         self.held_back: dict[JobRun, str] = {}
@@ -144,8 +147,8 @@ class JobBook:
                     # coroutine awaiting it is cancelled like an async task's.
                     task.cancel()
                 return STOPPED
-        if place in self.finished:
-            return FINISHED
+        if place in self.finished or place in self.storing:
+            return FINISHED  # (ran to its end; the ack of one being stored waits for its record)
         if any(self._placed(d) == place for d in self._buffered()):
             self.cancelled[job_id, seq] = None
             while len(self.cancelled) > _REMEMBERED_CANCELS:
@@ -169,6 +172,11 @@ class JobBook:
         for delivery in self._buffered():
             if self._placed(delivery) == place:
                 return self._holder(None, delivery.attempt)
+        storing = self.storing.get(place)
+        if storing is not None and storing.job_id == job_id:
+            # Run to its end, its record not stored yet: held, never settled, until its ack
+            # goes out (should this worker die first, the job must run again).
+            return self._holder(None, storing.attempt)
         if place in self.finished:
             # Settled here for good, and asked of all the same: its acknowledgement was lost.
             return json.dumps({"worker": self.worker, SETTLED: True}).encode()
@@ -251,7 +259,7 @@ class JobBook:
         if self.track_acks:
             job.acked = asyncio.get_running_loop().create_future()
         if not self.records:
-            _stored(job, None)
+            self._acked(job, None)
             return outcome
         task = job.task
         ttl = (task.options if task is not None else self.app.defaults).result_ttl
@@ -265,6 +273,7 @@ class JobBook:
         )  # fmt: skip
         # The size is bounded above: the record fits a message.
         msg = OutMessage(self._record_prefix + job.job_id, body, headers)
+        self.storing[job.place] = job
         self._writer.send(msg, self._kept, (job, msg))
         return outcome
 
@@ -274,7 +283,7 @@ class JobBook:
         worker holds the job (:meth:`_keep_trying`)."""
         job, msg = arg
         if not isinstance(error, StalledError):
-            _stored(job, error)
+            self._acked(job, error)
             return
         trying = asyncio.get_running_loop().create_task(self._keep_trying(job, msg))
         self._trying.add(trying)
@@ -295,13 +304,13 @@ class JobBook:
                     await job.delivery.in_progress()
                 try:
                     await self._writer.publish(msg)
-                    _stored(job, None)
+                    self._acked(job, None)
                     return
                 except StalledError:
                     if time.monotonic() >= deadline:
                         break
                 except EnqueueError as exc:
-                    _stored(job, exc)  # refused: as any record the server will not take
+                    self._acked(job, exc)  # refused: as any record the server will not take
                     return
             log.error(
                 "job.result_unkept",
@@ -310,6 +319,7 @@ class JobBook:
             )
         finally:
             if not job.delivery.settled:
+                self.storing.pop(job.place, None)  # given back: no longer held here
                 with contextlib.suppress(Exception):  # as above: redelivered after its ack wait
                     await job.delivery.nak()
 
@@ -383,15 +393,17 @@ class JobBook:
             return False
         return True
 
-
-def _stored(job: JobRun, error: BaseException | None) -> None:
-    # The record before the ack: a crash in between runs the job again, it never leaves a
-    # waiter without its result.
-    if error is not None:
-        log.error("job.record_failed", error=str(error), **job.log_fields())
-    job.delivery.ack_soon()
-    if job.acked is not None:
-        job.acked.set_result(None)
+    def _acked(self, job: JobRun, error: BaseException | None) -> None:
+        """Ack a success once its record is stored (or refused, ``error``): the record before
+        the ack, so a crash in between runs the job again, never leaving a waiter without its
+        result; from then on the job is finished here."""
+        if error is not None:
+            log.error("job.record_failed", error=str(error), **job.log_fields())
+        self.storing.pop(job.place, None)
+        self.finished.append(job.place)
+        job.delivery.ack_soon()
+        if job.acked is not None:
+            job.acked.set_result(None)
 
 
 def _unstorable(reason: str, exc: BaseException | None) -> Outcome:

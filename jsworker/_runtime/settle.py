@@ -93,11 +93,12 @@ class Settle:
             assert task is not None  # only a known task's run succeeds
             kept = task.options.store_result
             if kept or self._final_states:
-                # The record, then the ack once it is stored, outside this run; a value that
-                # cannot be kept makes the run a failure.
+                # The record, then the ack once it is stored, outside this run (the job is
+                # finished then, not before); a value that cannot be kept makes the run a
+                # failure.
                 outcome = self._book.keep_result(job, outcome, job.started, value_kept=kept)
                 if outcome.kind is OutcomeKind.SUCCEEDED:
-                    return self._succeeded(job, outcome)
+                    return Settlement(outcome, _SUCCESS, time.monotonic() - job.started)
             elif job.attempt == 1:
                 # A first success: no record to read (it has no failures) nor to write.
                 job.delivery.ack_soon()
@@ -105,8 +106,7 @@ class Settle:
         return self._settle(job, outcome)
 
     def _succeeded(self, job: JobRun, outcome: Outcome) -> Settlement:
-        """The settlement of a success whose ack is sent (or, for a kept result, sent once
-        its record is stored)."""
+        """The settlement of a success whose ack is sent."""
         # For a cancel that deleted the message just before the ack reached the server.
         self._finished.append(job.place)
         return Settlement(outcome, _SUCCESS, time.monotonic() - job.started)

@@ -27,8 +27,12 @@ from jsworker import (
 )
 from jsworker._core.queues import queue_status
 from jsworker._lifecycle.bucket import record_message
+from jsworker._lifecycle.lookup import current_message
 from jsworker._lifecycle.state import JobRecord, JobState
 from jsworker._runtime import jobbook as runtime_lifecycle
+from jsworker._runtime.holders import attempts_said
+from jsworker._wire.names import place_token
+from jsworker.jetstream.service import gather
 from jsworker.testing import NatsServer
 
 from ..support import connected, connections, stream_messages_async, wait_until_async
@@ -538,6 +542,43 @@ async def test_a_kept_result_is_written_until_stored_while_its_bucket_is_down(
             assert await job.aresult(timeout=30) == 42
     assert runs == [21]
     assert not [e for e in logged if e["event"] in ("job.record_failed", "job.result_unkept")]
+
+
+async def test_a_success_is_held_not_settled_until_its_record_is_stored(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A success is acked once its record is stored; until then its worker answers for it as
+    the holder of its delivery, not as having settled it: another worker handed the message
+    again steps aside instead of acknowledging it unrun, which would leave the job ended with
+    no record, should this worker die first."""
+    monkeypatch.setattr(runtime_lifecycle, "_RECORD_PATIENCE", 0.5)
+    app = App("keepheld", nats_server.url)
+
+    @app.task(store_result=True)
+    async def answer(x: int) -> int:
+        return 2 * x
+
+    with structlog.testing.capture_logs() as logged:
+        async with in_process_worker(app):
+            await app.provision()
+            async with connected(nats_server.url) as nc:
+                await nc.jetstream().delete_stream(app.namespace.jobs_stream)
+            job = await answer.adelay(21)
+            await wait_until_async(
+                lambda: [e for e in logged if e["event"] == "job.result_retrying"],
+                timeout=15,
+                message="its record tried again",
+            )
+            conn = await app.connections.connection()
+            message = await current_message(app, conn, job.id)
+            assert message is not None  # not acked
+            place = place_token(message.seq, app.namespace.partition_in(message.subject))
+            # What a worker handed the message again asks before running it.
+            asked = app.namespace.held_subject(job.id)
+            answers = await gather(conn, asked, place.encode(), wait=5, linger=0.5)
+            assert attempts_said(answers) == ([1], False)
+            await app.provision()  # the bucket back
+            assert await job.aresult(timeout=30) == 42
 
 
 async def test_an_expired_job_delivered_again_is_counted_once(nats_server: NatsServer) -> None:
