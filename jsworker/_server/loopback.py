@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import http.client
 import os
 import random
 import socket
+import tempfile
 import urllib.error
 import urllib.request
+from pathlib import Path
 from urllib.parse import urlsplit
 
 HOST = "127.0.0.1"
@@ -48,14 +52,71 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+# Ports picked here, one file each holding the picker's pid: a port stays its picker's for as
+# long as that process lives, so a server it killed finds its port free again when it starts
+# it again, whatever other processes (the other workers of a parallel test run) picked while
+# it was down. A file whose process is gone is claimed anew.
+_CLAIMS = Path(tempfile.gettempdir()) / f"jsworker-ports-{os.getuid() if hasattr(os, 'getuid') else 0}"
+_claimed: set[int] = set()
+
+
+def _claim(port: int) -> bool:
+    """Claim ``port`` for this process; False when a live process claimed it first (this one
+    included: a port it picked before may belong to a server it will start again)."""
+    path = _CLAIMS / str(port)
+    for _ in range(2):
+        try:
+            _CLAIMS.mkdir(exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if _claimer_alive(path):
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            continue
+        except OSError:
+            return True  # no claims here (a read-only temporary directory): as before them
+        with os.fdopen(fd, "w") as claim:
+            claim.write(str(os.getpid()))
+        if not _claimed:
+            atexit.register(_release)
+        _claimed.add(port)
+        return True
+    return False
+
+
+def _claimer_alive(path: Path) -> bool:
+    try:
+        pid = int(path.read_text() or "0")
+    except (OSError, ValueError):
+        return True  # being written this instant, or unreadable: not ours to take
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # alive, another user's
+    return True
+
+
+def _release() -> None:
+    """Give this process's ports back as it exits."""
+    for port in _claimed:
+        with contextlib.suppress(OSError):
+            (_CLAIMS / str(port)).unlink()
+
+
 def pick_port() -> int:
     """A port free on 127.0.0.1 now, below the ports outgoing connections get, for a server to
-    listen on (chosen at random: the caller must cope with losing it to another process)."""
+    listen on, and claimed by no live process that picked one here (chosen at random: the
+    caller must still cope with losing it to another program)."""
     low = _ephemeral_low()
     if low > _LOWEST_LISTEN_PORT + 1000:
         for _ in range(100):
             port = random.randint(_LOWEST_LISTEN_PORT, low - 1)
-            if port_is_free(port):
+            if port_is_free(port) and _claim(port):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))

@@ -10,7 +10,12 @@ scheduled (a delayed job, a tick) also writes, at its start::
     due <job id> <unix time> <scheduled_for>
 
 a line of four fields, which ``parse_execution`` skips. The wall clock, not the monotonic one,
-is what a due time is compared with: the server fires on wall-clock time.
+is what a due time is compared with: the server fires on wall-clock time. Every run also
+writes the stream sequence of the message it runs::
+
+    seq <job id> <stream sequence>
+
+so that a job stored twice (two messages) is told from one message handed out twice.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ app.queue("turns", fair=True)
 RATE = "10/s"
 
 
+def _started() -> None:
+    """The run's ``start`` record and its message's ``seq`` line."""
+    record("start")
+    job = current_job()
+    append_record(f"seq {job.id} {job.seq}\n")
+
+
 def _record_due() -> None:
     job = current_job()
     due = job.scheduled_for
@@ -38,14 +50,14 @@ def _record_due() -> None:
 
 @app.task
 async def plain(n: int) -> int:
-    record("start")
+    _started()
     record("done")
     return n
 
 
 @app.task(store_result=True)
 async def kept(n: int) -> int:
-    record("start")
+    _started()
     record("done")
     return n * n
 
@@ -54,7 +66,7 @@ async def kept(n: int) -> int:
 async def later(n: int) -> int:
     """A delayed job."""
     _record_due()
-    record("start")
+    _started()
     record("done")
     return n
 
@@ -62,7 +74,7 @@ async def later(n: int) -> int:
 @app.task(queue="turns", partition_key=lambda account, **_: account)
 async def turn(account: str, n: int) -> int:
     """A job of the fair queue: it waits in the intake for its partition's turn."""
-    record("start")
+    _started()
     record("done")
     return n
 
@@ -70,7 +82,7 @@ async def turn(account: str, n: int) -> int:
 @app.task(partition_key=lambda account, **_: account, max_running_per_partition=1)
 async def parted(account: str, n: int) -> int:
     """One job of an account at a time, across both workers: long enough to overlap if let."""
-    record("start")
+    _started()
     # A run of 50 ms is what is measured: the overlap check reads each run's span, and a run of
     # no length could overlap nothing. No event stands for that span, so it is a span of time.
     await asyncio.sleep(0.05)
@@ -80,14 +92,14 @@ async def parted(account: str, n: int) -> int:
 
 @app.task(rate_limit=RATE)
 async def rated(n: int) -> int:
-    record("start")
+    _started()
     record("done")
     return n
 
 
 @app.task
 async def member(i: int) -> int:
-    record("start")
+    _started()
     record("done")
     return i
 
@@ -95,7 +107,7 @@ async def member(i: int) -> int:
 @app.task(store_result=True)
 async def collect(values: list[int]) -> int:
     """A chord's callback."""
-    record("start")
+    _started()
     record("done")
     return sum(values)
 
@@ -104,7 +116,7 @@ async def collect(values: list[int]) -> int:
 async def tick() -> None:
     """The periodic schedule's job."""
     _record_due()
-    record("start")
+    _started()
     record("done")
 
 
