@@ -16,7 +16,6 @@ import asyncio
 import inspect
 import json
 import os
-import socket
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -32,6 +31,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import RawStreamMsg
 
+from jsworker._server.loopback import pick_port
 from jsworker._wire.names import Namespace
 
 T = TypeVar("T")
@@ -334,10 +334,10 @@ REFUSED_QUICKLY = {"JSWORKER_CONNECT_TIMEOUT": "1"}
 
 
 def free_port() -> int:
-    """A loopback port nobody had bound a moment ago: a hint, whoever binds it first gets it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nobody had bound a moment ago, below the ports outgoing connections
+    get and picked by no other live process of the run (see
+    :func:`jsworker._server.loopback.pick_port`): a hint, whoever binds it first gets it."""
+    return pick_port()
 
 
 def on_a_free_port(start: Callable[[int], T], attempts: int = 5) -> T:
