@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import signal
 import tempfile
-import time
+import threading
 from types import FrameType
 
 import click
 
 from .errors import EXIT_CRASH, EXIT_USAGE, fail
-
-
-class _Stop(Exception):
-    pass
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
 
 
 @click.command()
@@ -45,9 +37,16 @@ def dev(port: int, store_dir: str | None) -> None:
     # handler of its own too: Python raises KeyboardInterrupt only when the signal was not
     # ignored at start-up, and a command started in the background by a shell without job
     # control (a CI script, `cmd &` in a script) inherits SIGINT ignored, so Ctrl-C or `kill
-    # -INT` would never stop it and its nats-server would outlive it.
+    # -INT` would never stop it and its nats-server would outlive it. The handler only notes
+    # the signal: an exception raised wherever the signal lands could leave the server
+    # process's bookkeeping half done (a lock of its Popen held), and stopping it would hang.
+    stopping = threading.Event()
+
+    def stop_soon(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _raise_stop)
+        signal.signal(sig, stop_soon)
     with tempfile.TemporaryDirectory(prefix="jsworker-dev-") as tmp:
         server = NatsServer(port=port, store_dir=store_dir or tmp)
         try:
@@ -63,10 +62,9 @@ def dev(port: int, store_dir: str | None) -> None:
             where = f"{server.url}  (store: {server.store_dir}; Ctrl-C stops)"
             click.echo(f"nats-server with JetStream at {where}")
             click.echo(f"  export JSWORKER_URL={server.url}")
-            while server.running:
-                time.sleep(0.5)
-            fail("nats-server exited unexpectedly", EXIT_CRASH)
-        except _Stop:
+            while not stopping.wait(0.5):
+                if not server.running:
+                    fail("nats-server exited unexpectedly", EXIT_CRASH)
             click.echo("stopping nats-server")
         finally:
             server.stop()

@@ -28,6 +28,7 @@ import enum
 import inspect
 import pathlib
 import re
+import sys
 import typing
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -40,14 +41,17 @@ import msgspec.structs
 
 from .._core.serializers import describe, find_unencodable
 
-try:  # pydantic is optional: its models are supported when it is installed
-    import pydantic
-except ImportError:  # pragma: no cover - exercised in environments without pydantic
-    pydantic = None  # type: ignore[assignment]
+
+def _pydantic() -> Any:
+    """pydantic, when something imported it (a model exists only then), else None: it is
+    optional, and importing it here would cost every worker and CLI start ~20 ms for apps
+    that use no model."""
+    return sys.modules.get("pydantic")
 
 
 def _is_model(kind: object) -> bool:
-    return pydantic is not None and isinstance(kind, type) and issubclass(kind, pydantic.BaseModel)
+    found = _pydantic()
+    return found is not None and isinstance(kind, type) and issubclass(kind, found.BaseModel)
 
 
 def _is_path(kind: object) -> bool:
@@ -59,7 +63,8 @@ def _enc_hook(value: Any) -> Any:
         # "/" separated whatever the system: a path from a Windows producer reads the same in
         # a Linux worker (PureWindowsPath accepts "/" too).
         return value.as_posix()
-    if pydantic is not None and isinstance(value, pydantic.BaseModel):
+    found = _pydantic()
+    if found is not None and isinstance(value, found.BaseModel):
         return value.model_dump(mode="json")
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
@@ -70,6 +75,7 @@ def _dec_hook(kind: type, value: Any) -> Any:
             return kind(value)
         raise TypeError(f"Expected `{kind.__name__}`, got `{type(value).__name__}`")
     if _is_model(kind):
+        pydantic = _pydantic()
         if isinstance(value, pydantic.BaseModel):
             # model_validate would return the very instance, fields unchecked: check its data.
             value = value.model_dump(mode="json")

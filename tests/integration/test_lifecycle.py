@@ -517,7 +517,10 @@ async def test_a_kept_result_is_written_until_stored_while_its_bucket_is_down(
 ) -> None:
     """The jobs bucket gone as a job that keeps its result ends (what a leader election looks
     like to the worker: no answer). The worker holds the job and writes its record again; once
-    the bucket is back the result is there, and the job ran once."""
+    the bucket is back the result is there, and the job ran once. Meanwhile the worker answers
+    for the job as the holder of its delivery, not as having settled it: another worker handed
+    the message again steps aside instead of acknowledging it unrun, which would leave the job
+    ended with no record, should this worker die first."""
     monkeypatch.setattr(runtime_lifecycle, "_RECORD_PATIENCE", 0.5)  # the first writer gives up soon
     runs: list[int] = []
     app = App("keepdown", nats_server.url)
@@ -525,37 +528,6 @@ async def test_a_kept_result_is_written_until_stored_while_its_bucket_is_down(
     @app.task(store_result=True)
     async def answer(x: int) -> int:
         runs.append(x)
-        return 2 * x
-
-    with structlog.testing.capture_logs() as logged:
-        async with in_process_worker(app):
-            await app.provision()
-            async with connected(nats_server.url) as nc:
-                await nc.jetstream().delete_stream(app.namespace.jobs_stream)
-            job = await answer.adelay(21)
-            await wait_until_async(
-                lambda: [e for e in logged if e["event"] == "job.result_retrying"],
-                timeout=15,
-                message="its record tried again",
-            )
-            await app.provision()  # the bucket back, as a new leader would be
-            assert await job.aresult(timeout=30) == 42
-    assert runs == [21]
-    assert not [e for e in logged if e["event"] in ("job.record_failed", "job.result_unkept")]
-
-
-async def test_a_success_is_held_not_settled_until_its_record_is_stored(
-    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A success is acked once its record is stored; until then its worker answers for it as
-    the holder of its delivery, not as having settled it: another worker handed the message
-    again steps aside instead of acknowledging it unrun, which would leave the job ended with
-    no record, should this worker die first."""
-    monkeypatch.setattr(runtime_lifecycle, "_RECORD_PATIENCE", 0.5)
-    app = App("keepheld", nats_server.url)
-
-    @app.task(store_result=True)
-    async def answer(x: int) -> int:
         return 2 * x
 
     with structlog.testing.capture_logs() as logged:
@@ -577,8 +549,10 @@ async def test_a_success_is_held_not_settled_until_its_record_is_stored(
             asked = app.namespace.held_subject(job.id)
             answers = await gather(conn, asked, place.encode(), wait=5, linger=0.5)
             assert attempts_said(answers) == ([1], False)
-            await app.provision()  # the bucket back
+            await app.provision()  # the bucket back, as a new leader would be
             assert await job.aresult(timeout=30) == 42
+    assert runs == [21]
+    assert not [e for e in logged if e["event"] in ("job.record_failed", "job.result_unkept")]
 
 
 async def test_an_expired_job_delivered_again_is_counted_once(nats_server: NatsServer) -> None:
