@@ -102,10 +102,14 @@ def _claimer_alive(path: Path) -> bool:
 
 
 def _release() -> None:
-    """Give this process's ports back as it exits."""
+    """Give this process's ports back as it exits (only its own: a forked child that exits
+    this way leaves its parent's claims alone)."""
+    mine = str(os.getpid())
     for port in _claimed:
+        path = _CLAIMS / str(port)
         with contextlib.suppress(OSError):
-            (_CLAIMS / str(port)).unlink()
+            if path.read_text() == mine:
+                path.unlink()
 
 
 def pick_port() -> int:
