@@ -30,6 +30,7 @@ import nats.js.errors
 
 from jsworker.testing import Execution, parse_execution
 
+from .. import launcher
 from ..support import UNSETTLED, connected, connections, stream_messages, wait_until
 
 if TYPE_CHECKING:
@@ -74,15 +75,8 @@ class WorkerProc:
         self.log = log
         full_env = {**worker_env(urls, record), **(env or {})}
         self._log_offset = log.stat().st_size if log.exists() else 0
-        with open(log, "ab") as out:
-            # info level: the log must show "worker.started", which is how we know it pulls.
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jsworker", "run", module, "--log-format", "json", *args],
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        # info level: the log must show "worker.started", which is how we know it pulls.
+        self.proc = launcher.start(["run", module, "--log-format", "json", *args], env=full_env, stdout=log)
 
     @property
     def pid(self) -> int:
@@ -145,8 +139,7 @@ class WorkerProc:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
+        return self.proc.wait(10)
 
 
 class Workers:

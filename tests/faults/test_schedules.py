@@ -16,8 +16,6 @@ import math
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -34,6 +32,7 @@ from jsworker import Job
 from jsworker._core.layout import FIRED_CONSUMER
 from jsworker.testing import NatsCluster, NatsServer
 
+from .. import launcher
 from ..support import wait_until
 from .harness import (
     Records,
@@ -147,13 +146,8 @@ def fired_dropped(procs: Iterable[WorkerProc]) -> Counter[str]:
 
 def schedules_listed(url: str | Sequence[str], record: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     """``jsworker schedules list MODULE --json`` in a process of its own, as an operator runs it."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "jsworker", "schedules", "list", MODULE, "--json"],
-        env={**worker_env(url, record), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    proc = launcher.run(
+        ["schedules", "list", MODULE, "--json"], env={**worker_env(url, record), **env}, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]

@@ -230,7 +230,7 @@ def test_job_that_kills_its_worker_is_dead_lettered(
             # A supervisor's round: restart the worker if it died, then see whether all is done.
             nonlocal worker
             if not worker.alive():
-                exit_codes.append(worker.proc.returncode)
+                exit_codes.append(worker.proc.wait())
                 assert len(exit_codes) <= 8, f"the worker died {len(exit_codes)} times: {exit_codes}"
                 worker = workers.start(url, f"w{len(exit_codes)}", *args)
             return job.id in dead_letters(url) and records.done_ids("bystander") >= ordinary

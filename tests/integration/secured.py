@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from jsworker import App
 from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from .workers import worker_env
 
 PASSWORD = "pw-{}"
@@ -37,14 +37,7 @@ def role_cli(
     url: str, user: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``jsworker ARGS`` run as ``user`` (``env`` added to its environment)."""
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", *args],
-        env={**worker_env(url), **as_user(user), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    return launcher.run(args, env={**worker_env(url), **as_user(user), **(env or {})}, timeout=60)
 
 
 def provision(url: str, module: str = "perm_app") -> str:

@@ -13,6 +13,7 @@ import pytest
 
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from ..support import REFUSED_QUICKLY, PortTaken, on_a_free_port
 from .workers import worker_env
 
@@ -20,14 +21,7 @@ from .workers import worker_env
 def _run(
     *args: str, url: str = "nats://127.0.0.1:1", timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", *args],
-        env={**worker_env(url), **REFUSED_QUICKLY},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return launcher.run(args, env={**worker_env(url), **REFUSED_QUICKLY}, timeout=timeout)
 
 
 def _error_line(stderr: str) -> str:

@@ -34,6 +34,7 @@ from jsworker._wire.names import Namespace
 from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer, parse_execution
 
+from .. import launcher
 from ..support import REFUSED_QUICKLY, stream_messages, wait_consumer_settled, wait_until
 from .workers import APPS, start_worker, stop, worker_env
 
@@ -104,14 +105,7 @@ def executions(record: Path) -> Counter[tuple[str, int]]:
 
 def cli(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``jsworker dlq ARGS`` in a subprocess, stdin not a terminal (``env`` added to its environment)."""
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", "dlq", *args],
-        env={**worker_env(url), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
+    return launcher.run(["dlq", *args], env={**worker_env(url), **(env or {})}, timeout=30)
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:

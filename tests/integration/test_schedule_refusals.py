@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from jsworker.jetstream.message import OutMessage
 from jsworker.jetstream.stored import WriteRefused
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from ..support import wait_until_async
 from .workers import in_process_worker, worker_env
 
@@ -133,10 +133,7 @@ async def test_the_sync_command_installs_the_rest_and_exits_2_naming_the_refused
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
 
     def jsworker(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "jsworker", *args]
-        return subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
-        )
+        return launcher.run(args, env=env, timeout=60)
 
     synced = await asyncio.to_thread(jsworker, "schedules", "sync", "refusing_app")
     assert synced.returncode == 2, synced.stderr

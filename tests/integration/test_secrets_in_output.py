@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
 from jsworker import App, EnqueueError
 
+from .. import launcher
 from ..support import REFUSED_QUICKLY, free_port
 from .workers import worker_env
 
@@ -29,15 +29,10 @@ COMMANDS = [
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c[:2]) for c in COMMANDS])
-def test_commands_that_cannot_connect_do_not_print_the_password(command: list[str], tmp_path: object) -> None:
+def test_commands_that_cannot_connect_do_not_print_the_password(command: list[str], tmp_path: Path) -> None:
     url = f"nats://admin:{SECRET}@127.0.0.1:{free_port()}"
-    result = subprocess.run(
-        [sys.executable, "-m", "jsworker", *command, "--url", url],
-        env={**worker_env(url), **REFUSED_QUICKLY},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=str(tmp_path),
+    result = launcher.run(
+        [*command, "--url", url], env={**worker_env(url), **REFUSED_QUICKLY}, timeout=60, cwd=tmp_path
     )
     output = result.stdout + result.stderr
     assert result.returncode == 3, output

@@ -19,6 +19,7 @@ import pytest
 from jsworker._core.queues import format_age
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from ..support import REFUSED_QUICKLY, wait_until
 from .workers import APPS, records, running_worker, worker_env
 
@@ -37,14 +38,7 @@ def app(nats_server: NatsServer) -> Iterator[Any]:
 def _run(
     *args: str, url: str, timeout: float = 30, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", "status", *args],
-        env={**worker_env(url), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return launcher.run(["status", *args], env={**worker_env(url), **(env or {})}, timeout=timeout)
 
 
 def _status(url: str) -> dict[str, dict[str, Any]]:

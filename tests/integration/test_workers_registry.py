@@ -11,7 +11,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from jsworker._runtime.announcer import WorkerAnnouncer
 from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from ..support import connected, wait_until, wait_until_async
 from .workers import APPS, cli, records, start_worker, stop
 
@@ -165,7 +165,7 @@ def _status(url: str) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def two_workers(nats_server: NatsServer, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], ...]]:
+def two_workers(nats_server: NatsServer, tmp_path: Path) -> Iterator[tuple[launcher.Launched, ...]]:
     """Worker A on ``default`` (-c 7) and worker B on ``default`` and ``slow`` (-c 3), both
     listed; each stopped by its pid afterwards."""
     url, record = nats_server.url, tmp_path / "record.log"
@@ -186,7 +186,7 @@ def two_workers(nats_server: NatsServer, tmp_path: Path) -> Iterator[tuple[subpr
 
 @pytest.mark.slow
 def test_workers_lists_every_live_worker_process(
-    nats_server: NatsServer, tmp_path: Path, two_workers: tuple[subprocess.Popen[bytes], ...]
+    nats_server: NatsServer, tmp_path: Path, two_workers: tuple[launcher.Launched, ...]
 ) -> None:
     """JSON Lines with the documented fields, the same workers as a table, and the jobs each
     settled once it refreshed its entry."""
@@ -233,7 +233,7 @@ def test_workers_lists_every_live_worker_process(
 
 @pytest.mark.slow
 def test_status_counts_workers_and_a_clean_stop_leaves_the_list_at_once(
-    nats_server: NatsServer, two_workers: tuple[subprocess.Popen[bytes], ...]
+    nats_server: NatsServer, two_workers: tuple[launcher.Launched, ...]
 ) -> None:
     """WORKERS per queue in ``status`` (table and JSON); worker B stopped with SIGTERM is out
     of the list and of the counts as soon as its process has exited."""

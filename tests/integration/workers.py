@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -24,6 +23,7 @@ from jsworker._runtime.settings import WorkerSettings
 from jsworker._runtime.worker import Worker
 from jsworker.testing import parse_execution
 
+from .. import launcher
 from ..support import exited, on_a_free_port, wait_until, wait_until_async
 
 APPS = Path(__file__).parent / "apps"
@@ -42,14 +42,7 @@ def worker_env(url: str, record: Path | None = None) -> dict[str, str]:
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``jsworker ARGS`` against ``url`` with the test apps importable; its output as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", *args],
-        env=worker_env(url),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    return launcher.run(args, env=worker_env(url), timeout=60)
 
 
 def start_worker(
@@ -59,19 +52,17 @@ def start_worker(
     *args: str,
     module: str = "acceptance_app",
     env: dict[str, str] | None = None,
-) -> subprocess.Popen[bytes]:
+) -> launcher.Launched:
     """Start ``jsworker run module`` with its output in ``log`` (``env`` added to its environment)."""
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "jsworker", "run", module, "--log-level", "warning", *args],
-            env={**worker_env(url, record), **(env or {})},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    return launcher.start(
+        ["run", module, "--log-level", "warning", *args],
+        env={**worker_env(url, record), **(env or {})},
+        stdout=log,
+    )
 
 
 @contextmanager
-def running_worker(url: str, record: Path, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+def running_worker(url: str, record: Path, log: Path, *args: str) -> Iterator[launcher.Launched]:
     """A worker for the duration of the block; SIGTERM (then SIGKILL) afterwards, by pid."""
     proc = start_worker(url, record, log, *args)
     try:
@@ -80,7 +71,7 @@ def running_worker(url: str, record: Path, log: Path, *args: str) -> Iterator[su
         stop(proc)
 
 
-def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
+def stop(proc: launcher.Process, timeout: float = 15.0) -> int:
     """Stop a worker we started: SIGTERM, then SIGKILL if it does not exit in time."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -88,8 +79,7 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
-    return proc.returncode
+    return proc.wait()
 
 
 def open_gate(fifo: Path) -> bool:
@@ -162,19 +152,18 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 def start_metrics_worker(
     env: dict[str, str], log: Path, module: str, *args: str, timeout: float = 30.0
-) -> tuple[subprocess.Popen[bytes], int]:
+) -> tuple[launcher.Launched, int]:
     """``jsworker run module --metrics-port P ARGS`` with its output in ``log``, on a port that
     was free a moment ago (on another one if the worker finds it taken); the process and its
     port, once the process serves its metrics there."""
 
-    def start(port: int) -> tuple[subprocess.Popen[bytes], int]:
+    def start(port: int) -> tuple[launcher.Launched, int]:
         offset = log.stat().st_size if log.exists() else 0
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "jsworker", "run", module, "--metrics-port", str(port),
-                 "--metrics-addr", "127.0.0.1", *args],
-                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+        proc = launcher.start(
+            ["run", module, "--metrics-port", str(port), "--metrics-addr", "127.0.0.1", *args],
+            env=env,
+            stdout=log,
+        )
 
         wait_serving(proc, log, offset, port, timeout)
         return proc, port
@@ -183,7 +172,7 @@ def start_metrics_worker(
 
 
 def wait_serving(
-    proc: subprocess.Popen[bytes],
+    proc: launcher.Process,
     log: Path,
     offset: int,
     port: int,

@@ -35,6 +35,7 @@ import pytest
 
 from jsworker._server import NatsServer, PortInUseError
 
+from .. import launcher
 from ..integration.workers import wait_serving
 from ..support import exited, free_port, need, on_a_free_port, wait_until
 from .opsfiles import (
@@ -347,9 +348,7 @@ class PrometheusAPI:
         return found
 
 
-def start_prometheus(
-    config: Path, data: Path, log: Path, procs: list[subprocess.Popen[bytes]]
-) -> PrometheusAPI:
+def start_prometheus(config: Path, data: Path, log: Path, procs: list[launcher.Process]) -> PrometheusAPI:
     """Debian's Prometheus with ``config`` and its store in ``data``, on a free loopback port,
     once it is ready; its process is appended to ``procs`` (for the caller to stop) as soon as
     it is started."""

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +39,7 @@ import pytest
 from jsworker import App, Job, Task
 from jsworker.testing._recording import RECORD_ENV
 
+from .. import launcher
 from ..faults.harness import Records
 from ..integration.workers import stop
 from ..support import UNSETTLED, wait_until
@@ -187,7 +187,7 @@ def deployment(dev_certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """The whole deployment, started once for the module and stopped (by pid) after it."""
     binary(PROMETHEUS)  # skip (or fail on CI) before starting anything
     tmp = tmp_path_factory.mktemp("deployment")
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[launcher.Process] = []
     with pytest.MonkeyPatch.context() as monkeypatch, secured_cluster(dev_certs, tmp, monkeypatch) as cluster:
         record = tmp / "record.log"
         env = _worker_env(cluster, record)

@@ -34,6 +34,7 @@ from jsworker._scheduling.claims import CANCELLED, claim
 from jsworker._scheduling.delayed import due_ms
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from ..integration.workers import Samples, scrape, start_metrics_worker, stop, value
 from ..support import connected, made_schedule, wait_until
 from .live import PROMETHEUS, PROMTOOL, PrometheusAPI, binary, start_prometheus
@@ -203,7 +204,7 @@ def live(nats_server_module: NatsServer, tmp_path_factory: pytest.TempPathFactor
     env["PYTHONPATH"] = os.pathsep.join([str(APPS), str(ROOT), env.get("PYTHONPATH", "")])
     env.pop("JSWORKER_METRICS_PORT", None)
     worker_log, prom_log = tmp / "worker.log", tmp / "prometheus.log"
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[launcher.Process] = []
     app = ops_app.app
     app.servers = [nats_server_module.url]
     try:

@@ -25,6 +25,7 @@ import pytest
 
 from jsworker import App
 
+from .. import launcher
 from ..integration.workers import stop
 from ..support import wait_until
 from .live import (
@@ -504,14 +505,7 @@ def _as_role(secured: Secured, role: str, *args: str) -> subprocess.CompletedPro
         "JSWORKER_PASSWORD": secured.password(role),
         "JSWORKER_TLS_CA": str(secured.ca),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", *args],
-        env=_cli_env(env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    return launcher.run(args, env=_cli_env(env), timeout=60)
 
 
 def _job_state(secured: Secured, job_id: str) -> str:
