@@ -21,6 +21,7 @@ import contextlib
 import gc
 import json
 import os
+import runpy
 import selectors
 import signal
 import subprocess
@@ -70,7 +71,7 @@ def _become(request: Mapping[str, Any], base_path: list[str]) -> None:
     random.seed()  # not the template's sequence, shared by every child
 
 
-def _command_code(runpy: Any) -> int:
+def _command_code() -> int:
     """Run ``python -m jsworker`` in this process; its exit code, as the interpreter derives it."""
     try:
         runpy.run_module("jsworker", run_name="__main__", alter_sys=True)
@@ -107,8 +108,6 @@ def _exit(code: int) -> NoReturn:
 def serve() -> None:
     """The template: reads one JSON request per line on stdin, answers on stdout (``pid`` once
     the child runs, ``status`` once it has exited), until stdin closes."""
-    import runpy
-
     import jsworker._cli  # noqa: F401  (what every child would otherwise import itself)
 
     base_path = _base_path()
@@ -117,8 +116,7 @@ def serve() -> None:
     gc.freeze()
     requests = os.fdopen(os.dup(0), "rb", buffering=0)
     answers = os.dup(1)
-    children: dict[int, int] = {}  # pidfd -> request id
-    pids: dict[int, int] = {}
+    children: dict[int, tuple[int, int]] = {}  # pidfd -> (request id, pid)
     selector = selectors.DefaultSelector()
     selector.register(requests, selectors.EVENT_READ)
     pending = b""
@@ -140,18 +138,18 @@ def serve() -> None:
                     if pid == 0:
                         selector.close()
                         _become(request, base_path)
-                        _exit(_command_code(runpy))
+                        _exit(_command_code())
                     pidfd = os.pidfd_open(pid)
-                    children[pidfd] = request["id"]
-                    pids[pidfd] = pid
+                    children[pidfd] = (request["id"], pid)
                     selector.register(pidfd, selectors.EVENT_READ)
                     answer(id=request["id"], pid=pid)
             else:
                 pidfd = key.fd
                 selector.unregister(pidfd)
-                _, status = os.waitpid(pids.pop(pidfd), 0)
+                ask, pid = children.pop(pidfd)
+                _, status = os.waitpid(pid, 0)
                 os.close(pidfd)
-                answer(id=children.pop(pidfd), status=os.waitstatus_to_exitcode(status))
+                answer(id=ask, status=os.waitstatus_to_exitcode(status))
 
 
 # -- the test process's side -----------------------------------------------------------------
@@ -271,31 +269,28 @@ class Launched:
         if not self._slot.ended.is_set():
             os.kill(self.pid, sig)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def __enter__(self) -> Launched:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.wait()
+def _launch(
+    args: Sequence[str], env: Mapping[str, str], cwd: Path | None, stdout: Path, stderr: Path
+) -> Launched:
+    request = {
+        "argv": list(args),
+        "env": dict(env),
+        "cwd": str(cwd or Path.cwd()),
+        "stdout": str(stdout),
+        "stderr": str(stderr),
+    }
+    return Launched(["jsworker", *args], _TEMPLATE.start(request))
 
 
 def start(args: Sequence[str], *, env: Mapping[str, str], stdout: Path, cwd: Path | None = None) -> Launched:
     """``python -m jsworker ARGS`` with ``env`` as its whole environment and its output (both
     streams) appended to ``stdout``; standard input is empty."""
     stdout.open("ab").close()  # there once this returns, as a file Popen is given would be
-    request = {
-        "argv": list(args),
-        "env": dict(env),
-        "cwd": str(cwd or Path.cwd()),
-        "stdout": str(stdout),
-        "stderr": str(stdout),
-    }
-    return Launched(["jsworker", *args], _TEMPLATE.start(request))
+    return _launch(args, env, cwd, stdout, stdout)
 
 
 def run(
@@ -306,14 +301,7 @@ def run(
     after ``timeout`` seconds."""
     with tempfile.TemporaryDirectory(prefix="jsworker-cmd-") as tmp:
         out, err = Path(tmp, "out"), Path(tmp, "err")
-        request = {
-            "argv": list(args),
-            "env": dict(env),
-            "cwd": str(cwd or Path.cwd()),
-            "stdout": str(out),
-            "stderr": str(err),
-        }
-        proc = Launched(["jsworker", *args], _TEMPLATE.start(request))
+        proc = _launch(args, env, cwd, out, err)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
