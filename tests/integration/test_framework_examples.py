@@ -16,6 +16,7 @@ import httpx
 
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from ..support import connections, stream_state, wait_until
 from .workers import ROOT, stop
 
@@ -29,17 +30,11 @@ def _env(url: str, **more: str) -> dict[str, str]:
 @contextmanager
 def _worker(
     example: Path, url: str, log: Path, module: str = "tasks", **env: str
-) -> Iterator[subprocess.Popen[bytes]]:
+) -> Iterator[launcher.Launched]:
     """``jsworker run <module>`` in the example's directory, as its docs start it."""
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jsworker", "run", module, "--log-level", "warning"],
-            cwd=example,
-            env=_env(url, **env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    proc = launcher.start(
+        ["run", module, "--log-level", "warning"], env=_env(url, **env), stdout=log, cwd=example
+    )
     try:
         yield proc
     finally:

@@ -16,6 +16,7 @@ import pytest
 from jsworker import App
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from ..support import need
 from .workers import worker_env
 
@@ -38,14 +39,8 @@ def _start(started: list[NatsServer], *args: str) -> NatsServer:
 
 
 def _run_worker(url: str, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jsworker", "run", "acceptance_app", "--url", url, *flags],
-        env={**worker_env(url), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
+    argv = ["run", "acceptance_app", "--url", url, *flags]
+    return launcher.run(argv, env={**worker_env(url), **(env or {})}, timeout=30)
 
 
 async def _enqueue(app: App) -> int:

@@ -26,6 +26,7 @@ from jsworker import App, ServerVersionError, current_job
 from jsworker._server.binary import find_nats_server
 from jsworker.testing import NatsServer
 
+from .. import launcher
 from ..old_servers import BEFORE_DELAYED, BEFORE_PERIODIC, OldServerUnavailable, old_server
 from ..support import Servers, connected, need, stream_state_async, wait_until, wait_until_async
 from .workers import APPS, counts, in_process_worker, stop, worker_env
@@ -229,14 +230,7 @@ def test_schedules_sync_before_2_14_exits_2_naming_the_release_needed(
     before_periodic: tuple[str, NatsServer],
 ) -> None:
     version, server = before_periodic
-    done = subprocess.run(
-        [sys.executable, "-m", "jsworker", "schedules", "sync", "versions_app"],
-        env=worker_env(server.url),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = launcher.run(["schedules", "sync", "versions_app"], env=worker_env(server.url), timeout=60)
     assert done.returncode == 2, (done.stdout, done.stderr)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == [

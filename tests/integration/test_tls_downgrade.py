@@ -7,7 +7,6 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from jsworker import ConnectError
 from jsworker.jetstream.connection import Connection, ConnectOptions
 
+from .. import launcher
 from ..support import need
 from .workers import worker_env
 
@@ -108,13 +108,10 @@ async def test_no_credential_leaves_the_process(
 
 def test_a_worker_refuses_with_exit_code_3(fake_server: FakeServer) -> None:
     url = f"tls://127.0.0.1:{fake_server.port}"
-    result = subprocess.run(
-        [sys.executable, "-m", "jsworker", "run", "acceptance_app", "--url", url, "--user", "admin"],
+    result = launcher.run(
+        ["run", "acceptance_app", "--url", url, "--user", "admin"],
         env={**worker_env(url), "JSWORKER_PASSWORD": SECRET},
-        capture_output=True,
-        text=True,
         timeout=60,
-        stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 3, result.stderr
     assert "did not offer TLS" in result.stderr
