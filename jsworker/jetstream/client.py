@@ -98,6 +98,8 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("_connect_command", "method", ("self",)),
     # ... reading what nats-py itself decides TLS by.
     Internal("_server_info", "attribute", kind=dict),
+    # Closed by close_socket when nats-py's own close did not get that far.
+    Internal("_transport", "attribute"),
 )
 
 #: The subscription's id, read by subscribe_direct; checked on every subscription it makes.
@@ -211,6 +213,19 @@ class JetStreamClient(Client):
             return False
         self._require_tls = True
         return True
+
+    def close_socket(self) -> None:
+        """Close the socket, whatever state nats-py's own close or drain reached, and let
+        the client end without reconnecting. One cancelled or timed out part-way leaves the
+        socket open (and a drain's client running): only the garbage collector closed it
+        then, with a ResourceWarning, perhaps after the loop that owned it was gone. The read
+        loop, if it still runs, reads the end of the socket and closes the client as for a
+        connection lost with reconnecting off. After a close that finished, this does nothing."""
+        self.options["allow_reconnect"] = False
+        transport = getattr(self, "_transport", None)
+        if transport is not None:
+            with contextlib.suppress(Exception):  # closing what may already be closed
+                transport.close()
 
     async def connect(self, *args: Any, **kwargs: Any) -> None:
         """nats-py's ``connect``, then :meth:`enable_fast_path`."""

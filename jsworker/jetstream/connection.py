@@ -302,6 +302,7 @@ class Connection:
                 await connecting
             with contextlib.suppress(Exception):
                 await nc.close()
+            nc.close_socket()
             raise
         refusal.cancel()
         if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
@@ -314,6 +315,7 @@ class Connection:
             errors[:] = [exc]  # type: ignore[list-item]
         with contextlib.suppress(Exception):
             await nc.close()
+        nc.close_socket()
         last = errors[-1] if errors else None
         where = ", ".join(options.servers)
         raise ConnectError(redact_urls(f"cannot connect to NATS at {where}: {_describe(last)}")) from last
@@ -397,8 +399,11 @@ class Connection:
             # not drained: the loop's other tasks are being cancelled too, and every enqueue
             # made on this connection was acknowledged before its caller went on.
             if self._guard is not None:
-                with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
-                    await asyncio.wait_for(self.nc.close(), _LOOP_END_CLOSE)
+                try:
+                    with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                        await asyncio.wait_for(self.nc.close(), _LOOP_END_CLOSE)
+                finally:
+                    self.nc.close_socket()
             raise
 
     async def close(self) -> None:
@@ -406,15 +411,20 @@ class Connection:
         guard, self._guard = self._guard, None
         if guard is not None:
             guard.cancel()
-        if self.nc.is_closed:
-            return
-        if self.nc.is_connected:
-            with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
-                await self.nc.drain()
+        try:
+            if self.nc.is_closed:
                 return
-        # Reconnecting (nothing to drain to) or the drain failed: just close.
-        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
-            await self.nc.close()
+            if self.nc.is_connected:
+                with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                    await self.nc.drain()
+                    return
+            # Reconnecting (nothing to drain to) or the drain failed: just close.
+            with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                await self.nc.close()
+        finally:
+            # Also when this close is cancelled or times out part-way (a caller's deadline):
+            # no socket outlives it.
+            self.nc.close_socket()
 
 
 def _describe(exc: BaseException | None) -> str:

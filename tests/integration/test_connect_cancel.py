@@ -8,8 +8,9 @@ import asyncio
 import pytest
 
 from jsworker.jetstream.connection import Connection, ConnectOptions
+from jsworker.testing import NatsServer
 
-from ..support import wait_until_async
+from ..support import connections, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -44,3 +45,22 @@ async def test_a_cancelled_connect_leaves_nothing_running() -> None:
         server.close()
         for writer in accepted:
             writer.close()
+
+
+async def test_a_close_cut_short_leaves_no_socket_and_no_client(nats_server: NatsServer) -> None:
+    # A caller's deadline (or its own cancellation) can end a close while it drains: the
+    # socket must not stay open, nor the client reconnect on its own.
+    options = ConnectOptions(servers=[nats_server.url], name="close-cut-short")
+    conn = await Connection.open(options)
+
+    def listed() -> bool:
+        return any(c.get("name") == "close-cut-short" for c in connections(nats_server.monitoring_url))
+
+    assert await asyncio.to_thread(listed)
+    closing = asyncio.create_task(conn.close())
+    await asyncio.sleep(0)  # the drain has begun: its first wait is on the server
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    await wait_until_async(lambda: conn.is_closed, timeout=10, message="the client to end")
+    assert not await asyncio.to_thread(listed)
