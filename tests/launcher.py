@@ -66,9 +66,13 @@ def _become(request: Mapping[str, Any], base_path: list[str]) -> None:
     sys.argv[:] = [str(Path(sys.modules["jsworker"].__file__ or "").parent / "__main__.py"), *request["argv"]]
     import importlib
     import random
+    import warnings
 
     importlib.invalidate_caches()  # modules written since the template started
     random.seed()  # not the template's sequence, shared by every child
+    if request["env"].get("PYTHONWARNINGS"):
+        # Read by an interpreter as it starts, which this child did not: applied as it would be.
+        warnings._processoptions(request["env"]["PYTHONWARNINGS"].split(","))  # type: ignore[attr-defined]
 
 
 def _command_code() -> int:

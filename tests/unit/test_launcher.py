@@ -32,6 +32,24 @@ def test_a_command_answers_as_a_fresh_interpreter(argv: list[str], tmp_path: Pat
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
 
 
+def test_warnings_asked_for_in_the_environment_are_shown_as_by_a_fresh_interpreter(tmp_path: Path) -> None:
+    (tmp_path / "warning_app.py").write_text(
+        "import warnings\nwarnings.warn('left open', ResourceWarning)\nraise SystemExit(0)\n"
+    )
+    outputs = []
+    for shown in ("", "always::ResourceWarning"):
+        env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONWARNINGS": shown}
+        fresh = subprocess.run(
+            [sys.executable, "-m", "jsworker", "run", "warning_app"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        forked = launcher.run(["run", "warning_app"], env=env, cwd=tmp_path, timeout=60)
+        assert (forked.returncode, forked.stderr) == (fresh.returncode, fresh.stderr)
+        outputs.append(forked.stderr)
+    assert "ResourceWarning: left open" not in outputs[0]
+    assert "ResourceWarning: left open" in outputs[1]
+
+
 def test_the_child_has_the_commands_environment_path_and_directory(tmp_path: Path) -> None:
     # An app module only the child's PYTHONPATH finds, which reports what the child sees.
     apps = tmp_path / "apps"
