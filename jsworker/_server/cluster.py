@@ -72,7 +72,7 @@ class NatsCluster:
         return self.nodes[i]
 
     def _new_node(self, i: int) -> NatsServer:
-        name = f"n{i + 1}"
+        name = _node_name(i)
         return NatsServer(
             store_dir=self.base_dir / name,
             name=name,
@@ -127,12 +127,14 @@ class NatsCluster:
     def _wait_meta_leader(self, deadline: float, timeout: float) -> None:
         while True:
             last: list[tuple[Any, Any]] = []
+            metas = []
             for node in self.nodes:
                 meta = (node.jsz() or {}).get("meta_cluster") or {}
+                metas.append(meta)
                 last.append((meta.get("leader"), meta.get("cluster_size")))
             leaders = {leader for leader, _ in last}
             agreed = len(leaders) == 1 and None not in leaders and "" not in leaders
-            if agreed and all(size == self.size for _, size in last):
+            if agreed and all(size == self.size for _, size in last) and self._peers_placeable(metas):
                 return
             if time.monotonic() >= deadline:
                 raise ServerStartError(
@@ -140,6 +142,20 @@ class NatsCluster:
                     f"(leader, cluster_size) per node: {last}; log tail of n1:\n{self.nodes[0].log_tail()}"
                 )
             time.sleep(POLL * 2)
+
+    def _peers_placeable(self, metas: list[dict[str, Any]]) -> bool:
+        """Whether the meta leader counts every other node as a current, online peer. Until
+        it has heard a node's own report it lists that node offline, and refuses to place a
+        stream's replicas on it ("no suitable peers for placement, peer offline"): an R3
+        stream created then fails."""
+        leader = metas[0].get("leader")
+        for i, meta in enumerate(metas):
+            if leader == _node_name(i):
+                peers = meta.get("replicas") or []
+                return len(peers) == self.size - 1 and all(
+                    p.get("current") and not p.get("offline") and p.get("name") for p in peers
+                )
+        return False
 
     def _stop_nodes(self) -> None:
         for node in self.nodes:
@@ -166,3 +182,8 @@ class NatsCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _node_name(i: int) -> str:
+    """The server name of node ``i`` (0-based), as the cluster's own reports name it."""
+    return f"n{i + 1}"
