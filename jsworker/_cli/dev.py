@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import signal
 import tempfile
-import threading
+import time
 from types import FrameType
 
 import click
 
 from .errors import EXIT_CRASH, EXIT_USAGE, fail
+
+#: Seconds between looks at the stop flag and the server: how late a stop may begin.
+_LOOK_EVERY = 0.2
 
 
 @click.command()
@@ -40,10 +43,13 @@ def dev(port: int, store_dir: str | None) -> None:
     # -INT` would never stop it and its nats-server would outlive it. The handler only notes
     # the signal: an exception raised wherever the signal lands could leave the server
     # process's bookkeeping half done (a lock of its Popen held), and stopping it would hang.
-    stopping = threading.Event()
+    # A plain flag, not a threading.Event: the handler runs in the main thread, and setting an
+    # Event takes its lock, which that thread may hold right then inside Event.wait (a hang,
+    # seen once in a few hundred stops).
+    stopping: list[int] = []
 
     def stop_soon(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
+        stopping.append(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop_soon)
@@ -62,9 +68,10 @@ def dev(port: int, store_dir: str | None) -> None:
             where = f"{server.url}  (store: {server.store_dir}; Ctrl-C stops)"
             click.echo(f"nats-server with JetStream at {where}")
             click.echo(f"  export JSWORKER_URL={server.url}")
-            while not stopping.wait(0.5):
+            while not stopping:
                 if not server.running:
                     fail("nats-server exited unexpectedly", EXIT_CRASH)
+                time.sleep(_LOOK_EVERY)
             click.echo("stopping nats-server")
         finally:
             server.stop()
