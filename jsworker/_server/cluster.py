@@ -137,9 +137,11 @@ class NatsCluster:
             if agreed and all(size == self.size for _, size in last) and self._peers_placeable(metas):
                 return
             if time.monotonic() >= deadline:
+                peers = [meta.get("replicas") for meta in metas]
                 raise ServerStartError(
-                    f"JetStream cluster of {self.size} formed no meta leader within {timeout:g} s; "
-                    f"(leader, cluster_size) per node: {last}; log tail of n1:\n{self.nodes[0].log_tail()}"
+                    f"JetStream cluster of {self.size} formed no meta leader with every peer online "
+                    f"within {timeout:g} s; (leader, cluster_size) per node: {last}; peers as each "
+                    f"node sees them: {peers}; log tail of n1:\n{self.nodes[0].log_tail()}"
                 )
             time.sleep(POLL * 2)
 
