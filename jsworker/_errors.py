@@ -248,8 +248,9 @@ class Failure:
     """What went wrong with a JetStream API request.
 
     ``code`` is the API's status (404, 503, ...) when the server answered, 0 when it did not;
-    ``transient`` is True when trying again later may work: no answer, or 503 (no leader yet,
-    no stream responder during an election or a restart).
+    ``transient`` is True when trying again later may work: no answer, 503 (no leader yet,
+    no stream responder during an election or a restart), or a write whose message id is still
+    being stored (10158, "duplicate message id is in process").
 
     Here because :class:`ApiError` carries one.
     """

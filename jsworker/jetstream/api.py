@@ -30,6 +30,10 @@ TIMEOUT = 5.0
 
 NOT_FOUND = 404
 UNAVAILABLE = 503
+#: "duplicate message id is in process": a write with the same message id is being stored (a
+#: clustered stream's leader has proposed it, not yet applied it). Sent again with that id, it
+#: is answered as a duplicate once the first is stored: a retry, not a refusal.
+IN_PROCESS = 10158
 
 
 def api_subject(*tokens: str) -> str:
@@ -49,7 +53,8 @@ def classify(exc: BaseException) -> Failure:
         return Failure("no responders (JetStream off, or no stream leader yet)", True, UNAVAILABLE)
     if isinstance(exc, nats.js.errors.APIError):
         code = int(exc.code or 0)
-        return Failure(str(exc.description or exc), code == UNAVAILABLE, code, int(exc.err_code or 0))
+        err_code = int(exc.err_code or 0)
+        return Failure(str(exc.description or exc), _transient(code, err_code), code, err_code)
     text = str(exc).strip()
     return Failure(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, True)
 
@@ -82,8 +87,15 @@ def parse_reply(data: bytes, headers: Mapping[str, str] | None = None) -> dict[s
     if error:
         code = int(error.get("code") or 0)
         text = str(error.get("description") or error)
-        raise ApiError(Failure(text, code == UNAVAILABLE, code, int(error.get("err_code") or 0)))
+        err_code = int(error.get("err_code") or 0)
+        raise ApiError(Failure(text, _transient(code, err_code), code, err_code))
     return body
+
+
+def _transient(code: int, err_code: int) -> bool:
+    """Whether an error answer may go away if the request is made again: no leader or no
+    responder yet (503), or the same message id still being stored (:data:`IN_PROCESS`)."""
+    return code == UNAVAILABLE or err_code == IN_PROCESS
 
 
 async def may_request(conn: Connection, subject: str, *, timeout: float = TIMEOUT) -> bool | None:
