@@ -4,6 +4,8 @@ connects) ends with it: no client is left connecting, or connected, with nobody 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 
@@ -57,10 +59,17 @@ async def test_a_close_cut_short_leaves_no_socket_and_no_client(nats_server: Nat
         return any(c.get("name") == "close-cut-short" for c in connections(nats_server.monitoring_url))
 
     assert await asyncio.to_thread(listed)
-    closing = asyncio.create_task(conn.close())
-    await asyncio.sleep(0)  # the drain has begun: its first wait is on the server
-    closing.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await closing
+    # The server, stopped where it is, answers nothing: the drain waits on it until cut short.
+    pid = nats_server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        closing = asyncio.create_task(conn.close())
+        await wait_until_async(lambda: conn.nc.is_draining, timeout=10, message="the drain to begin")
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+    finally:
+        os.kill(pid, signal.SIGCONT)
     await wait_until_async(lambda: conn.is_closed, timeout=10, message="the client to end")
     assert not await asyncio.to_thread(listed)

@@ -68,7 +68,8 @@ def test_the_child_has_the_commands_environment_path_and_directory(tmp_path: Pat
 
 
 def test_a_started_process_is_stopped_by_its_pid(tmp_path: Path) -> None:
-    (tmp_path / "waiting_app.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    # Up until a signal ends it.
+    (tmp_path / "waiting_app.py").write_text("import signal\nprint('up', flush=True)\nsignal.pause()\n")
     log = tmp_path / "out.log"
     proc = launcher.start(["run", "waiting_app"], env={**os.environ, "PYTHONPATH": str(tmp_path)}, stdout=log)
     assert log.exists()
