@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import json
 import os
+import signal
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -349,6 +350,33 @@ def on_a_free_port(start: Callable[[int], T], attempts: int = 5) -> T:
         except PortTaken:
             continue
     return start(free_port())
+
+
+def _threads_stopped(pid: int) -> bool:
+    # The third field of /proc/<pid>/task/<tid>/stat is the thread's state: T once stopped.
+    # The name before it is in parentheses and may hold spaces, hence the split after ")".
+    tasks = Path(f"/proc/{pid}/task")
+    for stat in tasks.glob("*/stat"):
+        try:
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
+def freeze(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped.
+
+    ``kill`` returns once the signal is queued: each thread of a multi-threaded process (a
+    nats-server) stops only when it next enters the kernel, and meanwhile it may still answer
+    what reached it. A test that means "nothing answers now" waits for that.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(
+        lambda: _threads_stopped(pid), timeout=timeout, interval=0.001, message=f"process {pid} to stop"
+    )
 
 
 def connections(monitoring_url: str) -> list[dict[str, Any]]:

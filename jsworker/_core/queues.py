@@ -33,7 +33,9 @@ class QueueStatus:
     """One queue of an app as the server sees it.
 
     - ``pending``: jobs stored and not yet handed to any worker (the consumer's
-      ``num_pending``; without a consumer, every stored job of the queue).
+      ``num_pending``; without a consumer, every stored job of the queue). The server adds
+      a job to its consumer's count a moment after acking the enqueue, off its own queue of
+      signals: a status read right after an enqueue may not count it yet.
     - ``in_flight``: jobs handed to a worker and not yet acked or terminated (``num_ack_pending``).
       This includes jobs waiting out a retry backoff: a ``nak`` with a delay keeps the job
       assigned on the server until it is redelivered.

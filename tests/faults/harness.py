@@ -31,7 +31,7 @@ import nats.js.errors
 from jsworker.testing import Execution, parse_execution
 
 from .. import launcher
-from ..support import UNSETTLED, connected, connections, stream_messages, wait_until
+from ..support import UNSETTLED, connected, connections, freeze, stream_messages, wait_until
 
 if TYPE_CHECKING:
     from jsworker.testing import NatsCluster
@@ -121,9 +121,12 @@ class WorkerProc:
 
     def freeze(self, frozen: bool = True) -> None:
         """Stop our process where it is (SIGSTOP), or let it go on (SIGCONT): what it has
-        written can be read while nothing changes."""
+        written can be read while nothing changes (once every thread of it has stopped)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
+            if frozen:
+                freeze(self.proc.pid)
+            else:
+                self.proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL our process (only if it is still ours to signal) and reap it."""

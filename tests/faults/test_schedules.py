@@ -33,7 +33,7 @@ from jsworker._core.layout import FIRED_CONSUMER
 from jsworker.testing import NatsCluster, NatsServer
 
 from .. import launcher
-from ..support import wait_until
+from ..support import freeze, wait_until
 from .harness import (
     Records,
     WorkerProc,
@@ -613,7 +613,7 @@ def test_catch_up_tick_after_server_stall(
     wait_until(lambda: 0.1 <= time.time() % 1.0 < 0.2, timeout=3, interval=0.001, message="0.1 s past a tick")
     stopped_at = time.time()
     resume_at = int(stopped_at) + 2.7
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     try:
         wait_until(
             lambda: time.time() >= resume_at, timeout=5, interval=0.001, message="the end of the stall"

@@ -12,7 +12,7 @@ import pytest
 from jsworker.jetstream.connection import Connection, ConnectOptions
 from jsworker.testing import NatsServer
 
-from ..support import connections, wait_until_async
+from ..support import connections, freeze, wait_until_async
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +62,7 @@ async def test_a_close_cut_short_leaves_no_socket_and_no_client(nats_server: Nat
     # The server, stopped where it is, answers nothing: the drain waits on it until cut short.
     pid = nats_server.pid
     assert pid is not None
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     try:
         closing = asyncio.create_task(conn.close())
         await wait_until_async(lambda: conn.nc.is_draining, timeout=10, message="the drain to begin")

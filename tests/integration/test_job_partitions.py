@@ -17,6 +17,7 @@ from jsworker import Admin, App, JobState, Task, current_job
 from jsworker._enqueue.task import unique_key
 from jsworker._scheduling.admin import Schedules
 from jsworker._wire.names import partition_of
+from jsworker.admin import QueueStatus
 from jsworker.admin._doctor import diagnose
 from jsworker.jetstream.connection import Connection
 from jsworker.jetstream.inspect import consumer_facts, stream_facts
@@ -221,22 +222,32 @@ async def test_a_queue_paused_is_paused_in_every_partition(nats_server: NatsServ
 
     await app.provision()
     admin = Admin(app)
-    await admin.pause_queue("default", datetime.now(UTC) + timedelta(hours=1))
-    (status,) = [q for q in await admin.queues() if q.queue == "default"]
-    assert status.paused
-    jobs = await job.adelay_many([(i,) for i in range(40)])
-    (status,) = [q for q in await admin.queues() if q.queue == "default"]
-    assert status.pending == 40
-    listed = await admin.jobs(state="queued", limit=15)
-    seen = list(listed.items)
-    while listed.next_after is not None:
-        listed = await admin.jobs(state="queued", limit=15, after=listed.next_after)
-        seen += listed.items
-    assert sorted(j.id for j in seen) == sorted(j.id for j in jobs)
-    assert await admin.purge_queue("default") == 40
-    assert await admin.resume_queue("default")
-    await admin.aclose()
-    await app.aclose()
+    try:
+        await admin.pause_queue("default", datetime.now(UTC) + timedelta(hours=1))
+        (status,) = [q for q in await admin.queues() if q.queue == "default"]
+        assert status.paused
+        jobs = await job.adelay_many([(i,) for i in range(40)])
+
+        async def default_queue() -> QueueStatus:
+            (status,) = [q for q in await admin.queues() if q.queue == "default"]
+            return status
+
+        # A consumer counts a stored job as pending a moment after the server acked it.
+        status = await wait_until_async(
+            default_queue, until=lambda s: s.pending == 40, message="40 jobs pending over the partitions"
+        )
+        assert status.paused and status.in_flight == 0
+        listed = await admin.jobs(state="queued", limit=15)
+        seen = list(listed.items)
+        while listed.next_after is not None:
+            listed = await admin.jobs(state="queued", limit=15, after=listed.next_after)
+            seen += listed.items
+        assert sorted(j.id for j in seen) == sorted(j.id for j in jobs)
+        assert await admin.purge_queue("default") == 40
+        assert await admin.resume_queue("default")
+    finally:
+        await admin.aclose()
+        await app.aclose()
 
 
 def _counting_app(

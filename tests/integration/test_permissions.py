@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 
 from jsworker import App, EnqueueError, PermissionDeniedError
 from jsworker._core.permissions import server_config
-from jsworker._core.queues import queue_status
+from jsworker._core.queues import QueueStatus, queue_status
 from jsworker.jetstream.api import api_subject, request_json
 from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
@@ -190,10 +190,18 @@ def test_producer_cannot_purge_consume_or_read_dead_letters(secured: NatsServer)
         producer = _app(url, "perm-producer")
         await producer.tasks["add"].adelay(1, 2)
         await producer.aclose()
+
         # What a worker exports about its queues, read with a job waiting (the oldest job's
-        # age is read only then), and what `status` shows, each with its own role.
-        (seen,) = [q for q in await queue_status(worker_app, conn) if q.queue == "default"]
-        assert seen.pending == 1 and seen.oldest_pending_age is not None
+        # age is read only then), and what `status` shows, each with its own role. The
+        # consumer counts the job as pending a moment after the server acked it.
+        async def default_queue() -> QueueStatus:
+            (seen,) = [q for q in await queue_status(worker_app, conn) if q.queue == "default"]
+            return seen
+
+        seen = await wait_until_async(
+            default_queue, until=lambda q: q.pending == 1, message="one job pending"
+        )
+        assert seen.oldest_pending_age is not None
         await conn.close()
         operator = _app(url, "perm-operator")
         (shown,) = [q for q in await queue_status(operator) if q.queue == "default"]
