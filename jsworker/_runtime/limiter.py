@@ -5,9 +5,17 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+#: What a waiter would do with the slot, done for it by a holder that keeps its slot instead
+#: (:meth:`Limiter.hand_on`): the work it takes, or None when it has none.
+Claim = Callable[[], T | None]
 
 
-class Limiter:
+class Limiter(Generic[T]):
     """Counting slots for running jobs, handed to the waiter with the highest priority, and
     among equals to the one that came first (queue priorities: a worker serving several
     queues gives each freed slot to the most important queue that has a job waiting).
@@ -16,6 +24,9 @@ class Limiter:
     messages pulled but not finished never exceed the slots plus the pull loops' buffers.
     :meth:`try_acquire` lets a message that arrives while a slot is free start at once, from
     the code that received it, without waking the pull loop; it never overtakes a waiter.
+    :meth:`hand_on` lets a holder done with its work take the first waiter's next piece of
+    work (its ``claim``) and keep the slot for it, instead of waking that waiter to do it:
+    at full load every job then starts without a wake-up of the pull loop.
 
     Hand-written because it is taken and given back once per job: ``anyio.CapacityLimiter``
     and ``anyio.Semaphore`` yield to the event loop even when a slot is free, and cost many
@@ -27,8 +38,8 @@ class Limiter:
             raise ValueError("concurrency must be >= 1")
         self.limit = limit
         self._in_use = 0
-        # (-priority, arrival, future): a heap, so the first is the next to be served.
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        # (-priority, arrival, future, claim): a heap, so the first is the next to be served.
+        self._waiters: list[tuple[int, int, asyncio.Future[None], Claim[T] | None]] = []
         self._arrivals = itertools.count()
 
     @property
@@ -43,12 +54,14 @@ class Limiter:
             return True
         return False
 
-    async def acquire(self, priority: int = 0) -> None:
-        """Wait for a free slot and take it; waiters with a higher ``priority`` go first."""
+    async def acquire(self, priority: int = 0, claim: Claim[T] | None = None) -> None:
+        """Wait for a free slot and take it; waiters with a higher ``priority`` go first.
+        While it waits first in line, holders may do its work with their own slots through
+        ``claim`` (see :meth:`hand_on`)."""
         if self.try_acquire():
             return
         waiter = asyncio.get_running_loop().create_future()
-        entry = (-priority, next(self._arrivals), waiter)
+        entry = (-priority, next(self._arrivals), waiter, claim)
         heapq.heappush(self._waiters, entry)
         try:
             await waiter
@@ -60,6 +73,21 @@ class Limiter:
             else:  # the slot was handed over just before the cancellation: pass it on
                 self.release()
             raise
+
+    def hand_on(self) -> T | None:
+        """For a holder done with its work: the first waiter's next piece of work, taken by
+        its claim, for the holder to do with the slot it keeps; the waiter keeps its place.
+        None when the first waiter has no claim or its claim found nothing: :meth:`release`
+        the slot then, to that waiter, as always."""
+        waiters = self._waiters
+        while waiters:
+            first = waiters[0]
+            if first[2].done():  # cancelled, and not yet out of the heap
+                heapq.heappop(waiters)
+                continue
+            claim = first[3]
+            return None if claim is None else claim()
+        return None
 
     def release(self) -> None:
         """Give a slot back: to the first waiter if there is one, else to the pool."""

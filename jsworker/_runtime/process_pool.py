@@ -115,7 +115,7 @@ class ProcessRunner:
             raise ValueError("processes must be >= 1")
         self.processes = processes
         self._recycling = recycling
-        self._slots = Limiter(processes)
+        self._slots: Limiter[None] = Limiter(processes)
         # Jobs that hold a slot before their run comes (see reserve).
         self._reserved: set[object] = set()
         self._idle: list[_Process] = []

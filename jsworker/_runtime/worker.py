@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import time
@@ -158,7 +159,7 @@ class Worker:
         """Make what each job goes through: the slots, the executor, the job book, the
         pipeline of the features that are on (see :mod:`.pipeline`) and its settle stage."""
         app, settings = self.app, self.settings
-        self._limiter = Limiter(settings.concurrency)
+        self._limiter: Limiter[JobRun] = Limiter(settings.concurrency)
         # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
         self._create_task = asyncio.get_running_loop().create_task
         self._executor = Executor(app, settings.threads, settings.task_processes, settings.recycling)
@@ -276,10 +277,11 @@ class Worker:
         queue, partition = pulled
         priority = self.app.queue_priority(queue)
         rates = self._rates
+        claim = functools.partial(self._claim, queue, partition, consumer)
         while await consumer.wait():
             # A slot is taken only once there is a job for it: waiting on an idle queue
             # while holding one would starve the other queues.
-            await self._limiter.acquire(priority)
+            await self._limiter.acquire(priority, claim)
             limited = rates.get(queue)  # looked up each time: it may change at run time
             if limited is not None and not await limited.take(len(consumer.buffered()) or 1):
                 # Its turn has not come: the slot goes back to the other queues meanwhile. The
@@ -308,6 +310,15 @@ class Worker:
         self._spawn(as_job_run(self.app, queue, delivery, partition))
         return True
 
+    def _claim(self, queue: str, partition: int, consumer: PullConsumer) -> JobRun | None:
+        # What the pull loop waiting first for a slot would start with it, taken by a job's
+        # task done with its own (see _run_job). A rate-limited queue's loop counts each start
+        # in its window itself: its jobs take the loop's way.
+        if self._rates.get(queue) is not None:
+            return None
+        delivery = consumer.take_now()
+        return None if delivery is None else as_job_run(self.app, queue, delivery, partition)
+
     def _holding(self) -> Iterator[Delivery]:
         """Every delivery this worker holds: its jobs', started or waiting, and its buffers'."""
         for job in list(self._jobs):
@@ -331,12 +342,15 @@ class Worker:
 
     # -- running --------------------------------------------------------------------------
 
-    def _spawn(self, job: JobRun) -> None:
+    def _spawn(self, job: JobRun, context: contextvars.Context | None = None) -> None:
         # A task of the loop's own, not of an anyio task group, which costs several times as
         # much per job (bench/README.md, "Hot-path choices"). The worker keeps the structure
         # itself: _jobs holds every task until it has settled, and _finish_jobs waits for,
         # cancels and hands back what is left.
-        self._jobs[job] = self._create_task(self._run_job(job))
+        self._jobs[job] = self._create_task(self._run_job(job), context=context)
+        self._count_start()
+
+    def _count_start(self) -> None:
         if self._budget is not None:
             self._budget -= 1
             if self._budget == 0:
@@ -352,34 +366,72 @@ class Worker:
         self.stop()
 
     async def _run_job(self, job: JobRun) -> None:
-        # The four stages of the pipeline (see .pipeline), in one coroutine per job, its
-        # clean-up included (no done callback): each layer and each event-loop turn shows in a
-        # short job's cost.
+        # The four stages of the pipeline (see .pipeline), in one coroutine, its clean-up
+        # included (no done callback): each layer and each event-loop turn shows in a short
+        # job's cost. Done with a job, the task goes on with the one its slot would go to
+        # next (Limiter.hand_on): at full load a job starts with no task of its own and no
+        # wake-up of its pull loop. Each job still sees the context its first one began
+        # with: after one that set context variables, the next gets a task of its own.
+        task = asyncio.current_task()
+        assert task is not None
+        context = contextvars.copy_context()
+        handed_on = False  # the slot went to a task of its own
         try:
-            job.started = time.monotonic()
-            try:
-                # Awaited only when a check needs the server: most jobs pass without a round trip.
-                outcome = self._admit(job)
-                if outcome is not None and not isinstance(outcome, Outcome):
-                    outcome = await outcome
-                if outcome is None:
-                    outcome = await self._run(job)
-            except asyncio.CancelledError:
-                if not (self._cancelling or job.cancel_requested):
+            while True:
+                interrupted = False
+                try:
+                    job.started = time.monotonic()
+                    try:
+                        # Awaited only when a check needs the server: most jobs pass without
+                        # a round trip.
+                        outcome = self._admit(job)
+                        if outcome is not None and not isinstance(outcome, Outcome):
+                            outcome = await outcome
+                        if outcome is None:
+                            outcome = await self._run(job)
+                    except asyncio.CancelledError:
+                        if not (self._cancelling or job.cancel_requested):
+                            raise
+                        interrupted = True
+                        outcome = _interrupted()
+                    settled = self._settle(job, outcome)
+                    settlement = settled if isinstance(settled, Settlement) else await settled
+                    after = self._after(job, settlement)
+                    if after is not None:
+                        await after
+                except asyncio.CancelledError:
                     raise
-                outcome = _interrupted()
-            settled = self._settle(job, outcome)
-            settlement = settled if isinstance(settled, Settlement) else await settled
-            after = self._after(job, settlement)
-            if after is not None:
-                await after
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.error("job.internal_error", error=repr(exc), **job.log_fields())
+                except Exception as exc:
+                    log.error("job.internal_error", error=repr(exc), **job.log_fields())
+                finally:
+                    self._jobs.pop(job, None)
+                following, handed_on = self._take_on(task, context, interrupted)
+                if following is None:
+                    return
+                job = following
         finally:
-            self._jobs.pop(job, None)
-            self._limiter.release()
+            if not handed_on:
+                self._limiter.release()
+
+    def _take_on(
+        self, task: asyncio.Task[None], context: contextvars.Context, interrupted: bool
+    ) -> tuple[JobRun | None, bool]:
+        """For ``task``, done with its job: the job it runs next (None: it ends), and whether
+        the slot went to a task of its own instead (for a job after one that changed
+        ``context``, the one the task began with)."""
+        if interrupted or self._cancelling:
+            # A task whose job was cancelled ends with it: no later job inherits what is left
+            # of its cancellation.
+            return None, False
+        job = self._limiter.hand_on()
+        if job is None:
+            return None, False
+        if contextvars.copy_context() != context:
+            self._spawn(job, context)
+            return None, True
+        self._jobs[job] = task
+        self._count_start()
+        return job, False
 
     # -- stopping -------------------------------------------------------------------------
 

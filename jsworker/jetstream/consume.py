@@ -123,6 +123,8 @@ class PullConsumer:
         # After a pause, the round trip that proves what the socket held has been read: until
         # it returns, arrivals were (or may have been) sent during the pause and are forgotten.
         self._fence: asyncio.Task[None] | None = None
+        # Top-ups sent by take_now, each from a task of its own.
+        self._topping_up: set[asyncio.Task[None]] = set()
         self._fenced: list[Delivery] = []
         # Told of the messages forgotten (their next delivery is no fault of the job's).
         self._on_forgotten = on_forgotten
@@ -234,6 +236,8 @@ class PullConsumer:
             if unhook is not None:
                 with contextlib.suppress(ValueError):
                     unhook()
+        for topping_up in list(self._topping_up):
+            topping_up.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -295,15 +299,36 @@ class PullConsumer:
 
     async def take(self) -> Delivery | None:
         """Hand out the oldest buffered message (None if there is none) and top up."""
+        delivery = self._popped()
+        if delivery is not None:
+            refill = self._handed_out()
+            if refill is not None:
+                await refill
+        return delivery
+
+    def take_now(self) -> Delivery | None:
+        """:meth:`take` for a caller that may not wait: a top-up that is due is sent from a
+        task of its own."""
+        delivery = self._popped()
+        if delivery is not None:
+            refill = self._handed_out()
+            if refill is not None:
+                topping_up = asyncio.ensure_future(refill)
+                self._topping_up.add(topping_up)
+                topping_up.add_done_callback(self._topped_up)
+        return delivery
+
+    def _popped(self) -> Delivery | None:
         if self._forget_after is not None and time.monotonic() - self._beat_at > self._forget_after:
             self._forget_unbeaten()
-        if not self._buffer:
-            return None
-        delivery = self._buffer.popleft()
-        refill = self._handed_out()
-        if refill is not None:
-            await refill
-        return delivery
+        return self._buffer.popleft() if self._buffer else None
+
+    def _topped_up(self, task: asyncio.Task[None]) -> None:
+        self._topping_up.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # Its requests are counted as sent: the watchdog, hearing nothing back for them,
+            # pulls again.
+            self._count(EngineEvent.ERROR, f"top-up not sent: {exc!r}")
 
     def buffered(self) -> tuple[Delivery, ...]:
         """Messages received and not yet handed out (their ack timers are running)."""

@@ -3,6 +3,8 @@ wait goes through the buffer and the queue loop. Both routes must settle jobs al
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -77,3 +79,39 @@ async def test_pull_loops_grow_unless_the_prefetch_is_fixed(
         consumer = worker._consumers["default", 0]
         assert consumer.max_messages == settings.get("max_messages", 4)
         assert consumer.grow_to == grows_to
+
+
+async def test_a_slot_goes_on_with_the_next_buffered_job_in_the_context_each_job_begins_with(
+    nats_server: NatsServer,
+) -> None:
+    """A job done while the next one waits in the buffer for its slot runs that one in its
+    own task (no task, no wake-up per job at full load); a job that set context variables
+    leaves them behind: the next one runs in a task of its own, in the worker's context."""
+    app = App("hand_on", nats_server.url)
+    seen = contextvars.ContextVar("seen", default="unset")
+    runs: list[tuple[int, int, str]] = []
+    workers: list[Worker] = []
+
+    @app.task
+    async def job(i: int, sets: bool) -> None:
+        runs.append((i, id(asyncio.current_task()), seen.get()))
+        if sets:
+            seen.set("left by a job")
+        # Done only once the next job is buffered and its pull loop waits for this slot: the
+        # hand-on is what is tested.
+        if i < 9:
+            await wait_until_async(_next_waits, message=f"job {i + 1} waiting")
+
+    def _next_waits() -> bool:
+        (worker,) = workers
+        return bool(worker._limiter._waiters and worker._consumers["default", 0].buffered())
+
+    async with in_process_worker(app, concurrency=1) as worker:
+        workers.append(worker)
+        await job.adelay_many([(i, i == 4) for i in range(10)])
+        await wait_until_async(lambda: worker.counts["succeeded"] == 10, timeout=30, message="10 jobs")
+    assert [i for i, _, _ in runs] == list(range(10))
+    assert {value for _, _, value in runs} == {"unset"}
+    tasks = [task for _, task, _ in runs]
+    # One task for jobs 0-4; after job 4 set a variable, another for jobs 5-9.
+    assert len(set(tasks[:5])) == 1 and len(set(tasks[5:])) == 1 and tasks[4] != tasks[5]

@@ -155,6 +155,24 @@ def test_decode_call_accepts_what_json_accepts(body: bytes) -> None:
     assert decode_call(S, body) == ([1], {"k": "v"})
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"args":[1,-2.5,"x\\u00e9",true,null,{"a":[1]}],"kwargs":{"k":"v"}}',
+        b'{"args":[123456789012345678901234567890,1e2,1.0e400,-0.0],"kwargs":{}}',
+        b'{"args":[NaN,Infinity,-Infinity],"kwargs":{}}',
+        b'{"args":["\\ud800"],"kwargs":{"k":1,"k":2}}',
+    ],
+)
+def test_json_bodies_decode_to_what_the_standard_decoder_gives(body: bytes) -> None:
+    """Big ints, floats past the range, NaN, lone surrogates and repeated keys: the values the
+    standard json module gives, whichever decoder read them."""
+    expected = json.loads(body)
+    decoded = S.loads(body)
+    assert repr(decoded) == repr(expected)
+    assert [type(v) for v in decoded["args"]] == [type(v) for v in expected["args"]]
+
+
 @pytest.mark.parametrize("body", [b'{"args":[],"kwargs":{}}x', b'{"args":[],"kwargs":{}}{}'])
 def test_decode_call_rejects_trailing_data(body: bytes) -> None:
     """A valid object followed by anything else is not a job body."""
