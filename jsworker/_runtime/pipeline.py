@@ -1,4 +1,5 @@
-"""A job's way through the worker, in four stages, each a step of ``Worker._run_job``:
+"""A job's way through the worker, in four stages, each a step of the task that runs it
+(:mod:`.slots`):
 
 1. **admit** (:meth:`Pipeline.admit`): the job's own checks (its task, body and arguments,
    whether it kills its workers: :class:`Admission`), then each interceptor's ``admit``: may

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import time
@@ -34,11 +33,11 @@ from .holders import EarlierDeliveries
 from .jobbook import JobBook
 from .limiter import Limiter
 from .observe import PullObserver
-from .outcomes import Outcome, OutcomeKind, Settlement
 from .pipeline import Interceptor, Pipeline, run_shutdown, run_startup
 from .questions import answer_control, answer_questions
 from .settings import WorkerSettings
 from .settle import Settle
+from .slots import Slots
 from .upkeep import heartbeats, leftover_schedules, missing_schedules, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
@@ -84,7 +83,6 @@ class Worker:
         self._consumers: dict[tuple[str, int], PullConsumer] = {}
         self._jobs: dict[JobRun, asyncio.Task[None]] = {}
         self._crash: BaseException | None = None
-        self._cancelling = False
 
     # -- control --------------------------------------------------------------------------
 
@@ -160,8 +158,6 @@ class Worker:
         pipeline of the features that are on (see :mod:`.pipeline`) and its settle stage."""
         app, settings = self.app, self.settings
         self._limiter: Limiter[JobRun] = Limiter(settings.concurrency)
-        # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
-        self._create_task = asyncio.get_running_loop().create_task
         self._executor = Executor(app, settings.threads, settings.task_processes, settings.recycling)
         self._records_conn = await startup.records_connection(app, conn, options, self.queues)
         self._book = book = JobBook(app, conn, self._jobs, self._records_conn, self._buffered)
@@ -178,9 +174,13 @@ class Worker:
             functools.partial(startup.recheck, self._handbacks, book),
             EarlierDeliveries(conn, app.namespace, self._holding, book.finished).left,
         )
-        # The four stages of a job (see _run_job), looked up once.
-        self._admit, self._run, self._after = pipeline.admit, pipeline.run, pipeline.after
-        self._settle = Settle(app, conn, book, self._handbacks, pipeline.finals)
+        settle = Settle(app, conn, book, self._handbacks, pipeline.finals)
+        self._slots = Slots(
+            self._limiter,
+            self._jobs,
+            (pipeline.admit, pipeline.run, settle, pipeline.after),
+            self._count_start,
+        )
         # A kept result's ack waits for its record: hooks that must follow the ack are told it.
         book.track_acks = pipeline.waits_for_acks
         self._services = [*pipeline.services, *startup.services(app, conn, self.queues)]
@@ -195,7 +195,7 @@ class Worker:
         # Listed once it answers: a worker the registry shows can be asked what it is asked.
         await self._registry.start()
         # The pull loops and the worker's own services run in one task group; each job
-        # runs in a task of its own, outside it (see _spawn).
+        # runs in a task of its own, outside it (see .slots).
         async with anyio.create_task_group() as services:
             for queue in self.queues:
                 for partition in range(app.queue_streams(queue)):
@@ -294,7 +294,7 @@ class Worker:
             if delivery is None:  # drained while we waited for the slot
                 self._limiter.release()
                 continue
-            self._spawn(as_job_run(self.app, queue, delivery, partition))
+            self._slots.spawn(as_job_run(self.app, queue, delivery, partition))
 
     def _start_at_once(self, queue: str, partition: int, delivery: Delivery) -> bool:
         # A job that arrives while a slot is free (and, under a rate limit, a start counted
@@ -307,7 +307,7 @@ class Worker:
         if limited is not None and not limited.in_hand():
             self._limiter.release()
             return False
-        self._spawn(as_job_run(self.app, queue, delivery, partition))
+        self._slots.spawn(as_job_run(self.app, queue, delivery, partition))
         return True
 
     def _claim(self, queue: str, partition: int, consumer: PullConsumer) -> JobRun | None:
@@ -342,14 +342,6 @@ class Worker:
 
     # -- running --------------------------------------------------------------------------
 
-    def _spawn(self, job: JobRun, context: contextvars.Context | None = None) -> None:
-        # A task of the loop's own, not of an anyio task group, which costs several times as
-        # much per job (bench/README.md, "Hot-path choices"). The worker keeps the structure
-        # itself: _jobs holds every task until it has settled, and _finish_jobs waits for,
-        # cancels and hands back what is left.
-        self._jobs[job] = self._create_task(self._run_job(job), context=context)
-        self._count_start()
-
     def _count_start(self) -> None:
         if self._budget is not None:
             self._budget -= 1
@@ -364,74 +356,6 @@ class Worker:
             self.retired = reason
             log.info("worker.retiring", reason=reason, in_flight=self.in_flight)
         self.stop()
-
-    async def _run_job(self, job: JobRun) -> None:
-        # The four stages of the pipeline (see .pipeline), in one coroutine, its clean-up
-        # included (no done callback): each layer and each event-loop turn shows in a short
-        # job's cost. Done with a job, the task goes on with the one its slot would go to
-        # next (Limiter.hand_on): at full load a job starts with no task of its own and no
-        # wake-up of its pull loop. Each job still sees the context its first one began
-        # with: after one that set context variables, the next gets a task of its own.
-        task = asyncio.current_task()
-        assert task is not None
-        context = contextvars.copy_context()
-        handed_on = False  # the slot went to a task of its own
-        try:
-            while True:
-                interrupted = False
-                try:
-                    job.started = time.monotonic()
-                    try:
-                        # Awaited only when a check needs the server: most jobs pass without
-                        # a round trip.
-                        outcome = self._admit(job)
-                        if outcome is not None and not isinstance(outcome, Outcome):
-                            outcome = await outcome
-                        if outcome is None:
-                            outcome = await self._run(job)
-                    except asyncio.CancelledError:
-                        if not (self._cancelling or job.cancel_requested):
-                            raise
-                        interrupted = True
-                        outcome = _interrupted()
-                    settled = self._settle(job, outcome)
-                    settlement = settled if isinstance(settled, Settlement) else await settled
-                    after = self._after(job, settlement)
-                    if after is not None:
-                        await after
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.error("job.internal_error", error=repr(exc), **job.log_fields())
-                finally:
-                    self._jobs.pop(job, None)
-                following, handed_on = self._take_on(task, context, interrupted)
-                if following is None:
-                    return
-                job = following
-        finally:
-            if not handed_on:
-                self._limiter.release()
-
-    def _take_on(
-        self, task: asyncio.Task[None], context: contextvars.Context, interrupted: bool
-    ) -> tuple[JobRun | None, bool]:
-        """For ``task``, done with its job: the job it runs next (None: it ends), and whether
-        the slot went to a task of its own instead (for a job after one that changed
-        ``context``, the one the task began with)."""
-        if interrupted or self._cancelling:
-            # A task whose job was cancelled ends with it: no later job inherits what is left
-            # of its cancellation.
-            return None, False
-        job = self._limiter.hand_on()
-        if job is None:
-            return None, False
-        if contextvars.copy_context() != context:
-            self._spawn(job, context)
-            return None, True
-        self._jobs[job] = task
-        self._count_start()
-        return job, False
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -472,7 +396,7 @@ class Worker:
             await self._hand_back_buffered()  # what it had no time left to start
         if self._jobs:
             log.warning("worker.cancelling", in_flight=self.in_flight)
-            self._cancelling = True
+            self._slots.cancelling = True
             running = list(self._jobs.values())
             for task in running:
                 task.cancel()
@@ -481,12 +405,3 @@ class Worker:
             # A job cancelled before its first step never ran its own clean-up: give it back.
             await self._handbacks.give_back([job.delivery for job in self._jobs])
             self._jobs.clear()
-
-
-def _interrupted() -> Outcome:
-    """The outcome of a run this worker cancelled (stopping, or a cancel of the job): the
-    task's cancellation is taken back, so that settling it can go on."""
-    current = asyncio.current_task()
-    if current is not None:
-        current.uncancel()
-    return Outcome(OutcomeKind.CANCELLED, "worker shut down before the job finished")
