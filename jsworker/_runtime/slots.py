@@ -68,8 +68,7 @@ class Slots:
     async def _running(self, job: JobRun) -> None:
         # The four stages in one coroutine, its clean-up included (no done callback): each
         # layer and each event-loop turn shows in a short job's cost.
-        task = asyncio.current_task()
-        assert task is not None
+        task = self.jobs[job]  # registered by spawn before this first step
         context = contextvars.copy_context()
         handed_on = False  # the slot went to a task of its own
         try:
