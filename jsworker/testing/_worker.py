@@ -11,6 +11,7 @@ stopping ``jsworker run`` does. Options are those of ``jsworker run`` (``concurr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -60,12 +61,11 @@ def worker_thread(app: App, **settings: Any) -> Iterator[None]:
     """:func:`running_worker` on an event loop of its own in a thread, for sync tests."""
     ready = threading.Event()
     failed: list[BaseException] = []
-    loop = asyncio.new_event_loop()
-    stopping: asyncio.Event | None = None
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     async def serve() -> None:
-        nonlocal stopping
         stopping = asyncio.Event()
+        running.append((asyncio.get_running_loop(), stopping))
         try:
             async with running_worker(app, **settings):
                 ready.set()
@@ -75,7 +75,10 @@ def worker_thread(app: App, **settings: Any) -> Iterator[None]:
         finally:
             ready.set()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), name="jsworker-test-worker")
+    # asyncio.run ends the loop as a program's own would: what is left on it (the app's
+    # connection for jobs that enqueue, its guard) is cancelled and finished, not destroyed
+    # pending when the loop is collected.
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), name="jsworker-test-worker")
     thread.start()
     try:
         ready.wait()
@@ -83,9 +86,9 @@ def worker_thread(app: App, **settings: Any) -> Iterator[None]:
             raise failed[0]
         yield
     finally:
-        if stopping is not None:
-            loop.call_soon_threadsafe(stopping.set)
+        for loop, stopping in running:
+            with contextlib.suppress(RuntimeError):  # closed: the worker ended already
+                loop.call_soon_threadsafe(stopping.set)
         thread.join()
-        loop.close()
     if failed:
         raise failed[0]  # the worker failed while the block ran

@@ -6,6 +6,7 @@ duplicate window makes no new job."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,16 +39,23 @@ def worker_thread(app: App) -> Iterator[Worker]:
     """A worker of ``app`` on an event loop of its own thread, stopped afterwards: the test's
     thread blocks in Spark meanwhile."""
     worker = Worker(app, WorkerSettings(concurrency=20, grace=1))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(worker.run(),), daemon=True)
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def run() -> None:
+        loops.append(asyncio.get_running_loop())
+        await worker.run()
+
+    # asyncio.run finishes what is left on the loop before closing it.
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
     thread.start()
     try:
         wait_until(lambda: bool(worker._consumers), timeout=30, message="the worker to pull")
         yield worker
     finally:
-        loop.call_soon_threadsafe(worker.stop)
+        for loop in loops:
+            with contextlib.suppress(RuntimeError):  # closed: the worker ended already
+                loop.call_soon_threadsafe(worker.stop)
         thread.join(30)
-        loop.close()
 
 
 def scoring_app(url: str, name: str, **options: Any) -> App:
