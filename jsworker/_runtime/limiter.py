@@ -11,7 +11,8 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 #: What a waiter would do with the slot, done for it by a holder that keeps its slot instead
-#: (:meth:`Limiter.hand_on`): the work it takes, or None when it has none.
+#: (:meth:`Limiter.hand_on`): the work it takes, or None when it has none. It must not call
+#: the limiter.
 Claim = Callable[[], T | None]
 
 
@@ -67,18 +68,18 @@ class Limiter(Generic[T]):
             await waiter
         except asyncio.CancelledError:
             if waiter.cancelled():
-                if entry in self._waiters:
-                    self._waiters.remove(entry)
-                    heapq.heapify(self._waiters)
+                # Its entry, or the one hand_on put in its place.
+                self._waiters = [e for e in self._waiters if e[2] is not waiter]
+                heapq.heapify(self._waiters)
             else:  # the slot was handed over just before the cancellation: pass it on
                 self.release()
             raise
 
     def hand_on(self) -> T | None:
         """For a holder done with its work: the first waiter's next piece of work, taken by
-        its claim, for the holder to do with the slot it keeps; the waiter keeps its place.
-        None when the first waiter has no claim or its claim found nothing: :meth:`release`
-        the slot then, to that waiter, as always."""
+        its claim, for the holder to do with the slot it keeps; the waiter goes on waiting,
+        behind the others of its priority. None when the first waiter has no claim or its
+        claim found nothing: :meth:`release` the slot then, to that waiter, as always."""
         waiters = self._waiters
         while waiters:
             first = waiters[0]
@@ -86,7 +87,15 @@ class Limiter(Generic[T]):
                 heapq.heappop(waiters)
                 continue
             claim = first[3]
-            return None if claim is None else claim()
+            if claim is None:
+                return None
+            work = claim()
+            if work is not None:
+                # Served, as if the slot had come to it and it had come back for the next one:
+                # behind the waiters of its priority that were there before, so that equals
+                # take turns (a queue's partitions, queues of one priority).
+                heapq.heapreplace(waiters, (first[0], next(self._arrivals), first[2], claim))
+            return work
         return None
 
     def release(self) -> None:

@@ -340,7 +340,9 @@ async def test_fewer_partitions_drain_the_ones_that_go(nats_server: NatsServer) 
 async def test_a_partition_with_a_backlog_starves_no_other(nats_server: NatsServer) -> None:
     """A long backlog in one partition, then a few jobs in another: those start while the
     backlog is still long (each partition has a pull loop of its own, and slots go to
-    whichever loop has a job), not after it."""
+    whichever loop has a job), not after it. A prefetch of 64 keeps the backlog's buffer
+    from running dry, so that each freed slot is handed on from job to job: the loops of a
+    priority take turns at that too."""
     app = App("fairly", nats_server.url, partitions=PARTITIONS)
     done: list[str] = []
 
@@ -352,7 +354,7 @@ async def test_a_partition_with_a_backlog_starves_no_other(nats_server: NatsServ
     backlog = [j for j in ids_per_partition("b", 2000) if partition_of(j, PARTITIONS) == 0]
     for job_id in backlog:
         await job.aapply(("backlog",), job_id=job_id)
-    async with in_process_worker(app, concurrency=4):
+    async with in_process_worker(app, concurrency=4, max_messages=64):
         await wait_until_async(
             lambda: len(done), until=lambda n: n >= 50, timeout=30, message="the backlog to start"
         )

@@ -188,3 +188,27 @@ async def test_nothing_is_handed_on_past_a_waiter_without_a_claim_or_a_cancelled
     await claiming
     limiter.release()
     assert limiter.in_use == 0
+
+
+async def test_waiters_of_one_priority_take_turns_at_the_work_handed_on() -> None:
+    """A waiter whose work was taken goes behind the others of its priority, as one that got
+    the slot and came back would: a queue's partitions share the slots freed at full load;
+    a waiter of a higher priority still comes first every time."""
+    limiter: Limiter[str] = Limiter(1)
+    await limiter.acquire()
+    waiting = [
+        asyncio.ensure_future(limiter.acquire(0, functools.partial(lambda name: name, name)))
+        for name in ("p0", "p1", "p2")
+    ]
+    await wait_until_async(lambda: len(limiter._waiters) == 3, timeout=2, message="three in line")
+    assert [limiter.hand_on() for _ in range(6)] == ["p0", "p1", "p2", "p0", "p1", "p2"]
+    urgent = asyncio.ensure_future(limiter.acquire(5, lambda: "urgent"))
+    await wait_until_async(lambda: len(limiter._waiters) == 4, timeout=2, message="four in line")
+    assert [limiter.hand_on() for _ in range(2)] == ["urgent", "urgent"]
+    # A cancelled waiter leaves no entry behind, renewed or not: try_acquire is not blocked.
+    for future in (urgent, *waiting):
+        future.cancel()
+    await asyncio.gather(urgent, *waiting, return_exceptions=True)
+    assert limiter._waiters == []
+    limiter.release()
+    assert limiter.try_acquire()
