@@ -297,25 +297,14 @@ class Connection:
             # The caller was cancelled (a dashboard closing while its feed connects): the attempt
             # must not go on without it, as a client nobody closes that reconnects forever.
             refusal.cancel()
-            connecting.cancel()
-            with contextlib.suppress(BaseException):
-                await connecting
-            with contextlib.suppress(Exception):
-                await nc.close()
-            nc.close_socket()
+            await _abandon(nc, connecting)
             raise
         refusal.cancel()
-        if connecting.done() and not connecting.cancelled() and connecting.exception() is None:
-            return cls(nc, nc.jetstream(), options, listeners)
-        if not connecting.done():
-            connecting.cancel()
-            with contextlib.suppress(BaseException):
-                await connecting
-        elif not connecting.cancelled() and (exc := connecting.exception()) is not None:
+        if connecting.done() and not connecting.cancelled():
+            if (exc := connecting.exception()) is None:
+                return cls(nc, nc.jetstream(), options, listeners)
             errors[:] = [exc]  # type: ignore[list-item]
-        with contextlib.suppress(Exception):
-            await nc.close()
-        nc.close_socket()
+        await _abandon(nc, connecting)
         last = errors[-1] if errors else None
         where = ", ".join(options.servers)
         raise ConnectError(redact_urls(f"cannot connect to NATS at {where}: {_describe(last)}")) from last
@@ -425,6 +414,17 @@ class Connection:
             # Also when this close is cancelled or times out part-way (a caller's deadline):
             # no socket outlives it.
             self.nc.close_socket()
+
+
+async def _abandon(nc: JetStreamClient, connecting: asyncio.Future[None]) -> None:
+    """End a connect attempt that will not be used: the attempt, the client and its socket
+    (a client left behind would reconnect forever, nobody closing it)."""
+    connecting.cancel()
+    with contextlib.suppress(BaseException):
+        await connecting
+    with contextlib.suppress(Exception):
+        await nc.close()
+    nc.close_socket()
 
 
 def _describe(exc: BaseException | None) -> str:
