@@ -28,12 +28,25 @@ def _require_binary() -> str:
         pytest.skip(str(exc))
 
 
+def _settings(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Arguments giving a test server a file store that does not depend on the free disk.
+
+    A stream with a byte limit (an app's dead letters and events: 1 GiB each by default)
+    reserves that limit against the server's file store, which the server otherwise sizes at
+    75% of the disk's free space: whether the streams of a module's apps fit would depend on
+    the machine. The reservation is bookkeeping; the tests write little.
+    """
+    config = tmp_path_factory.mktemp("nats-config") / "store.conf"
+    config.write_text("jetstream { max_file_store: 1TB }\n")
+    return ["-c", str(config)]
+
+
 def _serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     binary = _require_binary()
     # The log lands in pytest's temporary directory so it outlives a failed test; the store
     # is a temporary directory of the server itself, removed when it stops.
     log_file = tmp_path_factory.mktemp("nats-server") / "nats-server.log"
-    server = NatsServer(binary=binary, log_file=log_file)
+    server = NatsServer(binary=binary, log_file=log_file, extra_args=_settings(tmp_path_factory))
     server.start()
     try:
         yield server
@@ -53,9 +66,9 @@ def nats_server_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nat
     yield from _serve(tmp_path_factory)
 
 
-def _cluster() -> Iterator[NatsCluster]:
+def _cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     binary = _require_binary()
-    cluster = NatsCluster(3, binary=binary)
+    cluster = NatsCluster(3, binary=binary, extra_args=_settings(tmp_path_factory))
     cluster.start()
     try:
         yield cluster
@@ -64,13 +77,13 @@ def _cluster() -> Iterator[NatsCluster]:
 
 
 @pytest.fixture
-def nats_cluster() -> Iterator[NatsCluster]:
+def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     """A started three-node JetStream cluster on 127.0.0.1, stopped after the test."""
-    yield from _cluster()
+    yield from _cluster(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def nats_cluster_module() -> Iterator[NatsCluster]:
+def nats_cluster_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     """A started three-node JetStream cluster shared by the tests of one module (forming one
     costs seconds); tests that kill its nodes want :func:`nats_cluster` instead."""
-    yield from _cluster()
+    yield from _cluster(tmp_path_factory)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -274,3 +275,29 @@ async def test_cluster_r3_stream_survives_node_restart(nats_cluster: NatsCluster
         )
         assert info.state.messages == 2
     assert time.monotonic() - started < 20
+
+
+async def _reserve_past_the_free_disk(url: str, store: Path, replicas: int) -> None:
+    """Streams whose byte limits add up to more than the store's disk has free: the test
+    fixtures' servers take them all, so which apps fit never depends on the machine."""
+    gib = 1 << 30
+    streams = shutil.disk_usage(store).free // gib + 2
+    async with connected(url) as nc:
+        js = nc.jetstream()
+        for i in range(streams):
+            await js.add_stream(
+                name=f"LIMITED{i}", subjects=[f"limited.{i}"], max_bytes=gib, num_replicas=replicas
+            )
+        assert len(await js.streams_info()) == streams
+
+
+@pytest.mark.anyio
+async def test_the_server_fixture_reserves_stream_limits_past_the_free_disk(nats_server: NatsServer) -> None:
+    await _reserve_past_the_free_disk(nats_server.url, nats_server.store_dir, replicas=1)
+
+
+@pytest.mark.anyio
+async def test_the_cluster_fixture_reserves_stream_limits_past_the_free_disk(
+    nats_cluster: NatsCluster,
+) -> None:
+    await _reserve_past_the_free_disk(nats_cluster.urls[0], nats_cluster.base_dir, replicas=3)
