@@ -7,6 +7,12 @@ At full load a job then starts with no task of its own and no wake-up of its pul
 measurable in a short job's cost (bench/README.md, "Hot-path choices"). Each job still runs
 in the context its task's first job began with: after a job that set context variables, the
 next one gets a task of its own, started in that context.
+
+Below full load, the jobs that take free slots in one turn of the event loop (the messages of
+one read from the socket) share the task started for the first of them (:meth:`Slots.start`):
+it runs them one after the other while they finish without waiting. Their tasks would have
+run in that order in the next turn anyway; what one waits for does not hold up the others,
+which get tasks of their own as soon as it waits (:meth:`Slots._spread`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 from .._observability.logging import get_logger
@@ -28,7 +35,7 @@ _Settled = Settlement | Awaitable[Settlement]
 
 
 class Slots:
-    """Starts and runs the jobs of one worker: :meth:`spawn` a job that took a slot; the
+    """Starts and runs the jobs of one worker: :meth:`start` a job that took a slot; the
     stages are the pipeline's (``admit``, ``run``, ``settle``, ``after``). ``jobs`` holds
     every job running (or about to) and its task until it has settled; ``on_start`` is told
     of each job started."""
@@ -52,8 +59,37 @@ class Slots:
         #: Set while the worker cancels what still runs past its grace period: a job
         #: interrupted then settles as given back, and its task takes on no other.
         self.cancelling = False
+        loop = asyncio.get_running_loop()
         # The loop's own method, looked up once: asyncio.create_task is a wrapper around it.
-        self._create_task = asyncio.get_running_loop().create_task
+        self._create_task = loop.create_task
+        self._call_soon = loop.call_soon
+        # Jobs that took a slot while the task started for an earlier one had not run yet:
+        # that task runs them after its own (each with its own slot), or _spread starts them.
+        self._arrivals: deque[JobRun] = deque()
+        self._unstarted = False  # a task of start() has not taken its first step
+
+    def start(self, job: JobRun) -> None:
+        """Run ``job``, which holds a slot: after the job of a task started here that has not
+        run yet, else in a task of its own."""
+        if not self._unstarted:
+            self._unstarted = True
+            self.spawn(job)
+            return
+        if not self._arrivals:
+            # Runs after that task's first step: whatever it did not take (its job waited,
+            # or changed the context) gets a task of its own then.
+            self._call_soon(self._spread)
+        self._arrivals.append(job)
+
+    def waiting(self) -> tuple[JobRun, ...]:
+        """The jobs given a slot that no task runs yet: to the worker, still buffered."""
+        return tuple(self._arrivals)
+
+    def _spread(self) -> None:
+        self._unstarted = False
+        arrivals = self._arrivals
+        while arrivals:
+            self.spawn(arrivals.popleft())
 
     def spawn(self, job: JobRun, context: contextvars.Context | None = None) -> None:
         """Run ``job``, which holds a slot, in a task of its own (in ``context``, else a copy
@@ -69,6 +105,7 @@ class Slots:
         # The four stages in one coroutine, its clean-up included (no done callback): each
         # layer and each event-loop turn shows in a short job's cost.
         task = self.jobs[job]  # registered by spawn before this first step
+        self._unstarted = False
         context = contextvars.copy_context()
         handed_on = False  # the slot went to a task of its own
         try:
@@ -118,9 +155,15 @@ class Slots:
             # A task whose job was cancelled ends with it: no later job inherits what is left
             # of its cancellation.
             return None, False
-        job = self.limiter.hand_on()
-        if job is None:
-            return None, False
+        job: JobRun | None
+        if self._arrivals:
+            job = self._arrivals.popleft()
+            # It came with a slot of its own: the task's goes back.
+            self.limiter.release()
+        else:
+            job = self.limiter.hand_on()
+            if job is None:
+                return None, False
         if contextvars.copy_context() != context:
             self.spawn(job, context)
             return None, True

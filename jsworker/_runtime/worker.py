@@ -294,7 +294,7 @@ class Worker:
             if delivery is None:  # drained while we waited for the slot
                 self._limiter.release()
                 continue
-            self._slots.spawn(as_job_run(self.app, queue, delivery, partition))
+            self._slots.start(as_job_run(self.app, queue, delivery, partition))
 
     def _start_at_once(self, queue: str, partition: int, delivery: Delivery) -> bool:
         # A job that arrives while a slot is free (and, under a rate limit, a start counted
@@ -307,7 +307,7 @@ class Worker:
         if limited is not None and not limited.in_hand():
             self._limiter.release()
             return False
-        self._slots.spawn(as_job_run(self.app, queue, delivery, partition))
+        self._slots.start(as_job_run(self.app, queue, delivery, partition))
         return True
 
     def _claim(self, queue: str, partition: int, consumer: PullConsumer) -> JobRun | None:
@@ -329,6 +329,8 @@ class Worker:
         """The jobs pulled and not started yet, of every queue."""
         for consumer in list(self._consumers.values()):
             yield from consumer.buffered()
+        for job in self._slots.waiting():
+            yield job.delivery
 
     async def _supervised(self, service: Callable[..., Awaitable[None]], *args: Any) -> None:
         # A service that fails stops the worker, which then hands its jobs back as on SIGTERM.
