@@ -16,7 +16,7 @@ import nats.errors
 from .._errors import EnqueueError
 from .._errors import SubjectTaken as SubjectTaken
 from .._wire.headers import EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, JOB_ID, MSG_ID
-from .api import REQUEST_ERRORS, UNAVAILABLE, classify, parse_reply
+from .api import IN_PROCESS, REQUEST_ERRORS, UNAVAILABLE, classify, parse_reply
 from .connection import Connection
 from .message import (
     NoStreamError,
@@ -139,20 +139,26 @@ class Publisher:
                 await pipe.wait()
         except (StalledError, nats.errors.Error, OSError):
             pass  # whatever has no acknowledgement is published again below, one by one
-        refused: set[int] = set()
+        # Answered without being stored: a "duplicate" when asked again is another write's.
+        unstored: set[int] = set()
         for number, answer in pipe.results.items():
             if isinstance(answer, RefusedError):
+                if answer.err_code == IN_PROCESS:
+                    # Another write of this id was being stored: asked again below, the answer
+                    # then says "duplicate" (its, not this one's) or stores this one.
+                    unstored.add(number)
+                    continue
                 if not answer.no_stream:
                     raise answer
                 if not self.retry_no_stream:
                     raise NoStreamError(str(answer))
-                refused.add(number)  # the stream exists: its leader is being elected; retried below
+                unstored.add(number)  # the stream exists: its leader is being elected; retried below
                 continue
             results[number] = answer
         for i, result in enumerate(results):
             if result is None:
                 # Sent once already and not refused, its answer lost: a "duplicate" now is that send.
-                results[i] = await self.publish(msgs[i], maybe_stored=i not in refused)
+                results[i] = await self.publish(msgs[i], maybe_stored=i not in unstored)
         return [r for r in results if r is not None]
 
 
@@ -175,6 +181,8 @@ def _raise_final(exc: BaseException, msg: OutMessage, max_payload: int, retry_no
         if retry_no_stream:
             return  # the stream exists: its leader is being elected, or the server is restarting
         raise NoStreamError(f"no stream accepts subject {msg.subject}") from exc
+    if failure.err_code == IN_PROCESS:
+        return  # another write of this id is being stored: asked again, the answer says whose
     if failure.err_code == _SCHEDULES_DISABLED:
         # A job stream made before schedules were allowed (older jsworker or server): the
         # caller brings it up to date, as for a missing stream, and tries again.

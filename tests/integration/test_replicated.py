@@ -20,7 +20,12 @@ from typing import Any
 import pytest
 
 from jsworker import App, current_job
+from jsworker._core.queues import queue_status
 from jsworker._limits.spec import parse_rate
+from jsworker._wire.headers import MSG_ID, TASK
+from jsworker.jetstream.connection import Connection
+from jsworker.jetstream.message import OutMessage
+from jsworker.jetstream.publish import Publisher
 from jsworker.testing import NatsCluster
 from jsworker.workflows import chain, chord, group
 
@@ -191,3 +196,36 @@ async def test_a_consumer_leader_change_voids_the_pulls_and_says_so(nats_cluster
         )
         await work.adelay(2)
         await wait_until_async(lambda: ran == [1, 2], timeout=20, message="a job after the change")
+
+
+async def test_the_same_job_enqueued_at_once_is_stored_once_and_refused_never(
+    nats_cluster_module: NatsCluster,
+) -> None:
+    """Writes of one job id at the same moment: while the stream leader proposes the first,
+    it answers the others "duplicate message id is in process" (10158), which is a retry's
+    business, not a refusal. Each enqueue returns, one at a time or in bulk; the job is
+    stored once, and only the write that stored it says it is not a duplicate."""
+    app = r3_app("rsame", nats_cluster_module)
+
+    @app.task
+    async def once(i: int) -> None: ...
+
+    try:
+        await app.provision()
+        for k in range(3):
+            jobs = await asyncio.gather(*(once.aapply((k,), job_id=f"one-{k}") for _ in range(3)))
+            assert {job.id for job in jobs} == {f"one-{k}"}
+            assert sorted(job.duplicate for job in jobs) == [False, True, True]
+        conn = await Connection.open(app.connect_options("producer"))
+        try:
+            subject = app.namespace.job_subject("default", once.name, "bulk")
+            msg = OutMessage(subject, b"[9]", {MSG_ID: "bulk", TASK: once.name})
+            stored = await Publisher(conn).publish_many([msg] * 3)
+        finally:
+            await conn.close()
+        assert [s.duplicate for s in stored] == [False, True, True]
+        assert len({s.seq for s in stored}) == 1
+        (status,) = await queue_status(app)
+        assert status.pending == 3 + 1
+    finally:
+        await app.aclose()
