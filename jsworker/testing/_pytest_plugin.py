@@ -28,7 +28,7 @@ def _require_binary() -> str:
         pytest.skip(str(exc))
 
 
-def _settings(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def _store_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Arguments giving a test server a file store that does not depend on the free disk.
 
     A stream with a byte limit (an app's dead letters and events: 1 GiB each by default)
@@ -46,7 +46,7 @@ def _serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     # The log lands in pytest's temporary directory so it outlives a failed test; the store
     # is a temporary directory of the server itself, removed when it stops.
     log_file = tmp_path_factory.mktemp("nats-server") / "nats-server.log"
-    server = NatsServer(binary=binary, log_file=log_file, extra_args=_settings(tmp_path_factory))
+    server = NatsServer(binary=binary, log_file=log_file, extra_args=_store_args(tmp_path_factory))
     server.start()
     try:
         yield server
@@ -68,7 +68,7 @@ def nats_server_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nat
 
 def _cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
     binary = _require_binary()
-    cluster = NatsCluster(3, binary=binary, extra_args=_settings(tmp_path_factory))
+    cluster = NatsCluster(3, binary=binary, extra_args=_store_args(tmp_path_factory))
     cluster.start()
     try:
         yield cluster
