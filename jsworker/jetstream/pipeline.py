@@ -37,9 +37,10 @@ class AckPipeline:
     :meth:`publish` returns the message's number (0, 1, ...) once there is room in the window;
     :meth:`wait` waits for every acknowledgement. ``results`` maps numbers to what the server
     said (:class:`Stored`) or why it refused (:class:`RefusedError`); ``on_stored`` is awaited
-    for every message stored. When nothing is acknowledged for ``timeout`` seconds, both
-    methods raise :class:`StalledError`; with ``stop_on_refusal`` they raise the first
-    refusal too. Use as ``async with AckPipeline(conn) as pipe:``.
+    for every message stored. When nothing is acknowledged for ``timeout`` seconds, or the
+    connection drops with messages unanswered (their answers are lost with it), both methods
+    raise :class:`StalledError`; with ``stop_on_refusal`` they raise the first refusal too.
+    Use as ``async with AckPipeline(conn) as pipe:``.
     """
 
     def __init__(
@@ -70,11 +71,14 @@ class AckPipeline:
         self._refusal: RefusedError | None = None
         self._denied: PermissionDeniedError | None = None
         self._unlisten: Callable[[], None] | None = None
+        self._unhook_lost: Callable[[], None] | None = None
+        self._lost = False
 
     async def __aenter__(self) -> AckPipeline:
         inbox = self.conn.nc.new_inbox()
         self._prefix = f"{inbox}."
         self._unlisten = self.conn.nc.denials.listen(self._on_denied)
+        self._unhook_lost = self.conn.on_disconnect(self._on_lost)
         # Straight from the read loop: no message object, queue and task hop per answer.
         self._sub = await self.conn.nc.subscribe_direct(f"{inbox}.*", self._on_ack)
         return self
@@ -82,6 +86,8 @@ class AckPipeline:
     async def __aexit__(self, *exc: object) -> None:
         if self._unlisten is not None:
             self._unlisten()
+        if self._unhook_lost is not None:
+            self._unhook_lost()
         if self._sub is not None and not self.conn.is_closed:
             # A connection closed meanwhile has no subscription left to remove.
             with contextlib.suppress(nats.errors.Error):
@@ -136,20 +142,32 @@ class AckPipeline:
     async def _wait_until(self, outstanding: int) -> None:
         while len(self._pending) > outstanding:
             self._raise_refusal()
+            if self._lost:
+                raise self._stalled("unanswered when the connection was lost")
             self._wake_at = outstanding
             self._room.clear()
             try:
                 await asyncio.wait_for(self._room.wait(), self.timeout)
             except TimeoutError:
-                first = next(iter(self._pending.values()))[1]
-                raise StalledError(
-                    f"{len(self._pending)} messages not acknowledged within {self.timeout:g}s (the first "
-                    f"is job {first.headers.get(MSG_ID)}); they may be stored, and publishing them "
-                    "again with the same ids cannot duplicate them"
-                ) from None
+                raise self._stalled(f"not acknowledged within {self.timeout:g}s") from None
             finally:
                 self._wake_at = -1
         self._raise_refusal()
+
+    def _stalled(self, why: str) -> StalledError:
+        first = next(iter(self._pending.values()))[1]
+        return StalledError(
+            f"{len(self._pending)} messages {why} (the first is job {first.headers.get(MSG_ID)}); "
+            "they may be stored, and publishing them again with the same ids cannot duplicate them"
+        )
+
+    async def _on_lost(self) -> None:
+        # The server answers a publish on the connection it came by: what was outstanding
+        # when that connection dropped is never answered, and waiting out the timeout for it
+        # stalled every caller (a relay's next moves, a bulk enqueue) by that much.
+        if self._pending:
+            self._lost = True
+            self._room.set()
 
     def _raise_refusal(self) -> None:
         if self._denied is not None:

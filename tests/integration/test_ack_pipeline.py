@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import anyio
 import nats
 import pytest
 
 from jsworker._wire.headers import EXPECTED_LAST_SUBJECT_SEQ, MSG_ID
 from jsworker.jetstream.connection import Connection, ConnectOptions
 from jsworker.jetstream.message import OutMessage, Stored
-from jsworker.jetstream.pipeline import AckPipeline, RefusedError
+from jsworker.jetstream.pipeline import AckPipeline, RefusedError, StalledError
 
+from ..support import freeze
 from .test_client import fast_path as fast_path
 
 if TYPE_CHECKING:
@@ -81,3 +83,24 @@ async def test_every_message_is_stored_once_in_order(
             assert got.headers is not None and got.headers["Jsw-N"] == str(seq - 1)
     finally:
         await nc.close()
+
+
+async def test_a_dropped_connection_ends_the_wait_for_what_it_took_unanswered(
+    nats_server: NatsServer,
+) -> None:
+    """Answers to what was outstanding when the connection dropped never come: the wait ends
+    then, with StalledError, not after the timeout (an hour here)."""
+    await _stream(nats_server.url)
+    conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
+    try:
+        async with AckPipeline(conn, timeout=3600) as pipe:
+            assert nats_server.pid is not None
+            freeze(nats_server.pid)  # it answers nothing from here on
+            for i in range(5):
+                await pipe.publish(_msg(i))
+            nats_server.kill()
+            with anyio.fail_after(60), pytest.raises(StalledError, match="when the connection was lost"):
+                await pipe.wait()
+            assert pipe.outstanding == 5
+    finally:
+        await conn.close()
