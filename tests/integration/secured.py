@@ -24,7 +24,10 @@ def server_with(tmp_path: Path, block: str) -> NatsServer:
     """A started server with the users of ``block`` and ``admin``."""
     admin = f'    {{user: "{ADMIN[0]}", password: "{ADMIN[1]}"}}\n  ]\n}}\n'
     config = tmp_path / "auth.conf"
-    config.write_text(block.removesuffix("  ]\n}\n") + admin)
+    # A file store of its own size, as the plugin's fixtures have: the apps' streams reserve
+    # their byte limits against it, which would otherwise depend on the free disk.
+    store = "jetstream { max_file_store: 1TB }\n"
+    config.write_text(block.removesuffix("  ]\n}\n") + admin + store)
     return NatsServer(extra_args=["-c", str(config)]).start()
 
 
