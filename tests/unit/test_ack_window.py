@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -68,6 +68,9 @@ class _Conn:
         self.nc = _Client()
         self.is_closed = False
         self.max_payload = 1 << 20
+
+    def on_disconnect(self, listener: Callable[[], Awaitable[None]]) -> Callable[[], None]:
+        return lambda: None  # this connection never drops
 
 
 @pytest.mark.parametrize("window", [1, 2, 10, 1000])
