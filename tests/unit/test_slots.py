@@ -15,6 +15,8 @@ from jsworker._runtime.outcomes import ACK, Outcome, OutcomeKind, Settlement
 from jsworker._runtime.slots import Slots
 from jsworker.jetstream.delivery import Delivery
 
+from ..support import wait_until_async
+
 pytestmark = pytest.mark.anyio
 
 
@@ -44,6 +46,17 @@ def _slots(
     return slots, settled
 
 
+async def _all_settled(
+    limiter: Limiter[JobRun], settled: list[tuple[int, asyncio.Task[None] | None]], jobs: int
+) -> None:
+    """Wait until ``jobs`` jobs settled and the tasks that ran them ended: their slots are
+    free then (a task gives its slot back as it ends)."""
+    await wait_until_async(lambda: len(settled) >= jobs, timeout=5, message=f"{jobs} jobs to settle")
+    with anyio.fail_after(5):
+        await asyncio.gather(*{task for _, task in settled if task is not None})
+    assert limiter.in_use == 0
+
+
 def _start_in_one_turn(limiter: Limiter[JobRun], slots: Slots, jobs: list[JobRun]) -> None:
     # As the worker does for jobs that arrive while slots are free: a slot, then the start.
     for job in jobs:
@@ -63,9 +76,7 @@ async def test_jobs_started_in_one_turn_run_in_order_in_the_first_ones_task() ->
     # Not started yet, and held with their slots: a worker counts them as buffered.
     assert slots.waiting() == tuple(jobs[1:])
     assert limiter.in_use == 5
-    with anyio.fail_after(5):
-        while len(settled) < 5 or limiter.in_use:
-            await asyncio.sleep(0)
+    await _all_settled(limiter, settled, 5)
     assert [i for i, _ in settled] == [0, 1, 2, 3, 4]
     assert len({task for _, task in settled}) == 1
     assert slots.waiting() == () and slots.jobs == {}
@@ -85,9 +96,7 @@ async def test_a_job_that_waits_holds_up_none_started_with_it() -> None:
 
     slots, settled = _slots(limiter, run)
     _start_in_one_turn(limiter, slots, [_job(i) for i in range(3)])
-    with anyio.fail_after(5):
-        while len(settled) < 3 or limiter.in_use:
-            await asyncio.sleep(0)
+    await _all_settled(limiter, settled, 3)
     assert sorted(i for i, _ in settled) == [0, 1, 2]
     tasks = dict(settled)
     # Job 0's task waited; the others got tasks of their own, not job 0's.
