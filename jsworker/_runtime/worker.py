@@ -312,7 +312,7 @@ class Worker:
 
     def _claim(self, queue: str, partition: int, consumer: PullConsumer) -> JobRun | None:
         # What the pull loop waiting first for a slot would start with it, taken by a job's
-        # task done with its own (see _run_job). A rate-limited queue's loop counts each start
+        # task done with its own (see .slots). A rate-limited queue's loop counts each start
         # in its window itself: its jobs take the loop's way.
         if self._rates.get(queue) is not None:
             return None
