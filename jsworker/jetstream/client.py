@@ -46,6 +46,8 @@ _END = "\r\n\r\n"
 # What bytes.strip() removes, which nats-py applies to names and values.
 _WHITESPACE = " \t\n\r\x0b\x0c"
 _split_line = methodcaller("split", ": ", 1)
+# What follows the subject in the PUB of each payload-only ack verb: " <size>\r\n<verb>\r\n".
+_VERB_TAILS = {verb: b" %d\r\n%s\r\n" % (len(verb), verb) for verb in (b"+ACK", b"-NAK", b"+WPI", b"+TERM")}
 
 #: ``(subject, reply, headers, payload)`` for :meth:`JetStreamClient.publish_headed_many`.
 HeadedMessage = tuple[str, str, Mapping[str, str], bytes]
@@ -331,7 +333,12 @@ class JetStreamClient(Client):
         sizes = [len(p) for _, p in messages]
         size = sum(sizes)
         self._check_batch(max(sizes), size)
-        command = b"".join([b"PUB %s %d\r\n%s\r\n" % (s.encode(), len(p), p) for s, p in messages])
+        # The ack protocol's verbs are most of what goes through here: their part after the
+        # subject is made once (_VERB_TAILS), not formatted per message.
+        tails = _VERB_TAILS.get
+        command = b"".join(
+            [b"PUB " + s.encode() + (tails(p) or b" %d\r\n%s\r\n" % (len(p), p)) for s, p in messages]
+        )
         await self._send_many(command, len(messages), size)
 
     async def publish_headed_many(self, messages: Sequence[HeadedMessage], *, shared: bool = True) -> None:

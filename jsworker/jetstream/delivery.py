@@ -155,14 +155,13 @@ def _parse_reply(reply: str) -> tuple[int, int]:
     The server uses ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``, or
     a longer form with domain and account hash in front (2.10+ with domains).
     """
-    # Split no further than the two numbers: this runs for every message.
-    dots = reply.count(".")
+    # One split, whose length tells the form: this runs for every message.
+    parts = reply.split(".")
+    tokens = len(parts)
     try:
-        if dots == 8:
-            parts = reply.split(".", 6)
+        if tokens == 9:
             return int(parts[4]), int(parts[5])
-        if dots >= 10:
-            parts = reply.split(".", 8)
+        if tokens >= 11:
             return int(parts[6]), int(parts[7])
     except ValueError:
         pass

@@ -45,19 +45,21 @@ async def test_publish_many_arrives_in_order_with_headers_parsed(
 
         async def on_msg(msg: Msg) -> None:
             got.append(msg)
-            if len(got) == 301:
+            if len(got) == 305:
                 done.set()
 
         await conn.nc.subscribe("many.>", cb=on_msg)
-        # One batch with empty, binary and large payloads, then a message with headers.
+        # One batch with empty, binary and large payloads and the ack verbs (whose commands
+        # are made another way), then a message with headers.
         batch = [(f"many.{i}", b"x" * i + bytes([i % 256])) for i in range(300)]
+        batch += [(f"many.verb.{i}", verb) for i, verb in enumerate((b"+ACK", b"-NAK", b"+WPI", b"+TERM"))]
         await conn.nc.publish_many(batch)
         await conn.nc.publish("many.h", b"", headers={"Jsw-Task": "a b", "Nats-Msg-Id": "id-1"})
         with anyio.fail_after(10):
             await done.wait()
-        assert [(m.subject, m.data) for m in got[:300]] == batch
-        assert got[300].headers == {"Jsw-Task": "a b", "Nats-Msg-Id": "id-1"}
-        assert conn.nc.stats["out_msgs"] >= 301
+        assert [(m.subject, m.data) for m in got[:304]] == batch
+        assert got[304].headers == {"Jsw-Task": "a b", "Nats-Msg-Id": "id-1"}
+        assert conn.nc.stats["out_msgs"] >= 305
     finally:
         await conn.close()
 

@@ -158,6 +158,26 @@ def test_decoding_a_hand_made_body_names_the_parameter() -> None:
         ship.typed.decode(["not a date", 1], {})
 
 
+def test_scalar_parameters_take_exactly_their_type_as_it_is_and_convert_anything_else() -> None:
+    app = _app()
+
+    @app.task
+    def charge(account: int, amount: float, note: str, urgent: bool, extra) -> None: ...  # type: ignore[no-untyped-def]
+
+    typed = charge.typed
+    assert typed is not None
+    args = [7, 2.5, "rent", True, {"any": "thing"}]
+    decoded, kwargs = typed.decode(args, {})
+    assert decoded == tuple(args) and kwargs == {}
+    assert [type(v) for v in decoded[:4]] == [int, float, str, bool]
+    # An int where a float is annotated, and a hand-made "3" where an int is, are converted
+    # as before, not passed through.
+    (account, amount, *_), _ = typed.decode(["3", 2, "rent", False, None], {})
+    assert (account, type(account), amount, type(amount)) == (3, int, 2.0, float)
+    with pytest.raises(TypeError, match=r"argument 'account'"):
+        typed.decode(["three", 2.5, "rent", True, None], {})
+
+
 def test_validation_can_be_turned_off() -> None:
     app = _app(validate_arguments=False)
 
