@@ -224,10 +224,14 @@ class Executor:
                 f"task {task.name!r} belongs to queue {task.queue!r}, not {job.queue!r}",
             )
         max_crashes = task.options.max_crashes
-        if crashed_too_often(job.attempt, job.handed_back, (job.failures or 0) + job.snoozes, max_crashes):
+        attempt = job.attempt
+        # A first delivery follows no run that could have crashed.
+        if attempt > 1 and crashed_too_often(
+            attempt, job.handed_back, (job.failures or 0) + job.snoozes, max_crashes
+        ):
             return Outcome(
                 OutcomeKind.POISON,
-                f"delivered {job.attempt} times, of which more than {max_crashes} (max_crashes) ended "
+                f"delivered {attempt} times, of which more than {max_crashes} (max_crashes) ended "
                 "with no outcome: the job likely kills its worker",
             )
         try:

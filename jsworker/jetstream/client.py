@@ -2,9 +2,9 @@
 
 * Every job message carries headers, and nats-py parses each header block line by line in
   Python, a sixth of a busy worker's time per no-op job. Header blocks as the servers and
-  clients write them (``Name: Value`` lines, UTF-8, no stray whitespace) are parsed here in a
-  few string operations; any other block, status lines included, goes to nats-py's own
-  parser, so the headers a message gets are the same either way.
+  clients write them are read by :class:`~jsworker.jetstream.headers.HeaderShapes`; any
+  other block, status lines included, goes to nats-py's own parser, so the headers a message
+  gets are the same either way.
 * Acks go out in batches; :meth:`JetStreamClient.publish_many` queues a batch as one
   protocol command instead of one ``publish`` call per message.
 * The pull loop's inbox takes its messages straight from the client's read loop
@@ -26,7 +26,6 @@ import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import methodcaller
 from typing import Any
 
 import nats.errors
@@ -38,14 +37,10 @@ from nats.protocol.parser import Parser
 from .._observability.logging import get_logger
 from .denials import Denials
 from .fastparse import FastParser
+from .headers import HeaderShapes, encode_headers
 
 log = get_logger("jsworker.client")
 
-_HEAD = "NATS/1.0\r\n"
-_END = "\r\n\r\n"
-# What bytes.strip() removes, which nats-py applies to names and values.
-_WHITESPACE = " \t\n\r\x0b\x0c"
-_split_line = methodcaller("split", ": ", 1)
 # What follows the subject in the PUB of each payload-only ack verb: " <size>\r\n<verb>\r\n".
 _VERB_TAILS = {verb: b" %d\r\n%s\r\n" % (len(verb), verb) for verb in (b"+ACK", b"-NAK", b"+WPI", b"+TERM")}
 
@@ -148,38 +143,6 @@ _MISSING = object()
 _warned = False
 
 
-def parse_plain_headers(block: bytes) -> dict[str, str] | None:
-    """The headers of a plain header block, or None when the block needs the full parser.
-
-    Plain means: a bare ``NATS/1.0`` first line (no status), at least one header, strict
-    UTF-8, every line ``Name: Value`` with an ASCII name free of spaces, controls and
-    colons, and a value that does not start or end with whitespace.
-    """
-    try:
-        text = block.decode()
-    except UnicodeDecodeError:
-        return None
-    if not text.startswith(_HEAD) or not text.endswith(_END) or len(text) <= len(_HEAD) + len(_END):
-        return None
-    try:
-        headers = dict(map(_split_line, text[len(_HEAD) : -len(_END)].split("\r\n")))
-    except ValueError:  # a line without ": "
-        return None
-    names = "".join(headers)
-    if not (names.isascii() and names.isprintable()) or " " in names or ":" in names:
-        return None
-    for value in headers.values():
-        if value != value.strip(_WHITESPACE):
-            return None
-    return headers
-
-
-def encode_headers(headers: Mapping[str, str]) -> bytes:
-    """The header block nats-py's ``publish`` writes for ``headers``."""
-    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    return f"{_HEAD}{lines}\r\n".encode()
-
-
 class TLSNotOfferedError(nats.errors.Error):
     """TLS is configured but the server did not start it: nothing, credentials included, was
     sent to it."""
@@ -192,7 +155,8 @@ class TLSNotOfferedError(nats.errors.Error):
 
 
 class JetStreamClient(Client):
-    """nats-py's client with :func:`parse_plain_headers` in front of its header parser,
+    """nats-py's client with :class:`~jsworker.jetstream.headers.HeaderShapes` in front of its
+    header parser,
     :meth:`publish_many` for batches of small messages and :meth:`subscribe_direct`.
 
     The fast paths are off until :meth:`enable_fast_path` found nats-py's internals as
@@ -203,6 +167,7 @@ class JetStreamClient(Client):
         super().__init__()
         self._direct: dict[int, DirectHandler] = {}
         self._header_blocks: dict[int, tuple[Mapping[str, str], bytes]] = {}
+        self._header_shapes: HeaderShapes = HeaderShapes()
         self.fast_path = False
         self._require_tls: bool = False
         self.denials = Denials()
@@ -432,7 +397,7 @@ class JetStreamClient(Client):
             return Client._process_msg(self, sid, subject, reply, data, headers)  # type: ignore[arg-type]
         self.stats["in_msgs"] += 1
         self.stats["in_bytes"] += len(data)
-        parsed = parse_plain_headers(headers) if headers else None
+        parsed = self._header_shapes.parse(headers) if headers else None
         if headers and parsed is None:
             return self._handle_parsed(handler, subject, reply, data, headers)
         try:
@@ -465,7 +430,7 @@ class JetStreamClient(Client):
 
     async def _plain_process_headers(self, headers: bytes) -> dict[str, str] | None:
         if headers:
-            plain = parse_plain_headers(headers)
+            plain = self._header_shapes.parse(headers)
             if plain is not None:
                 return plain
         parsed: dict[str, str] | None = await Client._process_headers(self, headers)

@@ -18,8 +18,8 @@ from jsworker.jetstream.client import (
     Internal,
     JetStreamClient,
     internals_problems,
-    parse_plain_headers,
 )
+from jsworker.jetstream.headers import parse_plain_headers
 
 ROOT = Path(__file__).parents[2]
 CLIENT_PY = ROOT / "jsworker" / "jetstream" / "client.py"
