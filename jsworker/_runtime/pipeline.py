@@ -188,14 +188,7 @@ class Admission:
         outcome = self._check(job)
         if outcome is not None:
             return self._rechecked(job) if outcome.kind is OutcomeKind.POISON else outcome
-        # The gates in a plain loop here, not through _gates_from: this runs for every job.
-        for gate in self._gates:
-            verdict = gate(job)
-            if verdict is not None:
-                if isinstance(verdict, Outcome):
-                    return verdict
-                return self._after_asking(job, verdict, self._gates.index(gate) + 1)
-        return None
+        return self._gates_from(job, 0)
 
     def _gates_from(self, job: JobRun, first: int) -> Verdict:
         gates = self._gates

@@ -35,7 +35,7 @@ class JobMetrics(Interceptor):
         self.metrics = metrics
         self.counts = counts
         # The numbers of each (queue, task label) this worker settled jobs of, found in one
-        # lookup: through Metrics.task each is a chain of calls, a tenth of a no-op job.
+        # lookup: through Metrics.task, two calls more (0.15 µs of a job's 1.6 µs here).
         self._numbers: dict[tuple[str, str], TaskMetrics] = {}
         self.log = log.bind()
         self._debug = debug_logged(self.log)
