@@ -8,8 +8,8 @@ message gets are the same either way.
 
 :class:`HeaderShapes` goes one step further for the blocks that repeat a shape: the jobs of
 one queue carry the same header names in the same order (their producer writes them so), and
-such a block is read by one regular expression made for that shape, in half the time again
-(bench/README.md, "Hot-path choices").
+such a block is read by one regular expression made for that shape, in three fifths of the
+time (bench/README.md, "Hot-path choices").
 """
 
 from __future__ import annotations
@@ -81,10 +81,9 @@ class HeaderShapes:
     """:func:`parse_plain_headers` with an expression for each repeated shape of block.
 
     A block read the plain way teaches its shape (its names in order) once the next block read
-    that way has it too; later blocks are tried against the shape learnt last. A block of that
-    shape and the plain way give the same headers: the expression takes only names a plain
-    block has and values it keeps as they are, and its dict keeps the last of a repeated name
-    as the plain way's does.
+    that way has it too; later blocks are tried against the shape learnt last. A block the
+    expression takes gives the headers the plain way gives it: the expression takes the
+    shape's names literally, each once, and only values the plain way keeps as they are.
     """
 
     __slots__ = ("_current", "_last", "_learnt")
