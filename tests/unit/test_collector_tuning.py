@@ -2,37 +2,43 @@
 
 from __future__ import annotations
 
-import asyncio
-import gc
-from typing import Any, cast
+import json
+import subprocess
+import sys
 
-from jsworker._cli import worker_process
 from jsworker._cli.worker_process import YOUNG_GENERATION
 
+# Run in a process of its own: freezing and unfreezing the collector here would change when
+# the test process collects what earlier tests left.
+_PROBE = """
+import asyncio, gc, json
+from jsworker._cli import worker_process
 
-class _Started:
-    def __init__(self) -> None:
+class Started:
+    def __init__(self):
         self.started = asyncio.Event()
+
+async def main():
+    worker = Started()
+    before = gc.get_threshold()
+    tuning = asyncio.create_task(worker_process._freeze_when_started(worker))
+    await asyncio.sleep(0)  # one turn: the tuning task now waits for the start
+    untouched = gc.get_threshold() == before and gc.get_freeze_count() == 0
+    worker.started.set()
+    await tuning
+    return {"before": before, "untouched": untouched, "after": gc.get_threshold(),
+            "frozen": gc.get_freeze_count()}
+
+print(json.dumps(asyncio.run(main())))
+"""
 
 
 def test_once_started_what_exists_is_frozen_and_young_collections_come_less_often() -> None:
-    before = gc.get_threshold()
-    worker = _Started()
-
-    async def main() -> tuple[int, int]:
-        tuning = asyncio.create_task(worker_process._freeze_when_started(cast(Any, worker)))
-        await asyncio.sleep(0)
-        untouched = gc.get_threshold()[0]  # not before the worker has started
-        worker.started.set()
-        await tuning
-        return untouched, gc.get_threshold()[0]
-
-    try:
-        untouched, young = asyncio.run(main())
-        assert untouched == before[0]
-        assert young == YOUNG_GENERATION > before[0]
-        assert gc.get_threshold()[1:] == before[1:]
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*before)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True
+    )
+    seen = json.loads(out.stdout)
+    assert seen["untouched"], seen  # nothing before the worker has started
+    assert seen["after"] == [YOUNG_GENERATION, *seen["before"][1:]]
+    assert seen["before"][0] < YOUNG_GENERATION
+    assert seen["frozen"] > 0
