@@ -41,8 +41,11 @@ from .headers import HeaderShapes, encode_headers
 
 log = get_logger("jsworker.client")
 
+#: The ack protocol's verbs as sent to a message's reply subject (a nak may add a delay, a
+#: term a reason).
+ACK, NAK, WPI, TERM = b"+ACK", b"-NAK", b"+WPI", b"+TERM"
 # What follows the subject in the PUB of each payload-only ack verb: " <size>\r\n<verb>\r\n".
-_VERB_TAILS = {verb: b" %d\r\n%s\r\n" % (len(verb), verb) for verb in (b"+ACK", b"-NAK", b"+WPI", b"+TERM")}
+_VERB_TAILS = {verb: b" %d\r\n%s\r\n" % (len(verb), verb) for verb in (ACK, NAK, WPI, TERM)}
 
 #: ``(subject, reply, headers, payload)`` for :meth:`JetStreamClient.publish_headed_many`.
 HeadedMessage = tuple[str, str, Mapping[str, str], bytes]

@@ -9,12 +9,8 @@ from typing import Protocol
 
 import nats.errors
 
-from .client import JetStreamClient
+from .client import ACK, NAK, TERM, WPI, JetStreamClient
 
-_ACK = b"+ACK"
-_NAK = b"-NAK"
-_WPI = b"+WPI"
-_TERM = b"+TERM"
 _EMPTY: Mapping[str, str] = {}
 
 
@@ -117,30 +113,30 @@ class Delivery:
 
     async def ack(self) -> None:
         """The job is done: the server deletes it from the work-queue stream."""
-        await self._settle(_ACK)
+        await self._settle(ACK)
 
     def ack_soon(self) -> None:
         """:meth:`ack` for callers outside a coroutine (a callback)."""
         if not self.settled and self.reply:
             self.settled = True
-            self._verbs.put(self.reply, _ACK)
+            self._verbs.put(self.reply, ACK)
 
     async def nak(self, delay: float | None = None) -> None:
         """Give the job back, to be delivered again after ``delay`` seconds (at once if None)."""
         if delay and delay > 0:
-            await self._settle(b'-NAK {"delay":%d}' % int(delay * 1e9))
+            await self._settle(NAK + b' {"delay":%d}' % int(delay * 1e9))
         else:
-            await self._settle(_NAK)
+            await self._settle(NAK)
 
     async def term(self, reason: str = "") -> None:
         """Never deliver the job again; the reason shows in the server's termination advisory."""
         reason = reason.replace("\r", " ").replace("\n", " ")[:200]
-        await self._settle(_TERM + (b" " + reason.encode() if reason else b""))
+        await self._settle(TERM + (b" " + reason.encode() if reason else b""))
 
     async def in_progress(self) -> None:
         """Reset the server's ack timer: the job is still being worked on."""
         if not self.settled and self.reply:
-            await self._verbs.publish(self.reply, _WPI)
+            await self._verbs.publish(self.reply, WPI)
 
     async def _settle(self, verb: bytes) -> None:
         if self.settled or not self.reply:
