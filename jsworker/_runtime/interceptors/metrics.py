@@ -34,9 +34,9 @@ class JobMetrics(Interceptor):
     def __init__(self, metrics: Metrics, counts: Counter[str]) -> None:
         self.metrics = metrics
         self.counts = counts
-        # The numbers of each (queue, task label) this worker settled jobs of, found in one
-        # lookup: through Metrics.task, two calls more (0.15 µs of a job's 1.6 µs here).
-        self._numbers: dict[tuple[str, str], TaskMetrics] = {}
+        # The registry's own per-task numbers, asked directly: through Metrics.task, one call
+        # more for every job.
+        self._numbers = metrics.jobs.task
         self.log = log.bind()
         self._debug = debug_logged(self.log)
 
@@ -44,8 +44,7 @@ class JobMetrics(Interceptor):
         """Count and log one settled job (one event per job)."""
         outcome, decision, duration = settlement.outcome, settlement.decision, settlement.duration
         kind = outcome.kind
-        key = (job.queue, job.task_label)
-        m = self._numbers.get(key) or self._numbers.setdefault(key, self.metrics.task(*key))
+        m = self._numbers(job.queue, job.task_label)
         if kind is OutcomeKind.SUCCEEDED:
             # Nearly every job: the shortest path, with no enum hashing and no branches.
             self.counts["succeeded"] += 1
