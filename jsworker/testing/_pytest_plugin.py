@@ -28,6 +28,11 @@ def _require_binary() -> str:
         pytest.skip(str(exc))
 
 
+#: The server configuration the fixtures' servers are given: a file store whose size does not
+#: depend on the free disk (see :func:`_store_args`).
+STORE_CONFIG = "jetstream { max_file_store: 1TB }\n"
+
+
 def _store_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Arguments giving a test server a file store that does not depend on the free disk.
 
@@ -37,7 +42,7 @@ def _store_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     the machine. The reservation is bookkeeping; the tests write little.
     """
     config = tmp_path_factory.mktemp("nats-config") / "store.conf"
-    config.write_text("jetstream { max_file_store: 1TB }\n")
+    config.write_text(STORE_CONFIG)
     return ["-c", str(config)]
 
 

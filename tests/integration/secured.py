@@ -12,6 +12,7 @@ from pathlib import Path
 from jsworker import App
 from jsworker.jetstream.connection import Connection
 from jsworker.testing import NatsServer
+from jsworker.testing._pytest_plugin import STORE_CONFIG
 
 from .. import launcher
 from .workers import worker_env
@@ -26,8 +27,7 @@ def server_with(tmp_path: Path, block: str) -> NatsServer:
     config = tmp_path / "auth.conf"
     # A file store of its own size, as the plugin's fixtures have: the apps' streams reserve
     # their byte limits against it, which would otherwise depend on the free disk.
-    store = "jetstream { max_file_store: 1TB }\n"
-    config.write_text(block.removesuffix("  ]\n}\n") + admin + store)
+    config.write_text(block.removesuffix("  ]\n}\n") + admin + STORE_CONFIG)
     return NatsServer(extra_args=["-c", str(config)]).start()
 
 
