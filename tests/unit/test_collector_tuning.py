@@ -14,15 +14,26 @@ _PROBE = """
 import asyncio, gc, json
 from jsworker._cli import worker_process
 
+class Watched(asyncio.Event):
+    # The worker's start, which says when something waits for it.
+
+    def __init__(self):
+        super().__init__()
+        self.awaited = asyncio.Event()
+
+    async def wait(self):
+        self.awaited.set()
+        return await super().wait()
+
 class Started:
     def __init__(self):
-        self.started = asyncio.Event()
+        self.started = Watched()
 
 async def main():
     worker = Started()
     before = gc.get_threshold()
     tuning = asyncio.create_task(worker_process._freeze_when_started(worker))
-    await asyncio.sleep(0)  # one turn: the tuning task now waits for the start
+    await worker.started.awaited.wait()  # the tuning task now waits for the start
     untouched = gc.get_threshold() == before and gc.get_freeze_count() == 0
     worker.started.set()
     await tuning
