@@ -177,6 +177,13 @@ class Metrics:
         for what in ("definition", "step"):
             # At 0 from the start, workflows on or not: the alert on forgeries reads it.
             self.workflow_forgeries.labels(what)
+        self.jobs_restored = Counter(
+            "jsworker_jobs_restored",
+            "Jobs put back by a worker: their message was still stored past their queue "
+            "consumer's ack floor, so the server would never have delivered it again.",
+            ("queue",),
+            registry=r,
+        )
         self.leftover_schedules_removed = Counter(
             "jsworker_leftover_schedules_removed",
             "Delayed jobs' schedules the server kept after their job fired (a server killed as "

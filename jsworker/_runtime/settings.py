@@ -68,6 +68,9 @@ class WorkerSettings:
     )
     blocked_loop_warning: float = option(1.0, help="Seconds of event-loop lag reported as blocked.")
     stats_interval: float = option(5.0, help="Seconds between reads of the server's queue figures.")
+    orphan_check: float = option(
+        30.0, help="Seconds between two looks for jobs their queue's consumer no longer hands out."
+    )
     schedules: bool = option(
         True,
         flag="--schedules/--no-schedules",

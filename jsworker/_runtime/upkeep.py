@@ -1,7 +1,8 @@
 """The services a worker runs beside its pull loops: heartbeats for the jobs it holds, a
 watch on its event loop, the server's queue figures for its metrics, a sweep of the
-delayed-job schedules a killed server left behind, and a watch that puts back the declared
-periodic schedules the server lost."""
+delayed-job schedules a killed server left behind, a watch that puts back the declared
+periodic schedules the server lost, and one that puts back the jobs a queue's consumer no
+longer hands out."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._core.queues import QueueStatus, queue_status
 from .._errors import JsworkerError
+from .._lifecycle.orphans import OrphanWatch
 from .._observability.logging import get_logger
 from .._scheduling.declare import DELAYED_SINCE, PERIODIC_SINCE
 from .._scheduling.leftovers import sweep_leftovers
@@ -152,3 +154,26 @@ async def missing_schedules(app: App, conn: Connection, keep: bool) -> None:
             log.warning(
                 "schedules.restored", schedules=restored, message="declared, but gone from the server"
             )
+
+
+async def orphaned_jobs(
+    app: App, conn: Connection, pulled: Callable[[], Iterable[tuple[str, int]]], interval: float
+) -> None:
+    """Every ``interval`` seconds, put back the jobs of the queues this worker pulls (``pulled``:
+    queue and partition) that their consumer passed without an acknowledgement (see
+    :mod:`jsworker._lifecycle.orphans`); each is counted (``jsworker_jobs_restored_total``)."""
+    watch = OrphanWatch(app, conn)
+    while True:
+        # At a random point of each interval: the workers of a fleet do not all look at once.
+        await asyncio.sleep(random.uniform(0.5, 1.0) * interval)
+        for queue, partition in list(pulled()):
+            # At 0 from the first look, which never puts a job back: increase() sees the first.
+            restored_count = app.metrics.jobs_restored.labels(queue)
+            try:
+                restored = await watch.look(queue, partition)
+            except JsworkerError as exc:
+                # The next look tries again (a leader change, a restarting server).
+                log.debug("worker.orphan_check_failed", queue=queue, partition=partition, error=str(exc))
+                continue
+            if restored:
+                restored_count.inc(len(restored))

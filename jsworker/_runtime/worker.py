@@ -25,7 +25,7 @@ from .._observability.logging import get_logger
 from ..jetstream.connection import Connection, ConnectOptions
 from ..jetstream.consume import ConsumeError, PullConsumer
 from ..jetstream.delivery import Delivery
-from . import interceptors, startup
+from . import interceptors, startup, upkeep
 from .announcer import WorkerAnnouncer
 from .execution import Executor, JobRun, as_job_run
 from .handbacks import HandBackCounts
@@ -38,7 +38,6 @@ from .questions import answer_control, answer_questions
 from .settings import WorkerSettings
 from .settle import Settle
 from .slots import Slots
-from .upkeep import heartbeats, leftover_schedules, missing_schedules, server_stats, watch_event_loop
 
 if TYPE_CHECKING:
     from .._app import App
@@ -204,11 +203,19 @@ class Worker:
             jobs, consumers = self._jobs.keys, self._consumers.values
             interval = min(app.queue_ack_wait(q) for q in self.queues) / 3
             for service, *args in (
-                (heartbeats, interval, jobs, consumers),
-                (watch_event_loop, app, settings.blocked_loop_warning, self.counts, jobs),
-                (server_stats, app, conn, self.queues, settings.stats_interval, self._rate_follower.follow),
-                (leftover_schedules, app, conn),
-                (missing_schedules, app, conn, settings.schedules),
+                (upkeep.heartbeats, interval, jobs, consumers),
+                (upkeep.watch_event_loop, app, settings.blocked_loop_warning, self.counts, jobs),
+                (
+                    upkeep.server_stats,
+                    app,
+                    conn,
+                    self.queues,
+                    settings.stats_interval,
+                    self._rate_follower.follow,
+                ),
+                (upkeep.leftover_schedules, app, conn),
+                (upkeep.missing_schedules, app, conn, settings.schedules),
+                (upkeep.orphaned_jobs, app, conn, self._consumers.keys, settings.orphan_check),
             ):
                 name = f"jsworker-{service.__name__.replace('_', '-')}"
                 services.start_soon(self._supervised, service, *args, name=name)

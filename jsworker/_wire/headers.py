@@ -127,3 +127,10 @@ def caller_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {
         k: v for k, v in headers.items() if k != CONTENT_TYPE and not k.lower().startswith(RESERVED_PREFIXES)
     }
+
+
+def job_id_of(headers: Mapping[str, str], seq: int) -> str:
+    """The job id of the job message stored at ``seq`` with ``headers``: its own header, else
+    its dedup key, else (a hand-made message with neither) one made of its sequence."""
+    # The worker reads it inline on its hot path (jsworker/_runtime/execution.py), alike.
+    return headers.get(JOB_ID) or headers.get(MSG_ID) or f"seq-{seq}"

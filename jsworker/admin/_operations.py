@@ -36,6 +36,7 @@ from .._enqueue.calls import is_job_id
 from .._errors import ConfigurationError, JsworkerError, NoWorkerRunning, ScheduleNotFound
 from .._lifecycle.bucket import RECORDS_SINCE, Records
 from .._lifecycle.lookup import current_message
+from .._lifecycle.replace import job_copy, replace
 from .._observability.logging import get_logger
 from .._wire import headers as wire
 from .._wire.names import validate_name
@@ -43,7 +44,6 @@ from ..jetstream.connection import Connection
 from ..jetstream.inspect import consumer_facts
 from ..jetstream.limits_stream import LimitsStream, StoredMessage
 from ..jetstream.pause import PauseState, pause_consumer
-from ..jetstream.publish import OutMessage, Publisher
 from ..jetstream.service import NobodyAnswered, ask
 from ..jetstream.topology import apply_consumer, stream_exists
 
@@ -250,42 +250,20 @@ async def retry_now(app: App, conn: Connection, job_id: str) -> bool:
         return False
     if (record.next_attempt_at or 0.0) <= time.time() + _DUE_MARGIN:
         return False
-    copy = _copy(app, job_id, message)
+    copy = job_copy(
+        app.namespace,
+        job_id,
+        message,
+        "retry",
+        {wire.ENQUEUED_AT: str(time.time_ns()), RETRIED_FROM: str(message.seq)},
+    )
     if copy is None:
         return False
-    jobs = LimitsStream(conn, app.namespace.stream_of(message.subject))
-    stored = await Publisher(conn, retry_for=app.options.publish_timeout).publish(copy)
-    # Stored first, then the waiting one deleted: a failure in between leaves the job twice
-    # (it may run twice, as any job may), never not at all.
-    if not await jobs.delete(message.seq):
-        # Settled or cancelled meanwhile: the copy must not run either.
-        await jobs.delete(stored.seq)
-        return False
+    stored = await replace(conn, app.namespace, message, copy, app.options.publish_timeout)
+    if stored is None:
+        return False  # settled or cancelled meanwhile
     log.info("job.retried_now", job_id=job_id, seq=stored.seq, replaced=message.seq)
     return True
-
-
-def _copy(app: App, job_id: str, message: StoredMessage) -> OutMessage | None:
-    """The job message a retry now stores in place of ``message``; None when its subject
-    names no job."""
-    ns = app.namespace
-    where = ns.parse_job_subject(message.subject)
-    if where is None:
-        return None
-    # The server's headers (the dedup key, a firing's) belong to the message replaced; the
-    # copy is a plain job of the same id, as a replayed dead letter is.
-    headers = {k: v for k, v in message.headers.items() if not k.lower().startswith("nats-")}
-    headers.update(
-        {
-            wire.MSG_ID: f"{job_id}:retry:{message.seq}",
-            wire.JOB_ID: job_id,
-            wire.ENQUEUED_AT: str(time.time_ns()),
-            RETRIED_FROM: str(message.seq),
-        }
-    )
-    return OutMessage(
-        ns.job_subject(*where, job_id, ns.partition_in(message.subject)), message.body or b"", headers
-    )
 
 
 async def job_message(app: App, conn: Connection, job_id: str) -> StoredMessage | None:

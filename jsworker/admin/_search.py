@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .._deadletters.letter import DeadLetter
-from .._wire.headers import JOB_ID, MSG_ID, caller_headers
-from ..jetstream.limits_stream import LimitsStream, StoredMessage
+from .._wire.headers import caller_headers, job_id_of
+from ..jetstream.limits_stream import LimitsStream
 from ..jetstream.pages import Reads, SubjectReader, read_range, take
 
 if TYPE_CHECKING:
@@ -101,16 +101,11 @@ async def _waiting(
     found = []
     for msg in messages:
         parsed = ns.parse_job_subject(msg.subject)
-        job_id = _job_id(msg)
+        job_id = job_id_of(msg.headers, msg.seq)
         matched = _matched(needle, job_id, caller_headers(msg.headers), msg.body if arguments else None)
         if matched is not None and parsed is not None:
             found.append(Match("waiting", job_id, parsed[0], parsed[1], msg.seq, matched))
     return found, len(messages)
-
-
-def _job_id(msg: StoredMessage) -> str:
-    headers = msg.headers
-    return headers.get(JOB_ID) or headers.get(MSG_ID) or f"seq-{msg.seq}"
 
 
 async def _letters(

@@ -12,7 +12,7 @@ from .._deadletters.letter import DeadLetter
 from .._lifecycle.lookup import WAITING_TURN
 from .._lifecycle.state import JobRecord, JobState
 from .._scheduling.firing import firing
-from .._wire.headers import ENQUEUED_AT, FIRED_BY, JOB_ID, MSG_ID, TASK
+from .._wire.headers import ENQUEUED_AT, FIRED_BY, TASK, job_id_of
 from .._wire.names import Namespace
 from ..jetstream.limits_stream import StoredMessage
 
@@ -140,7 +140,7 @@ def job_id_in(msg: StoredMessage) -> str:
     fired = firing(headers) if FIRED_BY in headers else None
     if fired is not None:
         return fired.job_id
-    return headers.get(JOB_ID) or headers.get(MSG_ID) or f"seq-{msg.seq}"
+    return job_id_of(headers, msg.seq)
 
 
 def waiting_job(ns: Namespace, msg: StoredMessage, state: JobState) -> JobSummary:

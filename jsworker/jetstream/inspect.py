@@ -24,6 +24,7 @@ from nats.js.api import ConsumerInfo
 from .._errors import ConnectError, JsworkerError, TopologyError
 from .api import REQUEST_ERRORS, UNAVAILABLE, ApiError, api_subject, classify, request_json
 from .connection import Connection
+from .limits_stream import LimitsStream, StoredMessage
 
 _Key = TypeVar("_Key")
 
@@ -203,6 +204,31 @@ async def waiting_count(conn: Connection, stream: str, consumer: str) -> int:
     """How many messages ``consumer`` has not handed out yet (0 when there is no such consumer)."""
     info = await _consumer_info(conn, stream, consumer)
     return int(info.num_pending or 0) if info is not None else 0
+
+
+async def below_ack_floor(
+    conn: Connection, stream: str, consumer: str, subjects: str, most: int
+) -> list[StoredMessage]:
+    """The first ``most`` messages on ``subjects`` (the consumer's filter) that ``stream``
+    still stores at or below ``consumer``'s ack floor, oldest first; [] without the consumer.
+
+    In a work-queue stream the server deletes what a consumer acknowledges, so these are
+    messages the consumer counts as done that nobody acknowledged (or deleted an instant ago).
+    One consumer read, and one ``STREAM.MSG.GET`` (through the subject index) for each message
+    found and one more.
+    """
+    info = await _consumer_info(conn, stream, consumer)
+    floor = int(info.ack_floor.stream_seq or 0) if info is not None and info.ack_floor is not None else 0
+    found: list[StoredMessage] = []
+    reader = LimitsStream(conn, stream)
+    seq = 1
+    while seq <= floor and len(found) < most:
+        message = await reader.next(subjects, seq)
+        if message is None or message.seq > floor:
+            break
+        found.append(message)
+        seq = message.seq + 1
+    return found
 
 
 async def _consumer_info(conn: Connection, stream: str, consumer: str) -> ConsumerInfo | None:

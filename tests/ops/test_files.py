@@ -71,6 +71,7 @@ ALERT_NAMES = {
     "JsworkerEventLoopBlocked",
     "JsworkerQueuePaused",
     "JsworkerScheduleRestored",
+    "JsworkerJobsRestored",
     "JsworkerForgeryRefused",
 }
 
@@ -294,6 +295,7 @@ def test_alert_rules_are_complete() -> None:
     assert "increase(jsworker_enqueue_failures_total" in by_name["JsworkerEnqueueFailing"]
     assert "jsworker_queue_reachable" in by_name["JsworkerQueueUnreachable"]
     assert "increase(jsworker_schedules_restored_total" in by_name["JsworkerScheduleRestored"]
+    assert "increase(jsworker_jobs_restored_total" in by_name["JsworkerJobsRestored"]
     forged = by_name["JsworkerForgeryRefused"]
     assert "jsworker_questions_refused_total" in forged and "jsworker_workflow_forgeries_total" in forged
 

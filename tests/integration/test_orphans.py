@@ -1,0 +1,109 @@
+"""Jobs whose message their queue's consumer passed without an acknowledgement (still stored
+at or below its ack floor, as nats-server leaves some after a job stream's leader is killed)
+are put back by the workers, each once, under the same job id; two retries now of one job at
+once store one copy. The orphans are made on a real server with the consumer reset API
+(nats-server 2.14+), which moves the ack floor past messages nobody acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from jsworker import App, current_job
+from jsworker._lifecycle.orphans import RESTORED_FROM, OrphanWatch
+from jsworker.admin import Admin
+from jsworker.jetstream.connection import Connection, ConnectOptions
+from jsworker.jetstream.inspect import below_ack_floor
+from jsworker.jetstream.limits_stream import LimitsStream
+from jsworker.testing import NatsServer
+
+from ..support import wait_until_async
+from .workers import in_process_worker
+
+pytestmark = pytest.mark.anyio
+
+
+def _app(url: str) -> tuple[App, dict[str, list[int]]]:
+    app = App("orph", url)
+    runs: dict[str, list[int]] = {}
+
+    @app.task
+    async def work(n: int) -> None:
+        runs.setdefault(current_job().id, []).append(n)
+
+    return app, runs
+
+
+async def _orphaned(app: App, conn: Connection, count: int, orphans: int) -> list[str]:
+    """Enqueue ``count`` jobs with no worker running, then move the queue's consumer past the
+    first ``orphans`` of them unacknowledged; the job ids, in order."""
+    await app.provision(conn)
+    ids = [(await app.tasks["work"].adelay(n)).id for n in range(count)]
+    async with Admin(app) as admin:
+        kept = await admin.job_message(ids[orphans])
+    assert kept is not None
+    stream = app.namespace.partition_stream(0)
+    answer = await conn.nc.request(
+        f"$JS.API.CONSUMER.RESET.{stream}.default", json.dumps({"seq": kept.seq}).encode(), timeout=5
+    )
+    assert "error" not in json.loads(answer.data), answer.data
+    return ids
+
+
+async def _below_floor(app: App, conn: Connection) -> list[int]:
+    ns = app.namespace
+    found = await below_ack_floor(conn, ns.partition_stream(0), "default", ns.queue_filter("default"), 100)
+    return [m.seq for m in found]
+
+
+async def test_jobs_their_consumer_passed_are_put_back_once(nats_server: NatsServer) -> None:
+    app, runs = _app(nats_server.url)
+    conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
+    try:
+        ids = await _orphaned(app, conn, 5, 3)
+        orphaned = await _below_floor(app, conn)
+        assert len(orphaned) == 3
+        # Two workers look at once; a first look puts nothing back.
+        first, second = OrphanWatch(app, conn), OrphanWatch(app, conn)
+        assert list(await asyncio.gather(first.look("default", 0), second.look("default", 0))) == [[], []]
+        assert await _below_floor(app, conn) == orphaned
+        restored = await asyncio.gather(first.look("default", 0), second.look("default", 0))
+        assert sorted(restored[0] + restored[1]) == sorted(ids[:3])
+        assert await _below_floor(app, conn) == []
+        jobs = LimitsStream(conn, app.namespace.partition_stream(0))
+        for job_id in ids:
+            assert await jobs.count(app.namespace.job_filter(job_id)) == 1, job_id
+        copy = await jobs.next(app.namespace.job_filter(ids[0]))
+        assert copy is not None and copy.headers[RESTORED_FROM] == str(orphaned[0])
+        # Nothing more to put back on later looks.
+        assert await first.look("default", 0) == [] and await second.look("default", 0) == []
+
+        async with in_process_worker(app):
+            await wait_until_async(lambda: runs, until=lambda r: len(r) == 5, timeout=10, message="every job")
+        assert runs == {job_id: [n] for n, job_id in enumerate(ids)}
+    finally:
+        await conn.close()
+
+
+async def test_a_worker_puts_back_what_its_consumers_passed(nats_server: NatsServer) -> None:
+    app, runs = _app(nats_server.url)
+    conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
+    try:
+        ids = await _orphaned(app, conn, 4, 2)
+        async with in_process_worker(app, orphan_check=0.2):
+            await wait_until_async(lambda: runs, until=lambda r: len(r) == 4, timeout=10, message="every job")
+            # Counted once the look that put them back is over.
+            await wait_until_async(
+                lambda: app.metrics.registry.get_sample_value(
+                    "jsworker_jobs_restored_total", {"queue": "default"}
+                ),
+                until=lambda n: n == 2,
+                timeout=10,
+                message="the count",
+            )
+        assert runs == {job_id: [n] for n, job_id in enumerate(ids)}
+        assert await _below_floor(app, conn) == []
+    finally:
+        await conn.close()
