@@ -16,6 +16,7 @@ it enqueued the next one is refused as a duplicate and cannot enqueue it twice.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +31,9 @@ from ..jetstream.message import OutMessage
 #: chain; ``m0``, ``m1``... of a group; ``cb`` a chord's callback; ``err`` an error callback).
 FLOW = "Jsw-Flow"
 FLOW_STEP = "Jsw-Flow-Step"
+#: Header of a workflow's definition: an id of the start that stored it, by which a start
+#: whose answer was lost tells its own write from another start of the same workflow id.
+START = "Jsw-Flow-Start"
 #: Servers with atomic batch publish and per-message TTLs.
 WORKFLOWS_SINCE = (2, 12, 0)
 #: What a group does when a member ends without a result.
@@ -114,11 +118,12 @@ class FlowDef:
 
     def message(self, ns: Namespace, serializer: Serializer, ttl: float) -> OutMessage:
         """The definition's message: stored only where none is (a second start of the same
-        id is refused as a whole)."""
+        id is refused as a whole), marked with a new :data:`START` id each time."""
         headers = {
             EXPECTED_LAST_SUBJECT_SEQ: "0",
             _TTL: str(int(ttl)),
             CONTENT_TYPE: serializer.content_type,
+            START: uuid.uuid4().hex,
         }
         return OutMessage(def_subject(ns, self.id), self.encode(serializer), headers)
 

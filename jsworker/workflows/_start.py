@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -10,17 +11,24 @@ from typing import TYPE_CHECKING, Any
 from .._enqueue.calls import check_job_id
 from .._enqueue.receipt import Job
 from .._enqueue.task import Signature
-from .._errors import ConfigurationError, EnqueueError, PermissionDeniedError, TopologyError, WriteRefused
+from .._errors import (
+    ConfigurationError,
+    EnqueueError,
+    JsworkerError,
+    PermissionDeniedError,
+    TopologyError,
+    WriteRefused,
+)
 from ..jetstream.atomic import MAX_BATCH, BatchConflict, publish_atomic
-from ..jetstream.message import OutMessage
+from ..jetstream.limits_stream import LimitsStream
+from ..jetstream.message import OutMessage, Stored
 from ._build import step_message
-from ._definition import FLOW, FLOW_STEP, WORKFLOWS_SINCE, FlowDef, OnFailure
+from ._definition import FLOW, FLOW_STEP, START, WORKFLOWS_SINCE, FlowDef, OnFailure
 
 if TYPE_CHECKING:
     from .._enqueue.calls import Call
     from .._enqueue.task import Task, TaskOwner
     from ..jetstream.connection import Connection
-    from ..jetstream.message import Stored
 
 
 def new_flow_id(flow_id: str | None) -> str:
@@ -65,16 +73,47 @@ async def start(app: TaskOwner, flow: FlowDef, first: dict[str, Any]) -> None:
 
 
 async def _publish(app: TaskOwner, conn: Connection, msgs: list[OutMessage], first: bool) -> Stored:
-    try:
-        return await publish_atomic(conn, msgs)
-    except WriteRefused as exc:
-        if not first or exc.err_code:
+    """Store one batch of a workflow's start (``first``: the one with its definition). A try
+    with no answer (a stream electing its leader, or none yet on a fresh server) may have been
+    stored: the batch is sent again for up to the app's ``publish_timeout``, and a conflict
+    after such a try is this call's own write when the server holds what it wrote."""
+    deadline = time.monotonic() + app.options.publish_timeout
+    unanswered = False
+    while True:
+        try:
+            return await publish_atomic(conn, msgs)
+        except BatchConflict:
+            if unanswered and (stored := await _written_before(app, conn, msgs, first)) is not None:
+                return stored
             raise
-        # No stream answered: the app's first enqueue on a fresh server. Create the streams
-        # (a user that may not waits for a worker to) and try once more.
-        with contextlib.suppress(PermissionDeniedError, TopologyError):
-            await app.provision_streams(conn)
-        return await publish_atomic(conn, msgs)
+        except WriteRefused as exc:
+            if exc.err_code or time.monotonic() >= deadline:
+                raise
+            if first and not unanswered:
+                # Perhaps no stream answered: the app's first enqueue on a fresh server. Create
+                # the streams (a user that may not waits for a worker to).
+                with contextlib.suppress(PermissionDeniedError, TopologyError):
+                    await app.provision_streams(conn)
+            unanswered = True
+
+
+async def _written_before(
+    app: TaskOwner, conn: Connection, msgs: list[OutMessage], first: bool
+) -> Stored | None:
+    """What the server says of ``msgs`` when an earlier, unanswered try of this call stored
+    them; None when the workflow is somebody else's (or that cannot be read)."""
+    if not first:
+        # The definition stored with the first batch is this call's: nobody else writes the
+        # ids of its later steps' jobs. Their sequences are not needed.
+        return Stored(0, True)
+    try:
+        definition = await LimitsStream(conn, app.namespace.stream).last(msgs[0].subject)
+    except JsworkerError:
+        return None  # a user that may not read the job stream: the conflict stands
+    if definition is None or definition.headers.get(START) != msgs[0].headers[START]:
+        return None
+    # An atomic batch is stored in one run of sequences: its last message follows the first.
+    return Stored(definition.seq + len(msgs) - 1, True)
 
 
 async def _check(app: TaskOwner) -> None:

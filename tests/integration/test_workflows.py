@@ -12,10 +12,12 @@ from typing import Any
 import nats.js.errors
 import pytest
 
-from jsworker import App, Reject, WorkflowFailed, current_job
+from jsworker import App, EnqueueError, Reject, WorkflowFailed, current_job
+from jsworker._errors import WriteRefused
+from jsworker.jetstream.atomic import BatchConflict, publish_atomic
 from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsServer
-from jsworker.workflows import batch, chain, chord, group
+from jsworker.workflows import _start, batch, chain, chord, group
 from jsworker.workflows._definition import FlowDef, done_subject
 
 from ..support import connected, wait_until_async
@@ -151,6 +153,55 @@ async def test_starting_the_same_workflow_twice_stores_nothing_the_second_time(
     await group([double.s(1), double.s(2)], id="once").aapply()
     with pytest.raises(Exception, match="exists already"):
         await group([double.s(1), double.s(2)], id="once").aapply()
+    await app.aclose()
+
+
+async def test_a_start_whose_answer_was_lost_is_its_own_and_no_other(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server decides a start's batch and the answer is lost (as in a leader change). When
+    it was stored, the try again meets the definition stored, this start's own, and the start
+    succeeds (a group, a linked job); when it was refused (the id is taken), the try again meets
+    another start's definition and the start is refused."""
+    ran: Counter[str] = Counter()
+    app = make_app(nats_server.url, ran, [])
+    double, add = app.tasks["double"], app.tasks["add"]
+    publish = publish_atomic
+    lose_next = [False]  # set: the answer to the next batch is lost, whatever the server said
+    lost: list[int | None] = []  # per answer lost: the sequence stored, None for a refusal
+
+    async def answer_lost(conn: Any, msgs: Any) -> Any:
+        lose, lose_next[0] = lose_next[0], False
+        try:
+            stored = await publish(conn, msgs)
+        except BatchConflict:
+            if lose:
+                lost.append(None)
+                raise WriteRefused("no answer: timed out", 0, transient=True) from None
+            raise
+        if lose:
+            lost.append(stored.seq)
+            raise WriteRefused("no answer: timed out", 0, transient=True)
+        return stored
+
+    monkeypatch.setattr(_start, "publish_atomic", answer_lost)
+    async with in_process_worker(app):
+        lose_next[0] = True
+        flow = await group([double.s(1), double.s(2)], id="lost").aapply()
+        lose_next[0] = True
+        job = await add.aapply((2, 3), job_id="lost-link", link=double.s())
+        assert job.seq == lost[1]
+        assert await flow.aresult(timeout=30) == [2, 4]
+        await wait_until_async(lambda: ran, until=lambda r: r["double 5"] == 1, timeout=10)
+        for taken in (
+            lambda: group([double.s(1), double.s(2)], id="lost").aapply(),
+            lambda: add.aapply((2, 3), job_id="lost-link", link=double.s()),
+        ):
+            lose_next[0] = True
+            with pytest.raises(EnqueueError, match="exists already"):
+                await taken()
+    assert lost[2:] == [None, None]
+    assert ran == {"double 1": 1, "double 2": 1, "add 2 3": 1, "double 5": 1}
     await app.aclose()
 
 
