@@ -25,7 +25,7 @@ from ..jetstream.inspect import below_ack_floor
 from .replace import job_copy, replace
 
 if TYPE_CHECKING:
-    from .._app import App
+    from .._core.view import AppView
 
 log = get_logger("jsworker.worker")
 
@@ -40,7 +40,7 @@ class OrphanWatch:
     """Looks for the messages of one worker's queues that their consumers no longer hand out,
     and puts back those seen twice (see the module)."""
 
-    def __init__(self, app: App, conn: Connection) -> None:
+    def __init__(self, app: AppView, conn: Connection) -> None:
         self.app = app
         self.conn = conn
         # (queue, partition) -> the stream sequences found at or below the floor last time.
