@@ -138,7 +138,7 @@ class App(HookDeclarations, QueueLayout, ArqSpelling):
         self.connections = ConnectionPool(functools.partial(self.connect_options, "producer"))
         #: How sync callers (``task.delay``, ``job.result``) run on a background event loop;
         #: a forked child forgets the parent's loop and the connections on it.
-        self.bridge = SyncBridge(on_fork=self.connections.forget)
+        self.bridge = SyncBridge(on_fork=self.connections.forget, on_exit=self.connections.aclose)
         # The app is where the features join the core: the producer stores delayed jobs the
         # scheduling feature's way and tells stored jobs to the job events.
         self.producer = Producer(

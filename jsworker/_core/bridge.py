@@ -1,14 +1,19 @@
 """Sync code's way into async code: a background thread with its own event loop.
 
-Started on first use; a forked child notices it is not the parent and starts its own.
+Started on first use; a forked child notices it is not the parent and starts its own. A
+process that exits without closing the app closes the bridges it started on its way out, as
+:meth:`SyncBridge.close` does: their connections drained and closed, their loops ended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,11 +24,18 @@ class SyncBridge:
     """Runs coroutines for sync callers on one background event loop, shared by all of them.
 
     ``on_fork`` runs when a forked child first uses the bridge, before its new loop starts:
-    what lived on the parent's loop (its connections) must be forgotten there too.
+    what lived on the parent's loop (its connections) must be forgotten there too. ``on_exit``
+    runs on the loop when the process exits with the bridge open (it closes what lives there).
     """
 
-    def __init__(self, on_fork: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_fork: Callable[[], None] | None = None,
+        on_exit: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._on_fork = on_fork
+        #: What closes what lives on the loop, run there when the process exits with it open.
+        self.on_exit = on_exit
         self._thread_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -73,23 +85,42 @@ class SyncBridge:
                 thread = threading.Thread(target=_serve, args=(loop,), name="jsworker-producer", daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
+                _open.add(self)
             return self._loop
 
-    def close(self, last: Callable[[], Awaitable[None]] | None = None) -> None:
+    def close(self, last: Callable[[], Awaitable[None]] | None = None, timeout: float = 10.0) -> None:
         """Run ``last()`` on the background loop (closing what lives there), then stop its
-        thread; the bridge starts again on next use."""
+        thread, waiting up to ``timeout`` seconds for each; the bridge starts again on next use."""
         with self._thread_lock:
             loop, self._loop = self._loop, None
             thread, self._thread = self._thread, None
+        _open.discard(self)
         if loop is None or thread is None or self._pid != os.getpid():
             return
         if last is not None:
-            asyncio.run_coroutine_threadsafe(_call(last), loop).result(timeout=10)
+            asyncio.run_coroutine_threadsafe(_call(last), loop).result(timeout=timeout)
         loop.call_soon_threadsafe(loop.stop)
         # Closed means closed: the loop's last tasks ended and the loop closed. Returning
         # before, the caller's next steps (a test's teardown collecting garbage) race the
         # thread's clean-up and find the client's tasks destroyed while still pending.
-        thread.join(10)
+        thread.join(timeout)
+
+
+# Seconds an exit waits for a bridge's last steps, and again for its thread to end.
+_EXIT_WAIT = 2.0
+# The bridges whose loops run, closed at exit (weakly: an app dropped takes its bridge along).
+_open: weakref.WeakSet[SyncBridge] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_bridges() -> None:
+    # Left to the interpreter's end, a daemon thread's loop is never closed: its connection's
+    # pending tasks are reported destroyed, and its socket closed by nobody.
+    for bridge in list(_open):
+        # A server gone, or slow to answer, must neither hold the exit up for long nor turn it
+        # into a traceback: every enqueue was acknowledged before its caller went on.
+        with contextlib.suppress(Exception):
+            bridge.close(bridge.on_exit, _EXIT_WAIT)
 
 
 async def _call(fn: Callable[[], Awaitable[None]]) -> None:

@@ -14,6 +14,9 @@ from collections.abc import Callable
 from .._errors import ConnectError, EnqueueError
 from ..jetstream.connection import Connection, ConnectOptions
 
+# A forked child's copies of its parent's connections (see ConnectionPool.forget).
+_inherited: list[Connection] = []
+
 
 class ConnectionPool:
     """One connection per event loop, opened on first use with the options ``options()``
@@ -83,6 +86,9 @@ class ConnectionPool:
     def forget(self) -> None:
         """Drop every connection without closing it: in a forked child they are the parent's
         (their sockets too), and closing them would hit the parent's."""
+        # Kept referenced until the child exits: collected, the tasks they left pending on the
+        # parent's loop (which never runs here) would each be reported destroyed.
+        _inherited.extend(self._opened)
         self._conns = weakref.WeakKeyDictionary()
         self._locks = weakref.WeakKeyDictionary()
         self._opened = weakref.WeakSet()

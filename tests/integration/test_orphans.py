@@ -17,7 +17,7 @@ from jsworker.admin import Admin
 from jsworker.jetstream.connection import Connection, ConnectOptions
 from jsworker.jetstream.inspect import below_ack_floor
 from jsworker.jetstream.limits_stream import LimitsStream
-from jsworker.testing import NatsServer
+from jsworker.testing import NatsCluster, NatsServer
 
 from ..support import wait_until_async
 from .workers import in_process_worker
@@ -25,8 +25,8 @@ from .workers import in_process_worker
 pytestmark = pytest.mark.anyio
 
 
-def _app(url: str) -> tuple[App, dict[str, list[int]]]:
-    app = App("orph", url)
+def _app(*urls: str, replicas: int = 1) -> tuple[App, dict[str, list[int]]]:
+    app = App("orph", list(urls), replicas=replicas)
     runs: dict[str, list[int]] = {}
 
     @app.task
@@ -59,8 +59,17 @@ async def _below_floor(app: App, conn: Connection) -> list[int]:
 
 
 async def test_jobs_their_consumer_passed_are_put_back_once(nats_server: NatsServer) -> None:
-    app, runs = _app(nats_server.url)
-    conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
+    await _put_back_once(*_app(nats_server.url), [nats_server.url])
+
+
+async def test_jobs_their_consumer_passed_are_put_back_once_with_three_replicas(
+    nats_cluster: NatsCluster,
+) -> None:
+    await _put_back_once(*_app(*nats_cluster.urls, replicas=3), nats_cluster.urls)
+
+
+async def _put_back_once(app: App, runs: dict[str, list[int]], urls: list[str]) -> None:
+    conn = await Connection.open(ConnectOptions(servers=urls))
     try:
         ids = await _orphaned(app, conn, 5, 3)
         orphaned = await _below_floor(app, conn)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -65,20 +67,57 @@ def test_sync_enqueues_share_one_connection(app: App, nats_server: NatsServer) -
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_enqueues_on_its_own_connection(app: App, nats_server: NatsServer) -> None:
-    """A process that forks after enqueueing (a pre-fork web server) enqueues fine in the child."""
+    """A process that forks after enqueueing (a pre-fork web server) enqueues fine in the child,
+    and the parent's connection it forgets reports nothing there (its pending tasks were each
+    reported destroyed once collected)."""
     job = _task(app)
     job.delay(1)
     pid = os.fork()
     if pid == 0:  # the child: exit status tells the parent whether the enqueue worked
         code = 1
         try:
+            reported = _asyncio_errors()
             code = 0 if not job.delay(2).duplicate else 1
+            gc.collect()
+            if reported:
+                code = 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     job.delay(3)  # and the parent's connection still works
     assert _stored(nats_server.url) == 3
+
+
+def _asyncio_errors() -> list[str]:
+    """What asyncio reports from now on (a task destroyed while pending, among others)."""
+    reported: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            reported.append(record.getMessage())
+
+    logging.getLogger("asyncio").addHandler(Catch(logging.ERROR))
+    return reported
+
+
+def test_a_script_that_never_closes_its_app_exits_clean(nats_server: NatsServer) -> None:
+    """``task.delay`` in a script that ends without ``app.close()``: at exit the background
+    connection is closed and its loop ended, with nothing reported (each such exit printed
+    "Task was destroyed but it is pending!" for the connection's guard)."""
+    script = (
+        "from jsworker import App\n"
+        f"app = App('prod', {nats_server.url!r})\n"
+        "@app.task\n"
+        "def work(i: int) -> None: ...\n"
+        "print(work.delay(1).seq)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+    assert "destroyed" not in done.stderr, done.stderr
 
 
 @pytest.mark.anyio
