@@ -57,10 +57,12 @@ class OrphanWatch:
         self._seen[queue, partition] = {m.seq for m in found}
         restored: list[str] = []
         for message in found:
+            if message.seq not in before:
+                continue
             job_id = job_id_of(message.headers, message.seq)
             copy = job_copy(ns, job_id, message, "restore", {RESTORED_FROM: str(message.seq)})
-            if message.seq not in before or copy is None:
-                continue
+            if copy is None:
+                continue  # no job subject: nothing it could be put back as
             stored = await replace(self.conn, ns, message, copy, self.app.options.publish_timeout)
             if stored is not None and not stored.duplicate:  # a duplicate: another worker's
                 restored.append(job_id)

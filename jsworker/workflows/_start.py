@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
     from .._enqueue.calls import Call
     from .._enqueue.task import Task, TaskOwner
     from ..jetstream.connection import Connection
+
+
+# Seconds between two tries of a batch that got no answer.
+_PAUSE = 0.25
 
 
 def new_flow_id(flow_id: str | None) -> str:
@@ -91,9 +96,12 @@ async def _publish(app: TaskOwner, conn: Connection, msgs: list[OutMessage], fir
                 raise
             if first and not unanswered:
                 # Perhaps no stream answered: the app's first enqueue on a fresh server. Create
-                # the streams (a user that may not waits for a worker to).
+                # the streams (a user that may not waits for a worker to) and try at once.
                 with contextlib.suppress(PermissionDeniedError, TopologyError):
                     await app.provision_streams(conn)
+            else:
+                # While a stream elects its leader, each try is answered at once.
+                await asyncio.sleep(_PAUSE)
             unanswered = True
 
 
