@@ -5,23 +5,29 @@ and the consumer's ack floor (every message at or below it is done) moves past i
 the queue still stored at or below the floor is therefore one the consumer counts as done that
 nobody acknowledged: it is never delivered again, and its job would never run. nats-server
 (2.15 among others: nats-server#6469 and #7680 are of the kind) leaves such messages behind when
-a job stream's leader is killed while jobs wait out a ``nak`` delay (a retry's backoff, a limit's
-hold-back): the new leader lost their pending redeliveries and moved the floor past them.
+a consumer's leader changes (its stream's leader killed) while jobs wait out a ``nak`` delay (a
+retry's backoff, a limit's hold-back): the new leader lost their pending redeliveries and moved
+the floor past them.
 
-Every worker looks at the queues it pulls (:class:`OrphanWatch`); a message it finds at or below
-the floor on two looks in a row is replaced by a copy under the same job id (:mod:`.replace`),
-which the consumer delivers as a new message. Two looks: a message acknowledged an instant ago
-is still stored until the server has deleted it. Workers that look at once store one copy.
+Every worker looks at the queues it pulls (:class:`OrphanWatch`). A look reads the consumer:
+one cheap request. Reading the stream for messages at or below the floor costs the server more
+the more jobs wait (it goes through every waiting job's subject), so a watch reads it only for
+a while after a disturbance that can leave such messages: its first look, a new leader of the
+consumer, a reconnect of the worker. A message found on two reads in a row (one acknowledged an
+instant ago is still stored until the server has deleted it) is replaced by a copy under the
+same job id (:mod:`.replace`), which the consumer delivers as a new message. Workers that look
+at once store one copy.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .._observability.logging import get_logger
 from .._wire.headers import job_id_of
 from ..jetstream.connection import Connection
-from ..jetstream.inspect import below_ack_floor
+from ..jetstream.inspect import consumer_place, stored_up_to
 from .replace import job_copy, replace
 
 if TYPE_CHECKING:
@@ -31,30 +37,53 @@ log = get_logger("jsworker.worker")
 
 #: Header of a job put back: the stream sequence of the message it replaced.
 RESTORED_FROM = "Jsw-Restored-From"
-# The most messages one look reads per queue and partition: a look stays a few requests, and
+#: Looks that read the stream after a disturbance: the floor moves past a message the new
+#: leader lost only as later jobs are acknowledged, within moments on a busy queue.
+SCAN_LOOKS = 6
+# The most messages one read takes per queue and partition: a look stays a few requests, and
 # the next one takes the rest.
 _MOST = 100
+
+_Key = tuple[str, int]
 
 
 class OrphanWatch:
     """Looks for the messages of one worker's queues that their consumers no longer hand out,
-    and puts back those seen twice (see the module)."""
+    and puts back those found twice (see the module). :meth:`reconnected` is to be told of
+    each reconnect of ``conn``."""
 
     def __init__(self, app: AppView, conn: Connection) -> None:
         self.app = app
         self.conn = conn
-        # (queue, partition) -> the stream sequences found at or below the floor last time.
-        self._seen: dict[tuple[str, int], set[int]] = {}
+        # Per (queue, partition): the consumer's leader term at the last look, the looks left
+        # that read the stream, and the sequences found at or below the floor by the last read.
+        self._terms: dict[_Key, tuple[str | None, datetime | None]] = {}
+        self._reads: dict[_Key, int] = {}
+        self._seen: dict[_Key, set[int]] = {}
+
+    async def reconnected(self) -> None:
+        """The worker's connection came back: the server it reaches may have restarted."""
+        for key in self._terms:
+            self._reads[key] = SCAN_LOOKS
 
     async def look(self, queue: str, partition: int) -> list[str]:
         """Look once at ``queue`` in ``partition``: the ids of the jobs put back."""
-        ns = self.app.namespace
-        found = await below_ack_floor(
-            self.conn, ns.partition_stream(partition), queue, ns.queue_filter(queue, partition), _MOST
-        )
-        before = self._seen.get((queue, partition), set())
-        # Those put back now are gone at the next look; any left (a failure) are tried again.
-        self._seen[queue, partition] = {m.seq for m in found}
+        ns, key = self.app.namespace, (queue, partition)
+        stream = ns.partition_stream(partition)
+        place = await consumer_place(self.conn, stream, queue)
+        if place is None:
+            return []
+        if self._terms.get(key, ()) != place.term:  # a first look, or a new leader
+            self._reads[key] = SCAN_LOOKS
+        self._terms[key] = place.term
+        before = self._seen.pop(key, set())
+        if self._reads.get(key, 0) <= 0 and not before:
+            return []
+        self._reads[key] = max(0, self._reads.get(key, 0) - 1)
+        subjects = ns.queue_filter(queue, partition)
+        found = await stored_up_to(self.conn, stream, subjects, place.ack_floor, _MOST)
+        # Read again next time while any is left (those put back now are gone by then).
+        self._seen[key] = {m.seq for m in found}
         restored: list[str] = []
         for message in found:
             if message.seq not in before:

@@ -163,17 +163,21 @@ async def orphaned_jobs(
     queue and partition) that their consumer passed without an acknowledgement (see
     :mod:`jsworker._lifecycle.orphans`); each is counted (``jsworker_jobs_restored_total``)."""
     watch = OrphanWatch(app, conn)
-    while True:
-        # At a random point of each interval: the workers of a fleet do not all look at once.
-        await asyncio.sleep(random.uniform(0.5, 1.0) * interval)
-        for queue, partition in list(pulled()):
-            # At 0 from the first look, which never puts a job back: increase() sees the first.
-            restored_count = app.metrics.jobs_restored.labels(queue)
-            try:
-                restored = await watch.look(queue, partition)
-            except JsworkerError as exc:
-                # The next look tries again (a leader change, a restarting server).
-                log.debug("worker.orphan_check_failed", queue=queue, partition=partition, error=str(exc))
-                continue
-            if restored:
-                restored_count.inc(len(restored))
+    unsubscribe = conn.on_reconnect(watch.reconnected)
+    try:
+        while True:
+            # At a random point of each interval: the workers of a fleet do not all look at once.
+            await asyncio.sleep(random.uniform(0.5, 1.0) * interval)
+            for queue, partition in list(pulled()):
+                # At 0 from the first look, which never puts a job back: increase() sees the first.
+                restored_count = app.metrics.jobs_restored.labels(queue)
+                try:
+                    restored = await watch.look(queue, partition)
+                except JsworkerError as exc:
+                    # The next look tries again (a leader change, a restarting server).
+                    log.debug("worker.orphan_check_failed", queue=queue, partition=partition, error=str(exc))
+                    continue
+                if restored:
+                    restored_count.inc(len(restored))
+    finally:
+        unsubscribe()

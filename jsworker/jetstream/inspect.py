@@ -206,25 +206,44 @@ async def waiting_count(conn: Connection, stream: str, consumer: str) -> int:
     return int(info.num_pending or 0) if info is not None else 0
 
 
-async def below_ack_floor(
-    conn: Connection, stream: str, consumer: str, subjects: str, most: int
-) -> list[StoredMessage]:
-    """The first ``most`` messages on ``subjects`` (the consumer's filter) that ``stream``
-    still stores at or below ``consumer``'s ack floor, oldest first; [] without the consumer.
+@dataclass(frozen=True, slots=True)
+class ConsumerPlace:
+    """Where a consumer stands: its ack floor (a stream sequence: every message at or below it
+    is done), and its leader's term (the server leading it and since when; (None, None) on a
+    server with no clustering), which changes with every election."""
 
-    In a work-queue stream the server deletes what a consumer acknowledges, so these are
-    messages the consumer counts as done that nobody acknowledged (or deleted an instant ago).
-    One consumer read, and one ``STREAM.MSG.GET`` (through the subject index) for each message
-    found and one more.
-    """
+    ack_floor: int
+    term: tuple[str | None, datetime | None]
+
+
+async def consumer_place(conn: Connection, stream: str, consumer: str) -> ConsumerPlace | None:
+    """Where ``consumer`` of ``stream`` stands (one ``CONSUMER.INFO``); None without it."""
     info = await _consumer_info(conn, stream, consumer)
-    floor = int(info.ack_floor.stream_seq or 0) if info is not None and info.ack_floor is not None else 0
+    if info is None:
+        return None
+    floor = int(info.ack_floor.stream_seq or 0) if info.ack_floor is not None else 0
+    cluster = info.cluster
+    term = (cluster.leader, cluster.leader_since) if cluster is not None else (None, None)
+    return ConsumerPlace(floor, term)
+
+
+async def stored_up_to(
+    conn: Connection, stream: str, subjects: str, last: int, most: int
+) -> list[StoredMessage]:
+    """The first ``most`` messages on ``subjects`` that ``stream`` stores at or before sequence
+    ``last``, oldest first.
+
+    One ``STREAM.MSG.GET`` (next by subject) for each message found and one more. The server
+    finds each through its subject index, at a cost that grows with the number of subjects
+    matching ``subjects`` (about 14 ms of its CPU at 300,000 waiting jobs of one queue): not
+    something to ask on every turn.
+    """
     found: list[StoredMessage] = []
     reader = LimitsStream(conn, stream)
     seq = 1
-    while seq <= floor and len(found) < most:
+    while seq <= last and len(found) < most:
         message = await reader.next(subjects, seq)
-        if message is None or message.seq > floor:
+        if message is None or message.seq > last:
             break
         found.append(message)
         seq = message.seq + 1

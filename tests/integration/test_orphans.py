@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-from jsworker import App, current_job
-from jsworker._lifecycle.orphans import RESTORED_FROM, OrphanWatch
+from jsworker import App, JsworkerError, current_job
+from jsworker._lifecycle.orphans import RESTORED_FROM, SCAN_LOOKS, OrphanWatch
 from jsworker.admin import Admin
 from jsworker.jetstream.connection import Connection, ConnectOptions
-from jsworker.jetstream.inspect import below_ack_floor
+from jsworker.jetstream.inspect import consumer_place, stored_up_to
 from jsworker.jetstream.limits_stream import LimitsStream
 from jsworker.testing import NatsCluster, NatsServer
 
@@ -41,21 +41,35 @@ async def _orphaned(app: App, conn: Connection, count: int, orphans: int) -> lis
     first ``orphans`` of them unacknowledged; the job ids, in order."""
     await app.provision(conn)
     ids = [(await app.tasks["work"].adelay(n)).id for n in range(count)]
+    await _pass(app, conn, ids[orphans])
+    return ids
+
+
+async def _pass(app: App, conn: Connection, job_id: str) -> None:
+    """Move the queue's consumer on to job ``job_id``, past every earlier one unacknowledged."""
     async with Admin(app) as admin:
-        kept = await admin.job_message(ids[orphans])
+        kept = await admin.job_message(job_id)
     assert kept is not None
     stream = app.namespace.partition_stream(0)
     answer = await conn.nc.request(
         f"$JS.API.CONSUMER.RESET.{stream}.default", json.dumps({"seq": kept.seq}).encode(), timeout=5
     )
     assert "error" not in json.loads(answer.data), answer.data
-    return ids
 
 
 async def _below_floor(app: App, conn: Connection) -> list[int]:
     ns = app.namespace
-    found = await below_ack_floor(conn, ns.partition_stream(0), "default", ns.queue_filter("default"), 100)
+    place = await consumer_place(conn, ns.partition_stream(0), "default")
+    assert place is not None
+    found = await stored_up_to(conn, ns.partition_stream(0), ns.queue_filter("default"), place.ack_floor, 100)
     return [m.seq for m in found]
+
+
+async def _looks(watch: OrphanWatch, times: int) -> list[str]:
+    restored: list[str] = []
+    for _ in range(times):
+        restored += await watch.look("default", 0)
+    return restored
 
 
 async def test_jobs_their_consumer_passed_are_put_back_once(nats_server: NatsServer) -> None:
@@ -113,6 +127,58 @@ async def test_a_worker_puts_back_what_its_consumers_passed(nats_server: NatsSer
                 message="the count",
             )
         assert runs == {job_id: [n] for n, job_id in enumerate(ids)}
+        assert await _below_floor(app, conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_quiet_looks_read_only_the_consumer_until_a_reconnect(nats_server: NatsServer) -> None:
+    """Past the reads that follow its first look, a watch reads the stream again only after a
+    disturbance: messages passed meanwhile wait for one (here a reconnect of the worker)."""
+    app, runs = _app(nats_server.url)
+    conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
+    try:
+        await app.provision(conn)
+        ids = [(await app.tasks["work"].adelay(n)).id for n in range(3)]
+        watch = OrphanWatch(app, conn)
+        assert await _looks(watch, SCAN_LOOKS) == []
+        await _pass(app, conn, ids[2])
+        assert await _looks(watch, 3) == []
+        assert len(await _below_floor(app, conn)) == 2
+        await watch.reconnected()
+        assert sorted(await _looks(watch, 2)) == sorted(ids[:2])
+        async with in_process_worker(app):
+            await wait_until_async(lambda: runs, until=lambda r: len(r) == 3, timeout=10, message="every job")
+        assert runs == {job_id: [n] for n, job_id in enumerate(ids)}
+    finally:
+        await conn.close()
+
+
+async def test_a_new_consumer_leader_has_its_queue_read_again(nats_cluster: NatsCluster) -> None:
+    """On three replicas: after the reads that follow its first look, a watch reads the
+    stream again once the queue's consumer has a new leader, and puts back what that leader
+    passed."""
+    app, _ = _app(*nats_cluster.urls, replicas=3)
+    conn = await Connection.open(ConnectOptions(servers=nats_cluster.urls))
+    try:
+        await app.provision(conn)
+        ids = [(await app.tasks["work"].adelay(n)).id for n in range(3)]
+        watch = OrphanWatch(app, conn)
+        assert await _looks(watch, SCAN_LOOKS) == []
+        stream = app.namespace.partition_stream(0)
+        before = await consumer_place(conn, stream, "default")
+        assert before is not None
+        answer = await conn.nc.request(f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.default", b"", timeout=10)
+        assert "error" not in json.loads(answer.data), answer.data
+        await wait_until_async(
+            lambda: consumer_place(conn, stream, "default"),
+            until=lambda p: p is not None and p.term != before.term and p.term[0] is not None,
+            timeout=30,
+            ignore=(JsworkerError,),  # no answer while it elects one
+            message="a new leader of the consumer",
+        )
+        await _pass(app, conn, ids[2])
+        assert sorted(await _looks(watch, 2)) == sorted(ids[:2])
         assert await _below_floor(app, conn) == []
     finally:
         await conn.close()
