@@ -65,6 +65,13 @@ async def _below_floor(app: App, conn: Connection) -> list[int]:
     return [m.seq for m in found]
 
 
+async def _each_runs_once(app: App, runs: dict[str, list[int]], ids: list[str]) -> None:
+    """A worker runs every job of ``ids`` once, under its own id."""
+    async with in_process_worker(app):
+        await wait_until_async(lambda: len(runs) == len(ids), timeout=10, message="every job")
+    assert runs == {job_id: [n] for n, job_id in enumerate(ids)}
+
+
 async def _looks(watch: OrphanWatch, times: int) -> list[str]:
     restored: list[str] = []
     for _ in range(times):
@@ -103,9 +110,7 @@ async def _put_back_once(app: App, runs: dict[str, list[int]], urls: list[str]) 
         # Nothing more to put back on later looks.
         assert await first.look("default", 0) == [] and await second.look("default", 0) == []
 
-        async with in_process_worker(app):
-            await wait_until_async(lambda: runs, until=lambda r: len(r) == 5, timeout=10, message="every job")
-        assert runs == {job_id: [n] for n, job_id in enumerate(ids)}
+        await _each_runs_once(app, runs, ids)
     finally:
         await conn.close()
 
@@ -147,9 +152,7 @@ async def test_quiet_looks_read_only_the_consumer_until_a_reconnect(nats_server:
         assert len(await _below_floor(app, conn)) == 2
         await watch.reconnected()
         assert sorted(await _looks(watch, 2)) == sorted(ids[:2])
-        async with in_process_worker(app):
-            await wait_until_async(lambda: runs, until=lambda r: len(r) == 3, timeout=10, message="every job")
-        assert runs == {job_id: [n] for n, job_id in enumerate(ids)}
+        await _each_runs_once(app, runs, ids)
     finally:
         await conn.close()
 
