@@ -82,16 +82,19 @@ class OrphanWatch:
         self._reads[key] = max(0, self._reads.get(key, 0) - 1)
         subjects = ns.queue_filter(queue, partition)
         found = await stored_up_to(self.conn, stream, subjects, place.ack_floor, _MOST)
-        # Read again next time while any is left (those put back now are gone by then).
-        self._seen[key] = {m.seq for m in found}
-        restored: list[str] = []
+        # A message of no job subject cannot be put back: it is left, and not read for again.
+        copies = {}
         for message in found:
-            if message.seq not in before:
-                continue
             job_id = job_id_of(message.headers, message.seq)
             copy = job_copy(ns, job_id, message, "restore", {RESTORED_FROM: str(message.seq)})
-            if copy is None:
-                continue  # no job subject: nothing it could be put back as
+            if copy is not None:
+                copies[message.seq] = (message, job_id, copy)
+        # Read again next time while any is left (those put back now are gone by then).
+        self._seen[key] = set(copies)
+        restored: list[str] = []
+        for seq, (message, job_id, copy) in copies.items():
+            if seq not in before:
+                continue
             stored = await replace(self.conn, ns, message, copy, self.app.options.publish_timeout)
             if stored is not None and not stored.duplicate:  # a duplicate: another worker's
                 restored.append(job_id)

@@ -157,6 +157,26 @@ async def test_quiet_looks_read_only_the_consumer_until_a_reconnect(nats_server:
         await conn.close()
 
 
+async def test_a_message_that_names_no_job_is_left_and_not_read_for_again(nats_server: NatsServer) -> None:
+    """A message on the queue's subjects that names no job cannot be put back: it stays, and
+    once the reads after the first look are over, a look is one request again."""
+    app, _ = _app(nats_server.url)
+    conn = await Connection.open(ConnectOptions(servers=[nats_server.url]))
+    try:
+        await app.provision(conn)
+        await conn.nc.publish(f"{app.namespace.queue_filter('default')[:-2]}.a.b.c", b"{}")
+        ids = [(await app.tasks["work"].adelay(n)).id for n in range(2)]
+        await _pass(app, conn, ids[1])
+        watch = OrphanWatch(app, conn)
+        assert await _looks(watch, SCAN_LOOKS) == [ids[0]]
+        assert len(await _below_floor(app, conn)) == 1
+        sent = conn.nc.stats["out_msgs"]
+        assert await _looks(watch, 3) == []
+        assert conn.nc.stats["out_msgs"] - sent == 3  # one request each: the consumer's info
+    finally:
+        await conn.close()
+
+
 async def test_a_new_consumer_leader_has_its_queue_read_again(nats_cluster: NatsCluster) -> None:
     """On three replicas: after the reads that follow its first look, a watch reads the
     stream again once the queue's consumer has a new leader, and puts back what that leader
