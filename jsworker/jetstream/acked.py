@@ -100,6 +100,9 @@ class AckedPublisher:
         self.patience = patience
         self.batched = batched
         self._prefix = ""
+        # Starts each batch id: the server knows a batch by its id alone, across every
+        # publisher of the stream, so ids must differ between publishers, not only here.
+        self._batch_tag = ""
         self._sub: Any = None
         self._next = 0
         self._writes: dict[str, _Write] = {}
@@ -114,6 +117,7 @@ class AckedPublisher:
         """Subscribe to the acknowledgement inbox."""
         inbox = self.conn.nc.new_inbox()
         self._prefix = f"{inbox}."
+        self._batch_tag = inbox.rpartition(".")[2]  # the inbox's unique token
         self._unlisten = self.conn.nc.denials.listen(self._on_denied)
         self._sub = await self.conn.nc.subscribe_direct(f"{inbox}.>", self._on_answer)
 
@@ -217,7 +221,7 @@ class AckedPublisher:
         task.add_done_callback(self._sending.discard)
 
     def _batch(self, items: list[_Pending], now: float) -> list[HeadedMessage]:
-        token = f"b{self._next}"
+        token = f"{self._batch_tag}b{self._next}"
         self._next += 1
         self._writes[token] = _Write(items, now)
         reply = self._batch_reply(token)

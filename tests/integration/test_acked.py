@@ -205,3 +205,34 @@ async def _created(conn: Connection) -> bool:
     except Exception:  # no meta leader yet
         return False
     return True
+
+
+async def test_publishers_writing_batches_at_once_each_hear_only_of_their_own(nats_server: NatsServer) -> None:
+    """Workers write records to one stream at the same moments, each numbering its writes
+    from the start: a batch is known to the server by its id alone, so each publisher's ids
+    must be its own. Every message told stored is stored, for every publisher."""
+    conns = [await _open(nats_server.url) for _ in range(3)]
+    try:
+        js = conns[0].nc.jetstream()
+        await js.add_stream(name="SHARED", subjects=["shared.>"], allow_batched=True)
+        publishers = [await _started(conn, timeout=0.2, patience=30, batched=True) for conn in conns]
+        ended: dict[str, BaseException | None] = {}
+        for round_ in range(10):
+            # One write of 300 from each, in the same turn of the loop: the same batch numbers
+            # at the server at the same time.
+            for p, publisher in enumerate(publishers):
+                for i in range(300):
+                    subject = f"shared.{p}.{round_}.{i}"
+                    publisher.send(OutMessage(subject, b"v", {}), ended.__setitem__, subject)
+            await anyio.lowlevel.checkpoint()
+        with anyio.fail_after(30):
+            for publisher in publishers:
+                await publisher.drain()
+        assert len(ended) == 9000 and set(ended.values()) == {None}
+        info = await js.stream_info("SHARED", subjects_filter="shared.>")
+        assert len(info.state.subjects or {}) == 9000
+    finally:
+        while _STARTED:
+            await _STARTED.pop().close()
+        for conn in conns:
+            await conn.close()
