@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from .._errors import LimitsStreamError
 from .._observability.metrics import UNKNOWN
 from .._scheduling.declare import DELAYED_SINCE
 from .._scheduling.delayed import cancel_delayed
@@ -82,7 +83,7 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
     found = await records.read(job_id) if conn.server_version >= RECORDS_SINCE else None
     if found is not None and found[1].state.finished and found[1].seq == message.seq:
         return False
-    if not await jobs.delete(message.seq):
+    if not await _delete(jobs, message.seq):
         return False  # settled (or cancelled) since it was read
     # Deleted, it can no longer be handed out: whoever got it got it before. A job waiting
     # out a retry's delay is held by nobody.
@@ -99,6 +100,24 @@ async def cancel_job(app: AppView, conn: Connection, job_id: str) -> bool:
             return False
     last = found[0] if found is not None else 0
     return await _cancelled(app, conn, records, job_id, queue, task, message.seq, last)
+
+
+async def _delete(jobs: LimitsStream, seq: int) -> bool:
+    """Delete the job's message; False when it was gone already.
+
+    A delete the server did not answer (a stalled or electing leader) may have been done:
+    failing the cancel then would leave the job deleted with no ``cancelled`` record and its
+    holder never told. It is sent once more (an asker waits ``publish_timeout``, 15 s by
+    default; a try, up to the JetStream API's 5 s), and the message counts as deleted by
+    this cancel even if the second try finds it gone: a job settled meanwhile is told apart
+    after, by its holder's answer and by its record's compare-and-set."""
+    try:
+        return await jobs.delete(seq)
+    except LimitsStreamError as exc:
+        if not exc.transient:
+            raise
+    await jobs.delete(seq)
+    return True
 
 
 async def _cancelled(

@@ -207,7 +207,9 @@ async def _created(conn: Connection) -> bool:
     return True
 
 
-async def test_publishers_writing_batches_at_once_each_hear_only_of_their_own(nats_server: NatsServer) -> None:
+async def test_publishers_writing_batches_at_once_each_hear_only_of_their_own(
+    nats_server: NatsServer,
+) -> None:
     """Workers write records to one stream at the same moments, each numbering its writes
     from the start: a batch is known to the server by its id alone, so each publisher's ids
     must be its own. Every message told stored is stored, for every publisher."""
