@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._wire.names import ROLES, Namespace, Role
+from .layout import FIRED_CONSUMER, LATER_CONSUMER
 
 _API = "$JS.API"
 _PROVISIONER: frozenset[Role] = frozenset({"provisioner"})
@@ -290,6 +291,15 @@ def grants(app: str, inbox_prefix: str | None = None, partitions: int = 1) -> li
         *(
             Grant(subject, "move fired jobs from the schedules stream into their queues", _WORKER)
             for subject in (f"{_API}.CONSUMER.MSG.NEXT.{sched}.*", f"$JS.ACK.{sched}.>")
+        ),
+        *(
+            Grant(
+                f"{_API}.CONSUMER.RESET.{stream}.{consumer}",
+                "hand out again the delayed and fired jobs a relay's consumer passed after a "
+                "failover (its moves are idempotent; no queue's consumer can be reset)",
+                _WORKER,
+            )
+            for stream, consumer in ((ns.stream, LATER_CONSUMER), (sched, FIRED_CONSUMER))
         ),
         Grant(ns.ask_subject("*"), "answer status and cancel questions", _WORKER, True),
         Grant(ns.worker_ask_subject(), "hear what it is asked by its id (quiet, stop)", _WORKER, True),

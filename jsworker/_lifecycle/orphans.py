@@ -17,6 +17,11 @@ consumer, a reconnect of the worker. A message found on two reads in a row (one 
 instant ago is still stored until the server has deleted it) is replaced by a copy under the
 same job id (:mod:`.replace`), which the consumer delivers as a new message. Workers that look
 at once store one copy.
+
+The relays' consumers (delayed jobs into schedules, fired jobs into their queues, see
+:mod:`jsworker._scheduling.relay`) wait out ``nak`` delays too, when a move fails during the
+same failover. What they passed is handed out again by starting the consumer again from the
+first such message (nats-server 2.14+): a move made twice stores nothing twice.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from .._observability.logging import get_logger
 from .._wire.headers import job_id_of
 from ..jetstream.connection import Connection
 from ..jetstream.inspect import consumer_place, stored_up_to
+from ..jetstream.limits_stream import StoredMessage
+from ..jetstream.rewind import rewind
 from .replace import job_copy, replace
 
 if TYPE_CHECKING:
@@ -44,19 +51,19 @@ SCAN_LOOKS = 6
 # the next one takes the rest.
 _MOST = 100
 
-_Key = tuple[str, int]
+_Key = tuple[str, str]  # (stream, consumer)
 
 
 class OrphanWatch:
-    """Looks for the messages of one worker's queues that their consumers no longer hand out,
-    and puts back those found twice (see the module). :meth:`reconnected` is to be told of
+    """Looks for the messages of one worker's queues and relays that their consumers no longer
+    hand out, and puts back those found twice (see the module). :meth:`reconnected` is to be told of
     each reconnect of ``conn``."""
 
     def __init__(self, app: AppView, conn: Connection) -> None:
         self.app = app
         self.conn = conn
-        # Per (queue, partition): the consumer's leader term at the last look, the looks left
-        # that read the stream, and the sequences found at or below the floor by the last read.
+        # Per consumer: its leader term at the last look, the looks left that read the stream,
+        # and the sequences found at or below the floor by the last read.
         self._terms: dict[_Key, tuple[str | None, datetime | None]] = {}
         self._reads: dict[_Key, int] = {}
         self._seen: dict[_Key, set[int]] = {}
@@ -68,20 +75,12 @@ class OrphanWatch:
 
     async def look(self, queue: str, partition: int) -> list[str]:
         """Look once at ``queue`` in ``partition``: the ids of the jobs put back."""
-        ns, key = self.app.namespace, (queue, partition)
+        ns = self.app.namespace
         stream = ns.partition_stream(partition)
-        place = await consumer_place(self.conn, stream, queue)
-        if place is None:
+        read = await self._read(stream, queue, ns.queue_filter(queue, partition))
+        if read is None:
             return []
-        if self._terms.get(key, ()) != place.term:  # a first look, or a new leader
-            self._reads[key] = SCAN_LOOKS
-        self._terms[key] = place.term
-        before = self._seen.pop(key, set())
-        if self._reads.get(key, 0) <= 0 and not before:
-            return []
-        self._reads[key] = max(0, self._reads.get(key, 0) - 1)
-        subjects = ns.queue_filter(queue, partition)
-        found = await stored_up_to(self.conn, stream, subjects, place.ack_floor, _MOST)
+        found, before = read
         # A message of no job subject cannot be put back: it is left, and not read for again.
         copies = {}
         for message in found:
@@ -90,7 +89,7 @@ class OrphanWatch:
             if copy is not None:
                 copies[message.seq] = (message, job_id, copy)
         # Read again next time while any is left (those put back now are gone by then).
-        self._seen[key] = set(copies)
+        self._seen[stream, queue] = set(copies)
         restored: list[str] = []
         for seq, (message, job_id, copy) in copies.items():
             if seq not in before:
@@ -107,3 +106,47 @@ class OrphanWatch:
                     reason="its queue's consumer had passed it without an acknowledgement",
                 )
         return restored
+
+    async def look_relay(self, stream: str, consumer: str, subjects: str) -> list[int]:
+        """Look once at the consumer of a relay (a move of delayed or fired jobs, which may
+        be made twice): messages found passed on two reads are handed out again by starting
+        the consumer again from the first of them. Their sequences."""
+        read = await self._read(stream, consumer, subjects)
+        if read is None:
+            return []
+        found, before = read
+        self._seen[stream, consumer] = {message.seq for message in found}
+        passed = [message.seq for message in found if message.seq in before]
+        if not passed:
+            return []
+        # Copies, as for a queue, would not do: a move reads its job's id and checks from the
+        # message as its producer wrote it. Its pending moves are handed out again too, and
+        # made again to no effect (each write carries its dedup key).
+        await rewind(self.conn, stream, consumer, passed[0])
+        log.warning(
+            "relay.rewound",
+            consumer=consumer,
+            messages=len(passed),
+            first=passed[0],
+            reason="its consumer had passed them without an acknowledgement",
+        )
+        return passed
+
+    async def _read(
+        self, stream: str, consumer: str, subjects: str
+    ) -> tuple[list[StoredMessage], set[int]] | None:
+        """The messages on ``subjects`` stored at or below ``consumer``'s ack floor, and the
+        sequences the last read found; None when this look reads no messages (or there is no
+        consumer)."""
+        key = (stream, consumer)
+        place = await consumer_place(self.conn, stream, consumer)
+        if place is None:
+            return None
+        if self._terms.get(key, ()) != place.term:  # a first look, or a new leader
+            self._reads[key] = SCAN_LOOKS
+        self._terms[key] = place.term
+        before = self._seen.pop(key, set())
+        if self._reads.get(key, 0) <= 0 and not before:
+            return None
+        self._reads[key] = max(0, self._reads.get(key, 0) - 1)
+        return await stored_up_to(self.conn, stream, subjects, place.ack_floor, _MOST), before

@@ -10,9 +10,11 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sized
+from functools import partial
 from typing import TYPE_CHECKING
 
+from .._core.layout import relay_specs
 from .._core.queues import QueueStatus, queue_status
 from .._errors import JsworkerError
 from .._lifecycle.orphans import OrphanWatch
@@ -23,6 +25,7 @@ from .._scheduling.periodic import restore_missing
 from ..events._depth import DepthSampler
 from ..jetstream.connection import Connection
 from ..jetstream.consume import PullConsumer
+from ..jetstream.rewind import REWIND_SINCE
 from .execution import JobRun
 
 if TYPE_CHECKING:
@@ -160,22 +163,31 @@ async def orphaned_jobs(
     app: App, conn: Connection, pulled: Callable[[], Iterable[tuple[str, int]]], interval: float
 ) -> None:
     """Every ``interval`` seconds, put back the jobs of the queues this worker pulls (``pulled``:
-    queue and partition) that their consumer passed without an acknowledgement (see
-    :mod:`jsworker._lifecycle.orphans`); each is counted (``jsworker_jobs_restored_total``)."""
+    queue and partition) that their consumer passed without an acknowledgement, and hand out
+    again what the relays' consumers passed (see :mod:`jsworker._lifecycle.orphans`); each is
+    counted (``jsworker_jobs_restored_total``, by queue or by relay consumer)."""
     watch = OrphanWatch(app, conn)
+    relays = relay_specs(app, conn.server_version) if conn.server_version >= REWIND_SINCE else []
     unsubscribe = conn.on_reconnect(watch.reconnected)
     try:
         while True:
             # At a random point of each interval: the workers of a fleet do not all look at once.
             await asyncio.sleep(random.uniform(0.5, 1.0) * interval)
-            for queue, partition in list(pulled()):
+            looks: list[tuple[str, Callable[[], Awaitable[Sized]]]] = [
+                (queue, partial(watch.look, queue, partition)) for queue, partition in list(pulled())
+            ]
+            looks += [
+                (spec.name, partial(watch.look_relay, spec.stream, spec.name, spec.filter_subject))
+                for spec in relays
+            ]
+            for label, look in looks:
                 # At 0 from the first look, which never puts a job back: increase() sees the first.
-                restored_count = app.metrics.jobs_restored.labels(queue)
+                restored_count = app.metrics.jobs_restored.labels(label)
                 try:
-                    restored = await watch.look(queue, partition)
+                    restored = await look()
                 except JsworkerError as exc:
                     # The next look tries again (a leader change, a restarting server).
-                    log.debug("worker.orphan_check_failed", queue=queue, partition=partition, error=str(exc))
+                    log.debug("worker.orphan_check_failed", consumer=label, error=str(exc))
                     continue
                 if restored:
                     restored_count.inc(len(restored))

@@ -615,3 +615,46 @@ def test_a_queues_limits_change_only_through_a_worker_and_only_as_limits(
         asyncio.run(scenario())
     finally:
         assert stop(worker) == 0
+
+
+def test_a_worker_rewinds_only_the_relays_and_to_no_effect(secured: NatsServer, tmp_path: Path) -> None:
+    """A worker may start the relays' consumers again from any message (how it hands out the
+    delayed and fired jobs they passed after a failover), nothing more: a queue's consumer is
+    refused (a rewound queue would run jobs again), and so is a producer. Rewinding the relays
+    over and over while a delayed job waits moves it twice at most: it runs once and its
+    waiter gets its result."""
+    url, record = secured.url, tmp_path / "record"
+    provision(url)
+    worker = start_worker(url, record, tmp_path / "worker.log", module="perm_app", env=as_user("perm-worker"))
+    relays = [
+        f"$JS.API.CONSUMER.RESET.{where}" for where in ("JSW_PERM._jsw_later", "JSW_PERM_SCHED._jsw_fired")
+    ]
+
+    async def attack() -> None:
+        async with role_session(url, "perm-producer") as producer:
+            conn = await _connect(producer)
+            try:
+                for subject in relays:
+                    await _refused(conn, subject, b'{"seq":1}')
+            finally:
+                await conn.close()
+            delayed = await producer.tasks["add"].aapply((20, 22), countdown=1)
+            async with role_session(url, "perm-worker") as rogue:
+                conn = await Connection.open(rogue.connect_options("worker", "attack"))
+                try:
+                    await _refused(conn, "$JS.API.CONSUMER.RESET.JSW_PERM.default", b'{"seq":1}')
+                    deadline = time.monotonic() + 3
+                    while time.monotonic() < deadline:  # past the job's due time and its run
+                        for subject in relays:
+                            answer = await request_json(conn, subject, {"seq": 1})
+                            assert answer["reset_seq"] == 1, answer
+                        await asyncio.sleep(0.05)
+                finally:
+                    await conn.close()
+            assert await delayed.aresult(timeout=20) == 42
+
+    try:
+        asyncio.run(attack())
+    finally:
+        assert stop(worker) == 0
+    assert [task for _, task, _ in records(record)] == ["add"]
