@@ -56,8 +56,8 @@ _Key = tuple[str, str]  # (stream, consumer)
 
 class OrphanWatch:
     """Looks for the messages of one worker's queues and relays that their consumers no longer
-    hand out, and puts back those found twice (see the module). :meth:`reconnected` is to be told of
-    each reconnect of ``conn``."""
+    hand out, and puts back those found twice (see the module). :meth:`reconnected` is to be
+    told of each reconnect of ``conn``."""
 
     def __init__(self, app: AppView, conn: Connection) -> None:
         self.app = app
@@ -119,9 +119,10 @@ class OrphanWatch:
         passed = [message.seq for message in found if message.seq in before]
         if not passed:
             return []
-        # Copies, as for a queue, would not do: a move reads its job's id and checks from the
-        # message as its producer wrote it. Its pending moves are handed out again too, and
-        # made again to no effect (each write carries its dedup key).
+        # Copies, as for a queue, would not do: a move takes its job's dedup key and unique-key
+        # checks from the headers its producer wrote, which a copy must change. The consumer's
+        # pending moves are handed out again too, and made again to no effect (each write
+        # carries its dedup key).
         await rewind(self.conn, stream, consumer, passed[0])
         log.warning(
             "relay.rewound",
