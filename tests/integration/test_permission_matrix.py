@@ -127,7 +127,9 @@ def streams(app: str) -> dict[str, str]:
 
 
 STREAM_CALLS = ("INFO", "CREATE", "UPDATE", "DELETE", "PURGE", "MSG.GET", "MSG.DELETE", "SNAPSHOT", "RESTORE")
-CONSUMER_CALLS = ("INFO", "DELETE", "MSG.NEXT", "PAUSE", "DURABLE.CREATE", "LEADER.STEPDOWN")
+CONSUMER_CALLS = ("INFO", "DELETE", "MSG.NEXT", "PAUSE", "DURABLE.CREATE", "LEADER.STEPDOWN", "RESET")
+#: Consumers with grants of their own (the relays', which workers may reset), besides ``c``.
+NAMED_CONSUMERS = ("_jsw_later", "_jsw_fired")
 
 
 def api_calls(app: str) -> list[Sample]:
@@ -144,6 +146,10 @@ def api_calls(app: str) -> list[Sample]:
             "CONSUMER.CREATE named": f"$JS.API.CONSUMER.CREATE.{stream}.c",
             "CONSUMER.CREATE filtered": f"$JS.API.CONSUMER.CREATE.{stream}.c.{subject}",
             **{f"CONSUMER.{call}": f"$JS.API.CONSUMER.{call}.{stream}.c" for call in CONSUMER_CALLS},
+            **{
+                f"CONSUMER.RESET {name}": f"$JS.API.CONSUMER.RESET.{stream}.{name}"
+                for name in NAMED_CONSUMERS
+            },
             "CONSUMER.LIST": f"$JS.API.CONSUMER.LIST.{stream}",
             "CONSUMER.NAMES": f"$JS.API.CONSUMER.NAMES.{stream}",
             "ACK": f"$JS.ACK.{stream}.c.1.1.1.1700000000000000000.0",
