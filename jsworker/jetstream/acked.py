@@ -18,8 +18,10 @@ batch.
 
 What is not answered within ``timeout`` (a lost message, a reconnect, a stream electing a
 leader, a batch the server dropped) is published again; after ``patience`` its caller gets
-:class:`~jsworker._errors.EnqueueError`. A message published again may be stored twice: use
-this for messages where a second copy changes nothing (a key's latest value).
+:class:`~jsworker._errors.EnqueueError`. An answer that comes after its write was published
+again still counts for what it says was stored: a server slower than ``timeout`` is heard. A
+message published again may be stored twice: use this for messages where a second copy
+changes nothing (a key's latest value).
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ class AckedPublisher:
         self._sub: Any = None
         self._next = 0
         self._writes: dict[str, _Write] = {}
+        # Writes sent again after their timeout whose answer may still come: a server slower
+        # than ``timeout`` answers only these, and what it says it stored is stored.
+        self._late: dict[str, _Write] = {}
         self._queued: list[_Pending] = []
         self._flush_soon = False
         self._sweeper: asyncio.TimerHandle | None = None
@@ -159,6 +164,7 @@ class AckedPublisher:
             await asyncio.wait(list(self._sending))
         self._queued.clear()
         self._writes.clear()
+        self._late.clear()
         if self._sub is not None:
             with contextlib.suppress(nats.errors.Error):
                 await self._sub.unsubscribe()
@@ -251,11 +257,15 @@ class AckedPublisher:
         loop = asyncio.get_running_loop()
         now = loop.time()
         self._sweeper = None
+        for token, write in list(self._late.items()):
+            if now - write.sent >= self.patience or all(p.done is None for p in write.items):
+                del self._late[token]
         for token, write in list(self._writes.items()):
             if now - write.sent >= self.timeout:
                 self._again(write.items[write.done :], now)
                 self._finished(token)
-        if self._writes or self._queued:
+                self._late[token] = write
+        if self._writes or self._queued or self._late:
             self._sweeper = loop.call_later(self.timeout / 2, self._sweep)
 
     def _again(self, items: list[_Pending], now: float) -> None:
@@ -278,11 +288,24 @@ class AckedPublisher:
         token, _, rest = subject[len(self._prefix) :].partition(".")
         write = self._writes.get(token)
         if write is None:
-            return  # answered before, or not ours
+            late = self._late.get(token)
+            if late is not None:
+                self._on_late(token, late, rest, data)
+            return  # else answered before, or not ours
         if not rest:
             self._on_single(token, write, data, headers)
         elif rest.endswith(_FAST):
             self._on_batch(token, write, int(rest.split(".")[2]), data, headers)
+
+    def _on_late(self, token: str, write: _Write, rest: str, data: bytes) -> None:
+        """An answer to a write sent again since: what it says was stored is stored (a slow
+        server would otherwise never be heard, every answer coming after its write's timeout);
+        anything else is the newer write's to tell."""
+        if data.startswith(_FLOW_ACK):
+            self._stored(write, json.loads(data)["seq"])
+        elif data.startswith(_STORED) and b'"error"' not in data:
+            self._stored(write, json.loads(data).get("count", 0) if rest else 1)
+            del self._late[token]
 
     def _on_single(self, token: str, write: _Write, data: bytes, headers: Mapping[str, str] | None) -> None:
         error: EnqueueError | None = None

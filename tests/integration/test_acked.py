@@ -240,3 +240,22 @@ async def test_publishers_writing_batches_at_once_each_hear_only_of_their_own(
             await _STARTED.pop().close()
         for conn in conns:
             await conn.close()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
+async def test_a_server_slower_than_the_timeout_is_heard(nats_server: NatsServer, batched: bool) -> None:
+    """Every answer comes after its write's timeout, and the write has been sent again by
+    then: what the late answers say was stored ends stored, not given up on after patience."""
+    conn = await _open(nats_server.url)
+    try:
+        js = conn.nc.jetstream()
+        await js.add_stream(name="SLOW", subjects=["slow.>"], allow_batched=batched)
+        # Far below a round trip: no answer is ever in time.
+        publisher = await _started(conn, timeout=0.0002, patience=5, batched=batched)
+        with anyio.fail_after(10):
+            ended = await _publish_all(publisher, [OutMessage(f"slow.{i}", b"v", {}) for i in range(200)])
+        assert set(ended.values()) == {None}
+        info = await js.stream_info("SLOW", subjects_filter="slow.>")
+        assert len(info.state.subjects or {}) == 200
+    finally:
+        await _close(conn)
