@@ -200,8 +200,20 @@ def explain(urls: Sequence[str], procs: Sequence[WorkerProc], left: set[str]) ->
     # A chord's callback (``chord<k>-cb``) waits on its members (``chord<k>-...``).
     flows = tuple(f"{job_id.rsplit('-', 1)[0]}-" for job_id in left if job_id.endswith("-cb"))
     own = [e for e in events if e.get("job_id") in left or str(e.get("job_id")).startswith(flows or "\0")]
+    # Debug lines (a pull's 408s) would crowd out the rest of the last forty.
     around = [
-        e for e in events if e.get("job_id") not in left and str(e.get("event")).startswith(interesting)
+        e
+        for e in events
+        if e.get("job_id") not in left
+        and str(e.get("event")).startswith(interesting)
+        and e.get("level") != "debug"
+    ]
+    # Who moved the fair queue's jobs, over the whole run: a job left in its intake waits on that.
+    movers = [
+        {"worker": p.log.name, **e}
+        for p in procs
+        for e in p.log_events()
+        if str(e.get("event")).startswith(("fair.", "partition.lease_lost"))
     ]
     subjects = [s for s in stream_subjects(urls, STREAM) if s.rsplit(".", 1)[-1] in left]
     get = f"$JS.API.STREAM.MSG.GET.{STREAM}"
@@ -211,6 +223,7 @@ def explain(urls: Sequence[str], procs: Sequence[WorkerProc], left: set[str]) ->
     held = {c["name"]: {k: c.get(k) for k in figures} for c in consumers.get("consumers") or []}
     return (
         f"workers said of them: {own}\nand of their limits and pulls: {around[-40:]}\n"
+        f"the fair movers: {movers[-40:]}\n"
         f"in the job stream: {where}\nconsumers: {held}"
     )
 
