@@ -257,6 +257,20 @@ def overlapping(records: Records, accounts: dict[str, Any]) -> list[str]:
     ]
 
 
+def moves(procs: Sequence[WorkerProc], copies: list[tuple[str, list[int]]]) -> str:
+    """For a failure: what the workers said of the jobs stored twice (every line) and of the
+    relays' moves and claims (warnings and above), in the order each worker said it."""
+    ids = {job_id for job_id, _ in copies}
+    prefixes = ("relay.", "delayed.", "schedules.", "job.fired", "job.claim", "job.restored")
+    said = [
+        {"worker": p.log.name, **e}
+        for p in procs
+        for e in p.log_events()
+        if e.get("job_id") in ids or (str(e.get("event")).startswith(prefixes) and e.get("level") != "debug")
+    ]
+    return f"the workers on them and on the moves: {said[-40:]}"
+
+
 def reruns(records: Records, record: Path) -> tuple[int, list[tuple[str, list[int]]]]:
     """Runs beyond a job's first, and the jobs whose runs ran more than one message (the
     stream sequences): a job stored twice, never allowed. One message handed out again with
@@ -452,7 +466,9 @@ def test_each_stream_leader_killed_in_turn_under_mixed_load(
     assert not unreadable, f"kept results unreadable or wrong: {sorted(unreadable)[:10]}"
     assert not wrong_chords, wrong_chords
     assert set(callback_runs) == set(load.chords), callback_runs
-    assert not copies, f"jobs stored twice (runs of more than one message): {copies[:10]}"
+    assert not copies, f"jobs stored twice (runs of more than one message): {copies[:10]}\n" + moves(
+        procs, copies
+    )
     assert not overlapping(records, accounts), "two runs of one partition overlapped"
     assert rated_most <= rate.count + 2 * rate.burst, rated_most
     assert not early, f"started before they were due: {early[:10]}"
