@@ -5,8 +5,6 @@ the consumer reset API (nats-server 2.14+), as in test_orphans.py."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from jsworker import App, current_job
@@ -14,6 +12,7 @@ from jsworker._core.layout import FIRED_CONSUMER, LATER_CONSUMER
 from jsworker._lifecycle.orphans import OrphanWatch
 from jsworker.jetstream.connection import Connection, ConnectOptions
 from jsworker.jetstream.limits_stream import LimitsStream
+from jsworker.jetstream.rewind import rewind
 from jsworker.testing import NatsServer
 
 from ..support import wait_until_async
@@ -42,9 +41,7 @@ async def _pass_over(conn: Connection, stream: str, consumer: str, subjects: str
         lambda: reader.next(subjects), timeout=15, message=f"a message on {subjects}"
     )
     assert waiting is not None
-    reset = json.dumps({"seq": waiting.seq + 1}).encode()
-    answer = await conn.nc.request(f"$JS.API.CONSUMER.RESET.{stream}.{consumer}", reset, timeout=5)
-    assert "error" not in json.loads(answer.data), answer.data
+    await rewind(conn, stream, consumer, waiting.seq + 1)
     return waiting.seq
 
 

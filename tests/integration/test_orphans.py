@@ -17,6 +17,7 @@ from jsworker.admin import Admin
 from jsworker.jetstream.connection import Connection, ConnectOptions
 from jsworker.jetstream.inspect import consumer_place, stored_up_to
 from jsworker.jetstream.limits_stream import LimitsStream
+from jsworker.jetstream.rewind import rewind
 from jsworker.testing import NatsCluster, NatsServer
 
 from ..support import wait_until_async
@@ -50,11 +51,7 @@ async def _pass(app: App, conn: Connection, job_id: str) -> None:
     async with Admin(app) as admin:
         kept = await admin.job_message(job_id)
     assert kept is not None
-    stream = app.namespace.partition_stream(0)
-    answer = await conn.nc.request(
-        f"$JS.API.CONSUMER.RESET.{stream}.default", json.dumps({"seq": kept.seq}).encode(), timeout=5
-    )
-    assert "error" not in json.loads(answer.data), answer.data
+    await rewind(conn, app.namespace.partition_stream(0), "default", kept.seq)
 
 
 async def _below_floor(app: App, conn: Connection) -> list[int]:
