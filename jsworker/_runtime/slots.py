@@ -37,8 +37,8 @@ _Settled = Settlement | Awaitable[Settlement]
 class Slots:
     """Starts and runs the jobs of one worker: :meth:`start` a job that took a slot; the
     stages are the pipeline's (``admit``, ``run``, ``settle``, ``after``). ``jobs`` holds
-    every job running (or about to) and its task until it has settled; ``on_start`` is told
-    of each job started."""
+    every job running (or about to) and its task until it has settled; ``on_start``, when
+    given, is told of each job started."""
 
     def __init__(
         self,
@@ -50,7 +50,7 @@ class Slots:
             Callable[[JobRun, Outcome], _Settled],
             Callable[[JobRun, Settlement], Awaitable[None] | None],
         ],
-        on_start: Callable[[], None],
+        on_start: Callable[[], None] | None,
     ) -> None:
         self.limiter = limiter
         self.jobs = jobs
@@ -99,7 +99,8 @@ class Slots:
         # itself: jobs holds every task until it has settled, and the worker's stop waits
         # for, cancels and hands back what is left.
         self.jobs[job] = self._create_task(self._running(job), context=context)
-        self._on_start()
+        if self._on_start is not None:
+            self._on_start()
 
     async def _running(self, job: JobRun) -> None:
         # The four stages in one coroutine, its clean-up included (no done callback): each
@@ -158,8 +159,12 @@ class Slots:
         job: JobRun | None
         if self._arrivals:
             job = self._arrivals.popleft()
-            # It came with a slot of its own: the task's goes back.
-            self.limiter.release()
+            # It came with a slot of its own: the task's goes to the first waiter's next job,
+            # run after the others here (released to the waiter only when it has none), so
+            # that the waiter is not woken to start a task for it.
+            claimed = self.limiter.pass_on()
+            if claimed is not None:
+                self._arrivals.append(claimed)
         else:
             job = self.limiter.hand_on()
             if job is None:
@@ -168,7 +173,8 @@ class Slots:
             self.spawn(job, context)
             return None, True
         self.jobs[job] = task
-        self._on_start()
+        if self._on_start is not None:
+            self._on_start()
         return job, False
 
 

@@ -178,7 +178,7 @@ class Worker:
             self._limiter,
             self._jobs,
             (pipeline.admit, pipeline.run, settle, pipeline.after),
-            self._count_start,
+            None if self._budget is None else self._count_start,  # nothing to count without a budget
         )
         # A kept result's ack waits for its record: hooks that must follow the ack are told it.
         book.track_acks = pipeline.waits_for_acks

@@ -212,3 +212,25 @@ async def test_waiters_of_one_priority_take_turns_at_the_work_handed_on() -> Non
     assert limiter._waiters == []
     limiter.release()
     assert limiter.try_acquire()
+
+
+async def test_pass_on_keeps_the_slot_for_a_waiter_s_work_and_else_releases_it() -> None:
+    """pass_on, for a holder with more work of its own: with nobody waiting the slot is free
+    again; with a waiter whose claim finds work, the holder keeps the slot for that work; with
+    a waiter whose claim finds none, the slot goes to that waiter."""
+    limiter: Limiter[str] = Limiter(1)
+    await limiter.acquire()
+    assert limiter.pass_on() is None and limiter.in_use == 0
+
+    await limiter.acquire()
+    work = ["w1"]
+    waiting = asyncio.ensure_future(limiter.acquire(0, lambda: work.pop() if work else None))
+    await wait_until_async(lambda: len(limiter._waiters) == 1, timeout=2, message="in line")
+    assert limiter.pass_on() == "w1"
+    assert limiter.in_use == 1 and not waiting.done()
+    assert limiter.pass_on() is None  # its claim found nothing: the slot is the waiter's
+    with anyio.fail_after(2):
+        await waiting
+    assert limiter.in_use == 1
+    limiter.release()
+    assert limiter.in_use == 0

@@ -42,7 +42,7 @@ def _slots(
         settled.append((job.args[0], asyncio.current_task()))
         return Settlement(outcome, ACK)
 
-    slots = Slots(limiter, {}, (lambda job: None, run, settle, lambda job, s: None), lambda: None)
+    slots = Slots(limiter, {}, (lambda job: None, run, settle, lambda job, s: None), None)
     return slots, settled
 
 
@@ -101,3 +101,36 @@ async def test_a_job_that_waits_holds_up_none_started_with_it() -> None:
     tasks = dict(settled)
     # Job 0's task waited; the others got tasks of their own, not job 0's.
     assert tasks[1] is not tasks[0] and tasks[2] is not tasks[0]
+
+
+async def test_a_task_running_arrivals_goes_on_with_the_buffered_jobs_of_a_waiting_loop() -> None:
+    """Two jobs arrive to the two free slots while five wait in a buffer, whose pull loop waits
+    for a slot with a claim on them. The task running the arrivals gives each slot it frees to
+    that loop's next job and runs it itself: all seven run in that one task, and the loop gets
+    a slot only once its buffer is empty (no wake-up, no task per buffered job)."""
+    limiter: Limiter[JobRun] = Limiter(2)
+
+    async def run(job: JobRun) -> Outcome:
+        return Outcome(OutcomeKind.SUCCEEDED)
+
+    slots, settled = _slots(limiter, run)
+    buffered = [_job(i) for i in range(2, 7)]
+    emptied_when_woken: list[bool] = []
+
+    async def pull_loop() -> None:
+        await limiter.acquire(0, lambda: buffered.pop(0) if buffered else None)
+        emptied_when_woken.append(not buffered)
+        limiter.release()  # nothing left to take, as the worker's take() finds
+
+    # The arrivals took the free slots; the buffer's loop then waits for one.
+    assert limiter.try_acquire() and limiter.try_acquire()
+    waiter = asyncio.ensure_future(pull_loop())
+    await wait_until_async(lambda: bool(limiter._waiters), timeout=5, message="the loop waiting")
+    slots.start(_job(0))
+    slots.start(_job(1))
+    with anyio.fail_after(5):
+        await waiter
+    await _all_settled(limiter, settled, 7)
+    assert [i for i, _ in settled] == list(range(7))
+    assert len({task for _, task in settled}) == 1
+    assert emptied_when_woken == [True]
