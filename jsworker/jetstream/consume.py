@@ -300,22 +300,20 @@ class PullConsumer:
     async def take(self) -> Delivery | None:
         """Hand out the oldest buffered message (None if there is none) and top up."""
         delivery = self._popped()
-        if delivery is not None:
-            refill = self._handed_out()
-            if refill is not None:
-                await refill
+        if delivery is not None and self._counted_out():
+            await self._refill()
         return delivery
 
     def take_now(self) -> Delivery | None:
         """:meth:`take` for a caller that may not wait: a top-up that is due is sent from a
         task of its own."""
         delivery = self._popped()
-        if delivery is not None:
-            refill = self._handed_out()
-            if refill is not None:
-                topping_up = asyncio.ensure_future(refill)
-                self._topping_up.add(topping_up)
-                topping_up.add_done_callback(self._topped_up)
+        # One top-up task at a time: a caller taking many in one go would start one for each
+        # take until the first runs, and the first asks for all that is missing by then.
+        if delivery is not None and self._counted_out() and not self._topping_up:
+            topping_up = asyncio.ensure_future(self._refill())
+            self._topping_up.add(topping_up)
+            topping_up.add_done_callback(self._topped_up)
         return delivery
 
     def _popped(self) -> Delivery | None:
@@ -412,16 +410,14 @@ class PullConsumer:
         self._count(EngineEvent.PULL, str(batch))
         await self.conn.nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
 
-    def _handed_out(self) -> Awaitable[None] | None:
-        """One message went to the caller, from the buffer or on arrival: the top-up to await
-        when one is due."""
+    def _counted_out(self) -> bool:
+        """Counts one message handed out to the caller, from the buffer or on arrival; whether
+        a top-up (:meth:`_refill`) is due."""
         self._pending -= 1
         self._taken += 1
         if self.left is not None:
             self.left -= 1
-        if self._pending < self.threshold:
-            return self._refill()
-        return None
+        return self._pending < self.threshold
 
     async def _refill(self) -> None:
         if (
@@ -481,7 +477,7 @@ class PullConsumer:
             return self._give_back(delivery)
         if not self._buffer and self.handler is not None and self.handler(delivery):
             # Taken on arrival: the caller had room, so no buffer round and no wake-up.
-            return self._handed_out()
+            return self._refill() if self._counted_out() else None
         self._buffer.append(delivery)
         self._wake()
         return None

@@ -263,6 +263,28 @@ async def test_refill_only_when_pending_falls_below_threshold(nats_server: NatsS
             assert events.details(EngineEvent.PULL) == ["10", "6"]
 
 
+@pytest.mark.timeout(15)
+async def test_takes_without_waiting_start_one_top_up_at_a_time(nats_server: NatsServer) -> None:
+    """take_now() sends a due top-up from a task of its own. A caller taking many in one go
+    (a worker's job task going on with buffered jobs) starts one such task, not one per take
+    until the first has run; that one asks for all that is missing when it runs."""
+    async with connected(nats_server.url) as conn:
+        await make_queue(conn)
+        await publish(conn, 0, 40)
+        events = Events()
+        async with PullConsumer(conn, STREAM, DURABLE, max_messages=20, expires=30.0, on_event=events) as pc:
+            await wait_until_async(lambda: len(pc.buffered()) == 20, timeout=5, message="the first batch")
+            taken = [pc.take_now() for _ in range(15)]  # takes 11 to 15 are below the threshold
+            assert all(d is not None for d in taken)
+            assert len(pc._topping_up) == 1
+            await wait_until_async(lambda: not pc._topping_up, timeout=5, message="the top-up sent")
+            assert events.details(EngineEvent.PULL) == ["20", "15"]
+            await wait_until_async(lambda: len(pc.buffered()) == 20, timeout=5, message="the top-up served")
+            for d in taken:
+                assert d is not None
+                await d.ack()
+
+
 async def test_limit_bounds_what_is_requested_and_handed_out(nats_server: NatsServer) -> None:
     """limit=13 with max_messages=10 over 30 jobs: pulls ask for 10, then only the 3 left;
     after 13 hand-outs nothing more is requested and the server delivered exactly 13."""
