@@ -15,8 +15,9 @@ time (bench/README.md, "Hot-path choices").
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import methodcaller
+from typing import Any
 
 _HEAD = "NATS/1.0\r\n"
 _END = "\r\n\r\n"
@@ -66,15 +67,44 @@ def encode_headers(headers: Mapping[str, str]) -> bytes:
 
 
 class _Shape:
-    """One shape of header block: its names in order, and the expression that reads a block
-    of exactly those lines (a group for each value)."""
+    """One shape of header block: its names in order, the expression that reads a block of
+    exactly those lines (a group for each value), and ``build``, which makes the headers of
+    the groups."""
 
-    __slots__ = ("fullmatch", "names")
+    __slots__ = ("build", "fullmatch", "names")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         lines = "".join(f"{re.escape(name)}: {_VALUE}\r\n" for name in names)
         self.fullmatch = re.compile(f"{re.escape(_HEAD)}{lines}\r\n").fullmatch
+        self.build = _builder(len(names))(*names)
+
+
+def _builder(count: int) -> Callable[..., Callable[[tuple[str, ...]], dict[str, str]]]:
+    """A maker of functions that turn ``count`` values into a dict under the names given to the
+    maker: ``{k0: v0, ...}`` written out makes a job's four headers in 0.13 µs, where
+    ``dict(zip(names, values))`` takes 0.31 µs (bench/README.md, "Hot-path choices"). The
+    generated source holds only numbered identifiers; the names, which come from the wire,
+    are bound as arguments."""
+    made = _BUILDERS.get(count)
+    if made is None:
+        keys = ", ".join(f"k{i}" for i in range(count))
+        values = "".join(f"v{i}, " for i in range(count))
+        items = ", ".join(f"k{i}: v{i}" for i in range(count))
+        source = (
+            f"def make({keys}):\n"
+            f"    def build(found):\n"
+            f"        {values}= found\n"
+            f"        return {{{items}}}\n"
+            f"    return build\n"
+        )
+        scope: dict[str, Any] = {}
+        exec(source, scope)  # numbered identifiers only, see above
+        made = _BUILDERS[count] = scope["make"]
+    return made
+
+
+_BUILDERS: dict[int, Callable[..., Callable[[tuple[str, ...]], dict[str, str]]]] = {}
 
 
 class HeaderShapes:
@@ -105,8 +135,7 @@ class HeaderShapes:
             # Latin-1 never fails and keeps ASCII as it is: the expression takes nothing else.
             found = current.fullmatch(block.decode("latin-1"))
             if found is not None:
-                # A group for each name, by construction (strict=True costs a third of this).
-                return dict(zip(current.names, found.groups()))  # noqa: B905
+                return current.build(found.groups())  # a group for each name, by construction
         headers = parse_plain_headers(block)
         if headers is not None:
             self._learn(tuple(headers))
