@@ -80,11 +80,13 @@ class FastParser(Parser):
         # One copy of what was read, which the messages are sliced from: a slice of it is one
         # allocation, where a bytearray's slice made bytes is two (a fifth of this loop).
         view = bytes(buf)
+        size_of_view = len(view)
         pos = 0
         client = self._client
+        # Kept in a local while the loop runs, and stored only for a message cut off at the end.
+        self._waiting = None
         try:
-            while pos < len(view):
-                waiting = self._waiting
+            while pos < size_of_view:
                 if waiting is None:
                     end = view.find(_CRLF, pos)
                     if end == -1:
@@ -98,15 +100,15 @@ class FastParser(Parser):
                         pos = 0
                         await super().parse()
                         return
-                    self._waiting = waiting
                     pos = end + 2
                 subject, sid, reply, head, size = waiting
-                if len(view) - pos < size + 2:
+                if size_of_view - pos < size + 2:
+                    self._waiting = waiting
                     break
                 headers = view[pos : pos + head] if head else None
                 payload = view[pos + head : pos + size]
                 pos += size + 2
-                self._waiting = None
+                waiting = None
                 pending = client.dispatch(sid, subject, reply, payload, headers)
                 if pending is not None:
                     await pending

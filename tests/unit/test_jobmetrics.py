@@ -21,11 +21,10 @@ def _scrape(metrics: Metrics) -> dict[str, float]:
 def test_counts_and_buckets_read_like_prometheus_client_metrics() -> None:
     metrics = Metrics(CollectorRegistry())
     m = metrics.task("default", "charge")
-    m.started += 3
     m.succeeded += 2
     m.dead_lettered["rejected"] += 1
     for seconds in (0.001, 0.0011, 7200.0):  # on a bound, just over it, past the last one
-        m.duration.observe(seconds)
+        m.ran(seconds, None)
     got = _scrape(metrics)
     labels = '{queue="default",task="charge"}'
     assert got[f"jsworker_jobs_started_total{labels}"] == 3
@@ -42,6 +41,21 @@ def test_counts_and_buckets_read_like_prometheus_client_metrics() -> None:
     assert got[bucket % "+Inf"] == 3
     assert got[f"jsworker_job_duration_seconds_count{labels}"] == 3
     assert got[f"jsworker_job_duration_seconds_sum{labels}"] == 0.001 + 0.0011 + 7200.0
+    assert got[f"jsworker_job_queue_wait_seconds_count{labels}"] == 0  # no wait was known
+
+
+def test_a_run_counts_its_queue_wait_in_the_same_buckets() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.task("q", "a").ran(0.002, 0.5)
+    metrics.task("q", "a").ran(0.003, 0.5)
+    got = _scrape(metrics)
+    labels = '{queue="q",task="a"}'
+    assert got[f"jsworker_jobs_started_total{labels}"] == 2
+    bucket = 'jsworker_job_queue_wait_seconds_bucket{le="%s",queue="q",task="a"}'
+    assert got[bucket % "0.25"] == 0
+    assert got[bucket % "0.5"] == 2
+    assert got[f"jsworker_job_queue_wait_seconds_sum{labels}"] == 1.0
+    assert got[f"jsworker_job_duration_seconds_sum{labels}"] == 0.005
 
 
 def test_tasks_are_apart_and_created_once() -> None:
