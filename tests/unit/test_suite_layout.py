@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
-from ..conftest import TESTS, unit_of
+import pytest
+from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc
+
+from ..conftest import TESTS, rewrite_test_modules, unit_of
 
 ROOT = TESTS.parent
 
@@ -58,3 +62,28 @@ def test_ci_runs_exactly_the_readme_command_in_parallel() -> None:
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     assert [line for line in ci if line and not line.startswith("#")][-1] == command
     assert re.search(r"pytest -n \d+\b", command), command
+
+
+def test_test_modules_are_rewritten_once_where_no_process_may_write_bytecode(
+    pytestconfig: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under PYTHONDONTWRITEBYTECODE, the run's first process writes the rewritten bytecode of
+    every test module and conftest for the test processes to read; other modules are not
+    pytest's to rewrite, and a module changed since is rewritten again."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    (tmp_path / "deep").mkdir()
+    modules = [tmp_path / "test_a.py", tmp_path / "deep" / "test_b.py", tmp_path / "conftest.py"]
+    for module in modules:
+        module.write_text("def test_x() -> None:\n    assert 1 + 1 == 2\n")
+    (tmp_path / "helpers.py").write_text("X = 1\n")
+
+    def rewritten(module: Path) -> bool:
+        return _read_pyc(module, module.parent / "__pycache__" / (module.stem + PYC_TAIL)) is not None
+
+    rewrite_test_modules(pytestconfig, tmp_path)
+    assert [rewritten(m) for m in modules] == [True, True, True]
+    assert not (tmp_path / "__pycache__" / ("helpers" + PYC_TAIL)).exists()
+    modules[0].write_text("def test_x() -> None:\n    assert 2 + 2 == 4\n")
+    assert not rewritten(modules[0])
+    rewrite_test_modules(pytestconfig, tmp_path)
+    assert rewritten(modules[0])
