@@ -75,7 +75,8 @@ def rewrite_test_modules(config: pytest.Config, root: Path) -> None:
     (clean clone or not). pytest reads a rewritten module it finds whatever that variable says,
     so the modules rewritten here once are read by all. This uses pytest's own rewriting
     functions, which are not public: if a pytest release moves them, nothing is written here
-    and each process rewrites as before.
+    and each process rewrites as before (and tests/unit/test_suite_layout.py, which uses them
+    too, says so).
     """
     if not sys.dont_write_bytecode or config.getoption("assertmode") != "rewrite":
         return  # nothing to do: each process writes what it rewrites, or nothing is rewritten
