@@ -220,8 +220,7 @@ class Executor:
                 "a schedule (Nats-Schedule header) on a job subject: jobs are enqueued as messages, "
                 "delayed jobs on the delayed-job subjects",
             )
-        # Read from the options and the delivery, not through properties: a call each, per job.
-        if task.options.queue != job.queue and job.delivery.headers.get(QUEUE) != job.queue:
+        if task.queue != job.queue and job.delivery.headers.get(QUEUE) != job.queue:
             # Neither its task's queue nor one its producer routed it to (apply(queue=...)):
             # only a hand-made message gets here.
             return Outcome(
@@ -229,7 +228,7 @@ class Executor:
                 f"task {task.name!r} belongs to queue {task.queue!r}, not {job.queue!r}",
             )
         max_crashes = task.options.max_crashes
-        attempt = job.delivery.attempt
+        attempt = job.attempt
         # A first delivery follows no run that could have crashed.
         if attempt > 1 and crashed_too_often(
             attempt, job.handed_back, (job.failures or 0) + job.snoozes, max_crashes

@@ -102,9 +102,6 @@ class Limiter(Generic[T]):
         """For a holder done with its work that has other work to do: the first waiter's next
         piece of work to take with the slot (see :meth:`hand_on`), or None when the slot was
         released instead."""
-        if not self._waiters:
-            self._in_use -= 1
-            return None
         work = self.hand_on()
         if work is None:
             self.release()

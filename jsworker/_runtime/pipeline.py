@@ -188,12 +188,7 @@ class Admission:
         outcome = self._check(job)
         if outcome is not None:
             return self._rechecked(job) if outcome.kind is OutcomeKind.POISON else outcome
-        # _gates_from(job, 0) written out: a call less for every job.
-        for i, gate in enumerate(self._gates):
-            verdict = gate(job)
-            if verdict is not None:
-                return verdict if isinstance(verdict, Outcome) else self._after_asking(job, verdict, i + 1)
-        return None
+        return self._gates_from(job, 0)
 
     def _gates_from(self, job: JobRun, first: int) -> Verdict:
         gates = self._gates

@@ -99,7 +99,7 @@ class Settle:
                 outcome = self._book.keep_result(job, outcome, job.started, value_kept=kept)
                 if outcome.kind is OutcomeKind.SUCCEEDED:
                     return Settlement(outcome, _SUCCESS, time.monotonic() - job.started)
-            elif job.delivery.attempt == 1:
+            elif job.attempt == 1:
                 # A first success: no record to read (it has no failures) nor to write.
                 job.delivery.ack_soon()
                 return self._succeeded(job, outcome)

@@ -21,10 +21,11 @@ def _scrape(metrics: Metrics) -> dict[str, float]:
 def test_counts_and_buckets_read_like_prometheus_client_metrics() -> None:
     metrics = Metrics(CollectorRegistry())
     m = metrics.task("default", "charge")
+    m.started += 3
     m.succeeded += 2
     m.dead_lettered["rejected"] += 1
     for seconds in (0.001, 0.0011, 7200.0):  # on a bound, just over it, past the last one
-        m.ran(seconds, None)
+        m.duration.observe(seconds)
     got = _scrape(metrics)
     labels = '{queue="default",task="charge"}'
     assert got[f"jsworker_jobs_started_total{labels}"] == 3
@@ -44,10 +45,13 @@ def test_counts_and_buckets_read_like_prometheus_client_metrics() -> None:
     assert got[f"jsworker_job_queue_wait_seconds_count{labels}"] == 0  # no wait was known
 
 
-def test_a_run_counts_its_queue_wait_in_the_same_buckets() -> None:
+def test_queue_waits_are_counted_in_the_same_buckets() -> None:
     metrics = Metrics(CollectorRegistry())
-    metrics.task("q", "a").ran(0.002, 0.5)
-    metrics.task("q", "a").ran(0.003, 0.5)
+    m = metrics.task("q", "a")
+    for duration in (0.002, 0.003):
+        m.started += 1
+        m.duration.observe(duration)
+        m.queue_wait.observe(0.5)
     got = _scrape(metrics)
     labels = '{queue="q",task="a"}'
     assert got[f"jsworker_jobs_started_total{labels}"] == 2

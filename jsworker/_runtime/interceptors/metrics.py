@@ -113,10 +113,10 @@ class JobMetrics(Interceptor):
 
 def _observe_run(m: TaskMetrics, job: JobRun, duration: float) -> None:
     """Count a run that started: its duration, and its queue wait on a first attempt."""
+    m.started += 1
+    m.duration.observe(duration)
     if job.delivery.attempt == 1 and (enqueued_at := job.enqueued_at) is not None:
-        m.ran(duration, max(0.0, time.time() - enqueued_at - duration))
-    else:
-        m.ran(duration, None)
+        m.queue_wait.observe(max(0.0, time.time() - enqueued_at - duration))
 
 
 class JobMetricsLogged(JobMetrics):
